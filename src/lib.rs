@@ -1,3 +1,108 @@
-pub mod pb {
-    tonic::include_proto!("jobwire.v1");
+//! jobwire: a language-agnostic job server. Producers enqueue over gRPC, workers hold a
+//! stream and receive leased jobs, and every job state change is one atomic Lua script in
+//! Redis, so any number of stateless replicas can serve the same queues.
+//!
+//! Module map (dependencies point one way: `api` -> `lease`/`jobs` -> `store`):
+//! - [`jobs`]: the domain types (job, states, backoff, dispositions, dead reasons).
+//! - [`store`]: Redis only: key schema, Lua scripts, decoding.
+//! - [`lease`]: worker streams, per-queue lease loops, renewal, reaper, wake-ups.
+//! - [`api`]: the gRPC adapters and the one `Error -> Status` mapping.
+//! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
+//!   `main` and for the tests.
+//! - [`config`], [`telemetry`], [`shutdown`], [`http`], [`redis_embedded`]: process plumbing.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod jobs;
+pub mod lease;
+pub mod redis_embedded;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+pub use api::pb;
+pub use error::Error;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::config::ServeArgs;
+use crate::redis_embedded::EmbeddedRedis;
+use crate::store::Store;
+
+/// Timeout of every Redis command: a Redis outage turns into UNAVAILABLE, never a hang.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long start-up waits for Redis to answer.
+const REDIS_START_WAIT: Duration = Duration::from_secs(30);
+
+/// Runs a jobwire server on already-bound listeners until `shutdown` resolves. With no
+/// `redis_url` in `cfg`, starts the embedded `redis-server` in `cfg.data_dir` and stops it at
+/// the end. Errors: Redis unreachable at start, a `maxmemory-policy` other than `noeviction`
+/// (unless `allow_eviction`), the embedded Redis failing to start.
+pub async fn run(
+    cfg: ServeArgs,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let embedded = match &cfg.redis_url {
+        Some(_) => None,
+        None => Some(EmbeddedRedis::start(&cfg.data_dir, cfg.redis_fsync).await?),
+    };
+    let url = match (&cfg.redis_url, &embedded) {
+        (Some(u), _) => u.clone(),
+        (None, Some(e)) => e.url(),
+        (None, None) => unreachable!("embedded redis exists when no url is given"),
+    };
+    let result = async {
+        let store = Store::connect(&url, REDIS_TIMEOUT)
+            .await
+            .context("redis url")?;
+        wait_for_redis(&store).await?;
+        check_eviction(&store, cfg.allow_eviction).await?;
+        tracing::info!(grpc = %grpc.local_addr()?, http = %http.local_addr()?,
+            redis = %config::redact_url(&url), "jobwire serving");
+        server::serve(&cfg, store, &url, grpc, http, shutdown).await
+    }
+    .await;
+    if let Some(e) = embedded {
+        e.stop().await;
+    }
+    result
+}
+
+async fn wait_for_redis(store: &Store) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + REDIS_START_WAIT;
+    loop {
+        match store.ping().await {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(e).context("redis did not answer PING at start-up")
+            }
+            Err(e) => tracing::warn!(error = %e, "waiting for redis"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Refuses to run on a Redis that may evict keys: eviction silently deletes jobs and leases.
+async fn check_eviction(store: &Store, allow: bool) -> anyhow::Result<()> {
+    let policy = store.maxmemory_policy().await?;
+    if policy == "noeviction" {
+        return Ok(());
+    }
+    if allow {
+        tracing::warn!(policy = %policy, "redis maxmemory-policy is not noeviction: under memory pressure redis will delete jobs and leases (--allow-eviction)");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "redis maxmemory-policy is {policy:?}, not \"noeviction\": eviction would silently delete jobs and leases. \
+         Set `maxmemory-policy noeviction` on the redis server, or pass --allow-eviction to run anyway"
+    )
 }

@@ -1,1 +1,30 @@
-fn main() {}
+//! The `jobwire` binary: parse flags, set up logging, bind, run until SIGTERM/SIGINT.
+
+use clap::Parser;
+use jobwire::config::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(cfg) => {
+            if cfg.print_config {
+                println!("{cfg:#?}");
+                return Ok(());
+            }
+            if let Err(e) = cfg.validate() {
+                eprintln!("jobwire: invalid configuration: {e}");
+                std::process::exit(64);
+            }
+            jobwire::telemetry::init(cfg.log_format);
+            let grpc = tokio::net::TcpListener::bind(cfg.grpc_addr).await?;
+            let http = tokio::net::TcpListener::bind(cfg.http_addr).await?;
+            let signal = async {
+                let which = jobwire::shutdown::signal().await;
+                tracing::info!(signal = which, "signal received");
+                jobwire::shutdown::exit_on_second_signal();
+            };
+            jobwire::run(cfg, grpc, http, signal).await
+        }
+    }
+}

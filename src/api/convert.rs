@@ -1,0 +1,381 @@
+//! Protobuf <-> domain. `TryFrom`-style functions validate every field of a request and name
+//! the field and the limit in the error; `From`-style ones build responses.
+
+use std::collections::BTreeMap;
+
+use super::limits::*;
+use super::pb;
+use crate::jobs::{
+    AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState, NewJob,
+    QueueName,
+};
+use crate::Error;
+
+/// Server-side settings the conversion needs.
+#[derive(Clone, Debug)]
+pub struct ApiLimits {
+    /// Largest payload, bytes.
+    pub max_payload_bytes: usize,
+    /// max_attempts when a job does not set it.
+    pub default_max_attempts: u32,
+}
+
+pub(crate) fn queue(field: &str, name: &str) -> Result<QueueName, Error> {
+    QueueName::parse(name).map_err(|reason| Error::invalid(field, reason))
+}
+
+fn bounded(field: &str, s: &str, max: usize) -> Result<(), Error> {
+    if s.len() > max {
+        return Err(Error::invalid(
+            field,
+            format!("is {} bytes, the limit is {max}", s.len()),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn job_id(field: &str, id: &str) -> Result<String, Error> {
+    if id.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    bounded(field, id, MAX_JOB_ID_BYTES)?;
+    Ok(id.to_owned())
+}
+
+pub(crate) fn token(field: &str, t: &str) -> Result<String, Error> {
+    if t.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    bounded(field, t, MAX_TOKEN_BYTES)?;
+    Ok(t.to_owned())
+}
+
+/// A Duration as ms within `0..=max_ms`; `None` when unset.
+pub(crate) fn duration_ms(
+    field: &str,
+    d: Option<&prost_types::Duration>,
+    max_ms: u64,
+) -> Result<Option<u64>, Error> {
+    let Some(d) = d else { return Ok(None) };
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(Error::invalid(
+            field,
+            "must be a non-negative duration (seconds >= 0, 0 <= nanos < 1e9)",
+        ));
+    }
+    let ms = (d.seconds as u128) * 1000 + (d.nanos as u128) / 1_000_000;
+    if ms > u128::from(max_ms) {
+        return Err(Error::invalid(
+            field,
+            format!("is {ms} ms, the limit is {max_ms} ms"),
+        ));
+    }
+    Ok(Some(ms as u64))
+}
+
+fn backoff(field: &str, b: &pb::Backoff) -> Result<Backoff, Error> {
+    let kind = match pb::BackoffKind::try_from(b.kind) {
+        Ok(pb::BackoffKind::Fixed) => BackoffKind::Fixed,
+        Ok(pb::BackoffKind::Exponential) => BackoffKind::Exponential,
+        _ => {
+            return Err(Error::invalid(
+                format!("{field}.kind"),
+                "must be BACKOFF_KIND_FIXED or BACKOFF_KIND_EXPONENTIAL",
+            ))
+        }
+    };
+    if !(0.0..=1.0).contains(&b.jitter) {
+        return Err(Error::invalid(
+            format!("{field}.jitter"),
+            format!("is {}, must be in [0, 1]", b.jitter),
+        ));
+    }
+    Ok(Backoff {
+        kind,
+        delay_ms: duration_ms(&format!("{field}.delay"), b.delay.as_ref(), MAX_BACKOFF_MS)?
+            .unwrap_or(0),
+        jitter: b.jitter,
+        max_delay_ms: duration_ms(
+            &format!("{field}.max_delay"),
+            b.max_delay.as_ref(),
+            MAX_BACKOFF_MS,
+        )?
+        .unwrap_or(0),
+    })
+}
+
+fn metadata(
+    field: &str,
+    m: &std::collections::HashMap<String, String>,
+) -> Result<BTreeMap<String, String>, Error> {
+    if m.len() > MAX_METADATA_ENTRIES {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "has {} entries, the limit is {MAX_METADATA_ENTRIES}",
+                m.len()
+            ),
+        ));
+    }
+    for (k, v) in m {
+        if k.is_empty() {
+            return Err(Error::invalid(field, "keys must not be empty"));
+        }
+        bounded(&format!("{field}[{k:?}] key"), k, MAX_METADATA_KEY_BYTES)?;
+        bounded(&format!("{field}[{k:?}]"), v, MAX_METADATA_VALUE_BYTES)?;
+    }
+    Ok(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+}
+
+/// Validates a JobSpec (`field` is its path, e.g. `job` or `jobs[3]`).
+pub(crate) fn new_job(
+    field: &str,
+    spec: &pb::JobSpec,
+    limits: &ApiLimits,
+) -> Result<NewJob, Error> {
+    let f = |name: &str| format!("{field}.{name}");
+    let queue = queue(&f("queue"), &spec.queue)?;
+    let id = if spec.job_id.is_empty() {
+        uuid::Uuid::now_v7().to_string()
+    } else {
+        job_id(&f("job_id"), &spec.job_id)?
+    };
+    if spec.name.is_empty() {
+        return Err(Error::invalid(f("name"), "must not be empty"));
+    }
+    bounded(&f("name"), &spec.name, MAX_NAME_BYTES)?;
+    if spec.payload.len() > limits.max_payload_bytes {
+        return Err(Error::TooLarge {
+            field: f("payload"),
+            reason: format!(
+                "is {} bytes, the limit is {} bytes",
+                spec.payload.len(),
+                limits.max_payload_bytes
+            ),
+        });
+    }
+    bounded(
+        &f("content_type"),
+        &spec.content_type,
+        MAX_CONTENT_TYPE_BYTES,
+    )?;
+    if !PRIORITY_RANGE.contains(&spec.priority) {
+        return Err(Error::invalid(
+            f("priority"),
+            format!("is {}, must be in [-1000, 1000]", spec.priority),
+        ));
+    }
+    let max_attempts = spec.max_attempts.unwrap_or(limits.default_max_attempts);
+    if !MAX_ATTEMPTS_RANGE.contains(&max_attempts) {
+        return Err(Error::invalid(
+            f("max_attempts"),
+            format!("is {max_attempts}, must be in [1, 1000]"),
+        ));
+    }
+    let timeout_ms =
+        duration_ms(&f("timeout"), spec.timeout.as_ref(), MAX_BACKOFF_MS)?.unwrap_or(0);
+    if spec.timeout.is_some() && timeout_ms == 0 {
+        return Err(Error::invalid(
+            f("timeout"),
+            "must be at least 1 ms when set",
+        ));
+    }
+    Ok(NewJob {
+        idempotency_key: format!("{queue}/{id}/{}", uuid::Uuid::new_v4().simple()),
+        queue,
+        id,
+        name: spec.name.clone(),
+        payload: spec.payload.clone(),
+        content_type: spec.content_type.clone(),
+        metadata: metadata(&f("metadata"), &spec.metadata)?,
+        delay_ms: duration_ms(&f("delay"), spec.delay.as_ref(), MAX_DELAY_MS)?.unwrap_or(0),
+        priority: spec.priority,
+        max_attempts,
+        backoff: spec
+            .backoff
+            .as_ref()
+            .map(|b| backoff(&f("backoff"), b))
+            .transpose()?,
+        timeout_ms,
+    })
+}
+
+/// Validates a worker's JobError.
+pub(crate) fn job_error(
+    field: &str,
+    e: Option<&pb::JobError>,
+) -> Result<(String, String, String), Error> {
+    let Some(e) = e else {
+        return Ok((String::new(), String::new(), String::new()));
+    };
+    bounded(
+        &format!("{field}.message"),
+        &e.message,
+        MAX_ERROR_MESSAGE_BYTES,
+    )?;
+    bounded(
+        &format!("{field}.error_type"),
+        &e.error_type,
+        MAX_ERROR_TYPE_BYTES,
+    )?;
+    bounded(
+        &format!("{field}.details"),
+        &e.details,
+        MAX_ERROR_DETAILS_BYTES,
+    )?;
+    Ok((e.message.clone(), e.error_type.clone(), e.details.clone()))
+}
+
+pub(crate) fn disposition(field: &str, d: i32) -> Result<Disposition, Error> {
+    match pb::FailDisposition::try_from(d) {
+        Ok(pb::FailDisposition::Unspecified | pb::FailDisposition::Retry) => Ok(Disposition::Retry),
+        Ok(pb::FailDisposition::NoRetry) => Ok(Disposition::NoRetry),
+        Ok(pb::FailDisposition::RateLimited) => Ok(Disposition::RateLimited),
+        Err(_) => Err(Error::invalid(field, format!("unknown value {d}"))),
+    }
+}
+
+pub(crate) fn dead_filter(field: &str, f: &pb::DeadLetterFilter) -> Result<DeadFilter, Error> {
+    let reason = match pb::DeadReason::try_from(f.reason) {
+        Ok(pb::DeadReason::Unspecified) => None,
+        Ok(r) => Some(dead_reason_from_pb(r)),
+        Err(_) => {
+            return Err(Error::invalid(
+                format!("{field}.reason"),
+                format!("unknown value {}", f.reason),
+            ))
+        }
+    };
+    bounded(&format!("{field}.job_name"), &f.job_name, MAX_NAME_BYTES)?;
+    bounded(
+        &format!("{field}.error_type"),
+        &f.error_type,
+        MAX_ERROR_TYPE_BYTES,
+    )?;
+    bounded(
+        &format!("{field}.error_message_prefix"),
+        &f.error_message_prefix,
+        MAX_ERROR_MESSAGE_BYTES,
+    )?;
+    let ts = |name: &str, t: Option<&prost_types::Timestamp>| -> Result<Option<u64>, Error> {
+        t.map(|t| {
+            if t.seconds < 0 || t.nanos < 0 {
+                Err(Error::invalid(
+                    format!("{field}.{name}"),
+                    "must not be before 1970",
+                ))
+            } else {
+                Ok(t.seconds as u64 * 1000 + t.nanos as u64 / 1_000_000)
+            }
+        })
+        .transpose()
+    };
+    Ok(DeadFilter {
+        job_name: f.job_name.clone(),
+        error_type: f.error_type.clone(),
+        reason,
+        error_message_prefix: f.error_message_prefix.clone(),
+        dead_after_ms: ts("dead_after", f.dead_after.as_ref())?,
+        dead_before_ms: ts("dead_before", f.dead_before.as_ref())?,
+    })
+}
+
+fn dead_reason_from_pb(r: pb::DeadReason) -> DeadReason {
+    match r {
+        pb::DeadReason::NoRetry => DeadReason::NoRetry,
+        pb::DeadReason::LeaseExpired => DeadReason::LeaseExpired,
+        pb::DeadReason::TimedOut => DeadReason::TimedOut,
+        pb::DeadReason::AttemptsExhausted | pb::DeadReason::Unspecified => {
+            DeadReason::AttemptsExhausted
+        }
+    }
+}
+
+pub(crate) fn dead_reason_pb(r: Option<DeadReason>) -> pb::DeadReason {
+    match r {
+        None => pb::DeadReason::Unspecified,
+        Some(DeadReason::NoRetry) => pb::DeadReason::NoRetry,
+        Some(DeadReason::AttemptsExhausted) => pb::DeadReason::AttemptsExhausted,
+        Some(DeadReason::LeaseExpired) => pb::DeadReason::LeaseExpired,
+        Some(DeadReason::TimedOut) => pb::DeadReason::TimedOut,
+    }
+}
+
+pub(crate) fn state_pb(s: JobState) -> pb::JobState {
+    match s {
+        JobState::Waiting => pb::JobState::Waiting,
+        JobState::Delayed => pb::JobState::Delayed,
+        JobState::Active => pb::JobState::Active,
+        JobState::Completed => pb::JobState::Completed,
+        JobState::Dead => pb::JobState::Dead,
+    }
+}
+
+/// ms since the epoch -> Timestamp; `None` for 0 (unset).
+pub(crate) fn timestamp(ms: u64) -> Option<prost_types::Timestamp> {
+    (ms > 0).then(|| prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    })
+}
+
+/// ms -> Duration.
+pub(crate) fn duration(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+fn attempt_error(e: &AttemptError) -> pb::AttemptError {
+    let disposition = match Disposition::parse(&e.disposition) {
+        Some(Disposition::Retry) => pb::FailDisposition::Retry,
+        Some(Disposition::NoRetry) => pb::FailDisposition::NoRetry,
+        Some(Disposition::RateLimited) => pb::FailDisposition::RateLimited,
+        None => pb::FailDisposition::Unspecified,
+    };
+    pb::AttemptError {
+        attempt: e.attempt as u32,
+        message: e.message.clone(),
+        error_type: e.error_type.clone(),
+        details: e.details.clone(),
+        worker_id: e.worker_id.clone(),
+        fail_time: timestamp(e.fail_ms as u64),
+        disposition: disposition as i32,
+        retry_delay: Some(duration(e.retry_delay_ms as u64)),
+    }
+}
+
+/// A stored job as protobuf.
+pub(crate) fn job_pb(j: Job) -> pb::Job {
+    pb::Job {
+        queue: j.queue.to_string(),
+        job_id: j.id,
+        name: j.name,
+        payload: j.payload,
+        content_type: j.content_type,
+        metadata: j.metadata.into_iter().collect(),
+        state: state_pb(j.state) as i32,
+        priority: j.priority,
+        max_attempts: j.max_attempts,
+        attempts_made: j.attempts_made,
+        backoff: j.backoff.map(|b| pb::Backoff {
+            kind: match b.kind {
+                BackoffKind::Fixed => pb::BackoffKind::Fixed,
+                BackoffKind::Exponential => pb::BackoffKind::Exponential,
+            } as i32,
+            delay: Some(duration(b.delay_ms)),
+            jitter: b.jitter,
+            max_delay: (b.max_delay_ms > 0).then(|| duration(b.max_delay_ms)),
+        }),
+        timeout: (j.timeout_ms > 0).then(|| duration(j.timeout_ms)),
+        errors: j.errors.iter().map(attempt_error).collect(),
+        dead_reason: dead_reason_pb(j.dead_reason) as i32,
+        create_time: timestamp(j.create_ms),
+        ready_time: timestamp(j.ready_ms),
+        lease_time: timestamp(j.lease_ms),
+        finish_time: timestamp(j.finish_ms),
+        idempotency_key: j.idempotency_key,
+        replays: j.replays,
+    }
+}

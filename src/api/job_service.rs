@@ -1,0 +1,142 @@
+//! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob.
+
+use std::collections::BTreeMap;
+
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, ApiLimits};
+use super::limits::MAX_BATCH;
+use super::pb;
+use crate::jobs::{NewJob, QueueName};
+use crate::store::Store;
+use crate::Error;
+
+/// The JobService handlers.
+pub struct JobApi {
+    store: Store,
+    limits: ApiLimits,
+}
+
+impl JobApi {
+    /// Handlers over `store`.
+    pub fn new(store: Store, limits: ApiLimits) -> JobApi {
+        JobApi { store, limits }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::job_service_server::JobService for JobApi {
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
+    async fn enqueue(
+        &self,
+        request: Request<pb::EnqueueRequest>,
+    ) -> Result<Response<pb::EnqueueResponse>, Status> {
+        let spec = request
+            .into_inner()
+            .job
+            .ok_or_else(|| Error::invalid("job", "is required"))?;
+        let job = convert::new_job("job", &spec, &self.limits)?;
+        tracing::Span::current().record("queue", job.queue.as_str());
+        tracing::Span::current().record("job_id", job.id.as_str());
+        let queue = job.queue.clone();
+        let outcome = self
+            .store
+            .enqueue(&queue, std::slice::from_ref(&job))
+            .await
+            .map_err(Error::from)?
+            .pop()
+            .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
+        Ok(Response::new(pb::EnqueueResponse {
+            job: Some(convert::job_pb(outcome.job)),
+            created: outcome.created,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(jobs))]
+    async fn enqueue_batch(
+        &self,
+        request: Request<pb::EnqueueBatchRequest>,
+    ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
+        let specs = request.into_inner().jobs;
+        tracing::Span::current().record("jobs", specs.len());
+        if specs.is_empty() {
+            return Err(Error::invalid("jobs", "must hold at least one job").into());
+        }
+        if specs.len() > MAX_BATCH {
+            return Err(Error::TooLarge {
+                field: "jobs".into(),
+                reason: format!("{} jobs, the limit is {MAX_BATCH}", specs.len()),
+            }
+            .into());
+        }
+        let mut results: Vec<Option<pb::EnqueueResult>> = vec![None; specs.len()];
+        let mut by_queue: BTreeMap<QueueName, Vec<(usize, NewJob)>> = BTreeMap::new();
+        for (i, spec) in specs.iter().enumerate() {
+            match convert::new_job(&format!("jobs[{i}]"), spec, &self.limits) {
+                Ok(job) => by_queue
+                    .entry(job.queue.clone())
+                    .or_default()
+                    .push((i, job)),
+                Err(e) => results[i] = Some(item_error(e)),
+            }
+        }
+        for (queue, items) in by_queue {
+            let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
+            let outcomes = self
+                .store
+                .enqueue(&queue, &jobs)
+                .await
+                .map_err(Error::from)?;
+            for ((i, _), o) in items.iter().zip(outcomes) {
+                results[*i] = Some(pb::EnqueueResult {
+                    job: Some(convert::job_pb(o.job)),
+                    created: o.created,
+                    error: None,
+                });
+            }
+        }
+        Ok(Response::new(pb::EnqueueBatchResponse {
+            results: results.into_iter().flatten().collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
+    async fn get_job(
+        &self,
+        request: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::GetJobResponse>, Status> {
+        let r = request.into_inner();
+        let queue = convert::queue("queue", &r.queue)?;
+        let id = convert::job_id("job_id", &r.job_id)?;
+        let job = self
+            .store
+            .get_job(&queue, &id)
+            .await
+            .map_err(Error::from)?
+            .ok_or_else(|| Error::JobNotFound {
+                queue: queue.to_string(),
+                id,
+            })?;
+        Ok(Response::new(pb::GetJobResponse {
+            job: Some(convert::job_pb(job)),
+        }))
+    }
+}
+
+/// A refused batch item: its code, message and field, as the item's result.
+pub(crate) fn item_error(e: Error) -> pb::EnqueueResult {
+    let field = match &e {
+        Error::InvalidArgument { field, .. } | Error::TooLarge { field, .. } => field.clone(),
+        _ => String::new(),
+    };
+    let status = Status::from(e);
+    pb::EnqueueResult {
+        job: None,
+        created: false,
+        error: Some(pb::ItemError {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            field,
+        }),
+    }
+}

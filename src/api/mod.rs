@@ -1,0 +1,26 @@
+//! gRPC adapters only: each handler validates and converts its request (`convert.rs`),
+//! calls the store or the lease hub, and converts the answer. Errors become `Status` in
+//! `status.rs` and nowhere else.
+
+mod convert;
+mod dead_letter_service;
+mod job_service;
+pub mod limits;
+mod status;
+mod worker_service;
+
+pub use convert::ApiLimits;
+pub use dead_letter_service::DeadLetterApi;
+pub use job_service::JobApi;
+pub use status::ERROR_DOMAIN;
+pub use worker_service::{WorkerApi, WorkerService};
+
+/// The generated `jobwire.v1` messages, servers and clients.
+#[allow(clippy::large_enum_variant, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("jobwire.v1");
+
+    /// The encoded descriptor set of `jobwire.v1`, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("jobwire_descriptor");
+}

@@ -1,0 +1,416 @@
+//! `jobwire.v1.WorkerService`: the Subscribe stream (open, credits, leases, acks and fails
+//! batched per queue, heartbeats, drain) and the unary Ack, Fail and ExtendLease.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::convert;
+use super::limits::*;
+use super::pb;
+use super::pb::subscribe_request::Message as In;
+use crate::jobs::{JobState, QueueName};
+use crate::lease::{Hub, Outbound, Session, Settled};
+use crate::store::{FailItem, FailOutcome, Settle};
+use crate::Error;
+
+/// How long a new stream may take to send its `open` message.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most inbound messages handled as one batch.
+const INBOUND_BATCH: usize = 256;
+
+/// The WorkerService handlers.
+pub struct WorkerApi {
+    hub: Hub,
+}
+
+impl WorkerApi {
+    /// Handlers over `hub`.
+    pub fn new(hub: Hub) -> WorkerApi {
+        WorkerApi { hub }
+    }
+}
+
+type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeResponse, Status>> + Send>>;
+
+fn open_args(o: pb::OpenStream) -> Result<(Vec<QueueName>, u32, String), Error> {
+    if o.queues.is_empty() || o.queues.len() > MAX_STREAM_QUEUES {
+        return Err(Error::invalid(
+            "open.queues",
+            format!(
+                "has {} queues, must have 1 to {MAX_STREAM_QUEUES}",
+                o.queues.len()
+            ),
+        ));
+    }
+    let mut queues = Vec::new();
+    for (i, q) in o.queues.iter().enumerate() {
+        let q = convert::queue(&format!("open.queues[{i}]"), q)?;
+        if !queues.contains(&q) {
+            queues.push(q);
+        }
+    }
+    if !CREDITS_RANGE.contains(&o.credits) {
+        return Err(Error::invalid(
+            "open.credits",
+            format!("is {}, must be in [1, 10000]", o.credits),
+        ));
+    }
+    if o.worker_id.len() > MAX_WORKER_ID_BYTES {
+        return Err(Error::invalid(
+            "open.worker_id",
+            format!(
+                "is {} bytes, the limit is {MAX_WORKER_ID_BYTES}",
+                o.worker_id.len()
+            ),
+        ));
+    }
+    let worker = if o.worker_id.is_empty() {
+        format!("worker-{}", uuid::Uuid::new_v4().simple())
+    } else {
+        o.worker_id
+    };
+    Ok((queues, o.credits, worker))
+}
+
+fn outbound_pb(o: Outbound) -> Result<pb::SubscribeResponse, Status> {
+    use pb::subscribe_response::Message as Out;
+    let message = match o {
+        Outbound::Lease(l) => Out::Lease(pb::Lease {
+            attempt: l.attempt,
+            lease_token: l.token,
+            lease_deadline: convert::timestamp(l.deadline_ms),
+            idempotency_key: l.job.idempotency_key.clone(),
+            job: Some(convert::job_pb(l.job)),
+        }),
+        Outbound::Settled(s) => {
+            let (code, message, state) = match s.result {
+                Ok(state) => (0, String::new(), state.map(convert::state_pb)),
+                Err(e) => {
+                    let st = Status::from(e);
+                    (st.code() as i32, st.message().to_owned(), None)
+                }
+            };
+            Out::Settled(pb::Settled {
+                queue: s.queue,
+                job_id: s.id,
+                lease_token: s.token,
+                code,
+                message,
+                state: state.unwrap_or(pb::JobState::Unspecified) as i32,
+            })
+        }
+        Outbound::Draining(grace) => Out::Draining(pb::Draining {
+            grace: Some(convert::duration(grace.as_millis() as u64)),
+        }),
+    };
+    Ok(pb::SubscribeResponse {
+        message: Some(message),
+    })
+}
+
+fn settle_error<T>(queue: &QueueName, id: &str, s: Settle<T>) -> Result<T, Error> {
+    match s {
+        Settle::Done(v) => Ok(v),
+        Settle::NotFound => Err(Error::JobNotFound {
+            queue: queue.to_string(),
+            id: id.to_owned(),
+        }),
+        Settle::LeaseLost(state) => Err(Error::LeaseLost {
+            id: id.to_owned(),
+            state,
+        }),
+    }
+}
+
+fn ack_args(r: &pb::AckRequest) -> Result<(QueueName, String, String), Error> {
+    Ok((
+        convert::queue("queue", &r.queue)?,
+        convert::job_id("job_id", &r.job_id)?,
+        convert::token("lease_token", &r.lease_token)?,
+    ))
+}
+
+fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
+    let queue = convert::queue("queue", &r.queue)?;
+    let (message, error_type, details) = convert::job_error("error", r.error.as_ref())?;
+    Ok((
+        queue,
+        FailItem {
+            id: convert::job_id("job_id", &r.job_id)?,
+            token: convert::token("lease_token", &r.lease_token)?,
+            disposition: convert::disposition("disposition", r.disposition)?,
+            message,
+            error_type,
+            details,
+            retry_after_ms: convert::duration_ms(
+                "retry_after",
+                r.retry_after.as_ref(),
+                MAX_BACKOFF_MS,
+            )?,
+        },
+    ))
+}
+
+impl WorkerApi {
+    /// Applies a batch of stream messages: acks and fails grouped into one script call per
+    /// queue, answered with one Settled each.
+    async fn handle_batch(
+        &self,
+        session: &Arc<Session>,
+        batch: Vec<pb::SubscribeRequest>,
+    ) -> Result<(), Error> {
+        let mut acks: BTreeMap<QueueName, Vec<(String, String)>> = BTreeMap::new();
+        let mut fails: BTreeMap<QueueName, Vec<FailItem>> = BTreeMap::new();
+        let refuse = |queue: &str, id: &str, token: &str, e: Error| {
+            session.send(Outbound::Settled(Settled {
+                queue: queue.to_owned(),
+                id: id.to_owned(),
+                token: token.to_owned(),
+                result: Err(e),
+            }));
+        };
+        for m in batch {
+            match m.message {
+                Some(In::Ack(a)) => match ack_args(&a) {
+                    Ok((q, id, token)) => acks.entry(q).or_default().push((id, token)),
+                    Err(e) => refuse(&a.queue, &a.job_id, &a.lease_token, e),
+                },
+                Some(In::Fail(f)) => match fail_args(&f) {
+                    Ok((q, item)) => fails.entry(q).or_default().push(item),
+                    Err(e) => refuse(&f.queue, &f.job_id, &f.lease_token, e),
+                },
+                Some(In::GrantCredits(g)) => {
+                    if !CREDITS_RANGE.contains(&g.credits) {
+                        return Err(Error::invalid(
+                            "grant_credits.credits",
+                            format!("is {}, must be in [1, 10000]", g.credits),
+                        ));
+                    }
+                    self.hub.grant(session, g.credits);
+                }
+                Some(In::Heartbeat(_)) => {}
+                Some(In::Drain(_)) => self.hub.drain_session(session),
+                Some(In::Open(_)) => {
+                    return Err(Error::invalid("open", "the stream is already open"))
+                }
+                None => return Err(Error::invalid("message", "is empty")),
+            }
+        }
+        for (queue, items) in acks {
+            let results = self.hub.store().ack(&queue, &items).await?;
+            for ((id, token), r) in items.into_iter().zip(results) {
+                let result = settle_error(&queue, &id, r).map(|_| Some(JobState::Completed));
+                if result.is_ok() {
+                    tracing::debug!(queue = %queue, job_id = %id, worker_id = %session.worker_id, "acked");
+                }
+                self.hub.settled(&queue, &id);
+                session.send(Outbound::Settled(Settled {
+                    queue: queue.to_string(),
+                    id,
+                    token,
+                    result,
+                }));
+            }
+        }
+        for (queue, items) in fails {
+            let results = self.hub.store().fail(&queue, &items).await?;
+            for (item, r) in items.into_iter().zip(results) {
+                let result = settle_error(&queue, &item.id, r).map(|o| {
+                    log_failure(&queue, &item, &o, &session.worker_id);
+                    Some(o.state)
+                });
+                self.hub.settled(&queue, &item.id);
+                session.send(Outbound::Settled(Settled {
+                    queue: queue.to_string(),
+                    id: item.id,
+                    token: item.token,
+                    result,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the stream until it ends, in batches of what is already buffered.
+    async fn read_stream(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        mut inbound: Streaming<pb::SubscribeRequest>,
+    ) {
+        let mut ended = false;
+        while !ended {
+            let mut batch = Vec::new();
+            match inbound.next().await {
+                Some(Ok(m)) => batch.push(m),
+                Some(Err(_)) | None => break,
+            }
+            while batch.len() < INBOUND_BATCH {
+                match inbound.next().now_or_never() {
+                    Some(Some(Ok(m))) => batch.push(m),
+                    Some(Some(Err(_)) | None) => {
+                        ended = true;
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            self.hub.touch(&session);
+            if let Err(e) = self.handle_batch(&session, batch).await {
+                let st = Status::from(e);
+                tracing::debug!(worker_id = %session.worker_id, code = ?st.code(), "stream error");
+                session.send(Outbound::Settled(Settled {
+                    queue: String::new(),
+                    id: String::new(),
+                    token: String::new(),
+                    result: Err(Error::invalid("stream", st.message().to_owned())),
+                }));
+                if st.code() != tonic::Code::Unavailable {
+                    break;
+                }
+            }
+        }
+        self.hub.close_session(&session);
+    }
+}
+
+fn log_failure(queue: &QueueName, item: &FailItem, o: &FailOutcome, worker: &str) {
+    tracing::info!(queue = %queue, job_id = %item.id, worker_id = %worker,
+        disposition = item.disposition.as_str(), error_type = %item.error_type,
+        state = o.state.as_str(), dead_reason = o.dead_reason.map(|d| d.as_str()).unwrap_or(""),
+        "attempt failed");
+}
+
+/// The Arc-wrapped service, so the stream reader task can own a handle.
+pub struct WorkerService(pub Arc<WorkerApi>);
+
+#[tonic::async_trait]
+impl pb::worker_service_server::WorkerService for WorkerService {
+    type SubscribeStream = SubscribeStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<Streaming<pb::SubscribeRequest>>,
+    ) -> Result<Response<SubscribeStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(OPEN_TIMEOUT, inbound.message())
+            .await
+            .map_err(|_| Error::invalid("open", "the stream sent no open message in time"))??;
+        let open = match first.and_then(|m| m.message) {
+            Some(In::Open(o)) => o,
+            _ => return Err(Error::invalid("open", "the first message must be `open`").into()),
+        };
+        let (queues, credits, worker) = open_args(open)?;
+        let hub = &self.0.hub;
+        if hub.is_draining() {
+            return Err(Error::Unavailable("the server is shutting down".into()).into());
+        }
+        tracing::info!(worker_id = %worker, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
+        let (session, rx) = hub.open_session(queues, credits, worker);
+        tokio::spawn(self.0.clone().read_stream(session, inbound));
+        let out = UnboundedReceiverStream::new(rx).map(outbound_pb);
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
+    async fn ack(
+        &self,
+        request: Request<pb::AckRequest>,
+    ) -> Result<Response<pb::AckResponse>, Status> {
+        let (queue, id, token) = ack_args(request.get_ref())?;
+        let r = self
+            .0
+            .hub
+            .store()
+            .ack(&queue, &[(id.clone(), token)])
+            .await
+            .map_err(Error::from)?;
+        let r = r
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Internal("ack returned nothing".into()))?;
+        let done = settle_error(&queue, &id, r);
+        if !matches!(done, Err(Error::JobNotFound { .. })) {
+            self.0.hub.settled(&queue, &id);
+        }
+        done?;
+        Ok(Response::new(pb::AckResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
+    async fn fail(
+        &self,
+        request: Request<pb::FailRequest>,
+    ) -> Result<Response<pb::FailResponse>, Status> {
+        let (queue, item) = fail_args(request.get_ref())?;
+        let r = self
+            .0
+            .hub
+            .store()
+            .fail(&queue, std::slice::from_ref(&item))
+            .await
+            .map_err(Error::from)?;
+        let r = r
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Internal("fail returned nothing".into()))?;
+        let done = settle_error(&queue, &item.id, r);
+        if !matches!(done, Err(Error::JobNotFound { .. })) {
+            self.0.hub.settled(&queue, &item.id);
+        }
+        let o = done?;
+        log_failure(&queue, &item, &o, "(unary)");
+        Ok(Response::new(pb::FailResponse {
+            state: convert::state_pb(o.state) as i32,
+            ready_time: (o.state != JobState::Dead)
+                .then(|| convert::timestamp(o.at_ms))
+                .flatten(),
+            dead_reason: convert::dead_reason_pb(o.dead_reason) as i32,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
+    async fn extend_lease(
+        &self,
+        request: Request<pb::ExtendLeaseRequest>,
+    ) -> Result<Response<pb::ExtendLeaseResponse>, Status> {
+        let r = request.get_ref();
+        let queue = convert::queue("queue", &r.queue)?;
+        let id = convert::job_id("job_id", &r.job_id)?;
+        let token = convert::token("lease_token", &r.lease_token)?;
+        let default_ms = self.0.hub.config().lease_duration.as_millis() as u64;
+        let ms = convert::duration_ms(
+            "lease_duration",
+            r.lease_duration.as_ref(),
+            *EXTEND_RANGE_MS.end(),
+        )?
+        .unwrap_or(default_ms);
+        if !EXTEND_RANGE_MS.contains(&ms) {
+            return Err(Error::invalid(
+                "lease_duration",
+                format!("is {ms} ms, must be 1 s to 1 h"),
+            )
+            .into());
+        }
+        let res = self
+            .0
+            .hub
+            .store()
+            .renew(&queue, &[(id.clone(), token)], ms)
+            .await
+            .map_err(Error::from)?;
+        let res = res
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Internal("renew returned nothing".into()))?;
+        let deadline = settle_error(&queue, &id, res)?;
+        Ok(Response::new(pb::ExtendLeaseResponse {
+            lease_deadline: convert::timestamp(deadline),
+        }))
+    }
+}

@@ -1,0 +1,281 @@
+//! Command-line and environment configuration (clap derive).
+//!
+//! Every flag has a `JOBWIRE_*` environment twin, durations parse with humantime (`25s`, `500ms`),
+//! and [`ServeArgs::validate`] checks ranges before anything binds, so a bad value fails at start
+//! with a clear message instead of misbehaving later. Tests build [`ServeArgs::for_tests`] directly
+//! rather than touching the process environment.
+//!
+//! Invariant: the Redis URL may carry a password, so `Debug` (used by `--print-config` and logs)
+//! redacts it, and `--help` never shows the environment value of `JOBWIRE_REDIS_URL`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Largest accepted job payload; stays under tonic's 4 MiB message cap with room for framing.
+pub const MAX_PAYLOAD_LIMIT: usize = 4_000_000;
+
+/// Top-level command line of the `jobwire` binary.
+#[derive(Debug, Parser)]
+#[command(name = "jobwire", version, about)]
+pub struct Cli {
+    /// The subcommand to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands; an enum so later tools (e.g. `bench`) slot in beside `serve`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC job server (and the HTTP metrics/health port).
+    Serve(ServeArgs),
+}
+
+/// `appendfsync` policy for the embedded Redis: the durability/throughput trade-off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fsync {
+    /// fsync after every write: no loss on power failure, slowest.
+    Always,
+    /// fsync once a second: at most about one second of writes lost on power failure.
+    Everysec,
+    /// Leave flushing to the OS.
+    No,
+}
+
+impl Fsync {
+    /// The value Redis expects for `--appendfsync`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::Everysec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+}
+
+/// Log output format: human-readable for terminals, JSON for log pipelines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per event.
+    Json,
+}
+
+/// Settings of `jobwire serve`. Build with clap, or with [`ServeArgs::for_tests`] in tests.
+#[derive(Clone, Args)]
+pub struct ServeArgs {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "JOBWIRE_GRPC_ADDR", default_value = "0.0.0.0:50051")]
+    pub grpc_addr: SocketAddr,
+
+    /// Address of the HTTP port (/metrics, /healthz, /readyz).
+    #[arg(long, env = "JOBWIRE_HTTP_ADDR", default_value = "0.0.0.0:9090")]
+    pub http_addr: SocketAddr,
+
+    /// Existing Redis to use (redis://, rediss://, redis+unix://); without it an embedded
+    /// redis-server is started in --data-dir.
+    #[arg(long, env = "JOBWIRE_REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Directory for the embedded Redis (socket, append-only file, log).
+    #[arg(long, env = "JOBWIRE_DATA_DIR", default_value = "./jobwire-data")]
+    pub data_dir: PathBuf,
+
+    /// appendfsync policy of the embedded Redis.
+    #[arg(
+        long,
+        env = "JOBWIRE_REDIS_FSYNC",
+        value_enum,
+        default_value = "everysec"
+    )]
+    pub redis_fsync: Fsync,
+
+    /// Accept a Redis whose maxmemory-policy may evict keys (jobs could silently vanish).
+    #[arg(long, env = "JOBWIRE_ALLOW_EVICTION")]
+    pub allow_eviction: bool,
+
+    /// How long shutdown waits for in-flight work before exiting anyway.
+    #[arg(long, env = "JOBWIRE_SHUTDOWN_GRACE", default_value = "25s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Default lease length of a delivered job (1s..=1h).
+    #[arg(long, env = "JOBWIRE_LEASE_DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+
+    /// A worker stream silent for this long is considered dead.
+    #[arg(long, env = "JOBWIRE_HEARTBEAT_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub heartbeat_timeout: Duration,
+
+    /// How often expired leases are reclaimed and due delayed jobs promoted (10ms..=60s).
+    #[arg(long, env = "JOBWIRE_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub reaper_interval: Duration,
+
+    /// Deadline of a unary RPC.
+    #[arg(long, env = "JOBWIRE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Largest accepted job payload in bytes (at most 4000000).
+    #[arg(long, env = "JOBWIRE_MAX_PAYLOAD_BYTES", default_value_t = 1_048_576)]
+    pub max_payload_bytes: usize,
+
+    /// max_attempts of jobs enqueued without a retry policy (1..=1000).
+    #[arg(long, env = "JOBWIRE_DEFAULT_MAX_ATTEMPTS", default_value_t = 1)]
+    pub default_max_attempts: u32,
+
+    /// Log output format.
+    #[arg(long, env = "JOBWIRE_LOG_FORMAT", value_enum, default_value = "pretty")]
+    pub log_format: LogFormat,
+
+    /// Print the effective configuration (secrets redacted) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl ServeArgs {
+    /// Settings for tests: loopback ports chosen by the OS, the given Redis, short timings.
+    /// Tests mutate the returned value instead of going through clap or the environment.
+    pub fn for_tests(redis_url: impl Into<String>) -> Self {
+        Self {
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            redis_url: Some(redis_url.into()),
+            data_dir: PathBuf::from("./jobwire-data"),
+            redis_fsync: Fsync::Everysec,
+            allow_eviction: false,
+            shutdown_grace: Duration::from_secs(2),
+            lease_duration: Duration::from_secs(2),
+            heartbeat_timeout: Duration::from_secs(10),
+            reaper_interval: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(30),
+            max_payload_bytes: 1_048_576,
+            default_max_attempts: 1,
+            log_format: LogFormat::Pretty,
+            print_config: false,
+        }
+    }
+
+    /// Checks ranges clap cannot express. Called before binding; the error names the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        const MS: Duration = Duration::from_millis(1);
+        const SEC: Duration = Duration::from_secs(1);
+        const MINUTE: Duration = Duration::from_secs(60);
+        const HOUR: Duration = Duration::from_secs(3600);
+        const MAX: Duration = Duration::MAX;
+        let ranges = [
+            ("lease-duration", self.lease_duration, SEC, HOUR),
+            ("heartbeat-timeout", self.heartbeat_timeout, SEC, MAX),
+            ("reaper-interval", self.reaper_interval, MS * 10, MINUTE),
+            ("shutdown-grace", self.shutdown_grace, Duration::ZERO, HOUR),
+            ("request-timeout", self.request_timeout, MS, HOUR),
+        ];
+        for (flag, value, lo, hi) in ranges {
+            if value < lo || value > hi {
+                let [lo, hi, value] = [lo, hi, value].map(humantime::format_duration);
+                return Err(format!(
+                    "--{flag} must be between {lo} and {hi}, got {value}"
+                ));
+            }
+        }
+        if !(1..=MAX_PAYLOAD_LIMIT).contains(&self.max_payload_bytes) {
+            return Err(format!(
+                "--max-payload-bytes must be between 1 and {MAX_PAYLOAD_LIMIT}, got {}",
+                self.max_payload_bytes
+            ));
+        }
+        if !(1..=1000).contains(&self.default_max_attempts) {
+            return Err(format!(
+                "--default-max-attempts must be between 1 and 1000, got {}",
+                self.default_max_attempts
+            ));
+        }
+        Ok(())
+    }
+
+    /// The Redis URL with credentials hidden, safe to log.
+    pub fn redacted_redis_url(&self) -> Option<String> {
+        self.redis_url.as_deref().map(redact_url)
+    }
+}
+
+impl fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructure so that a new field fails to compile until it is printed (or redacted) here.
+        let Self {
+            grpc_addr,
+            http_addr,
+            redis_url: _,
+            data_dir,
+            redis_fsync,
+            allow_eviction,
+            shutdown_grace,
+            lease_duration,
+            heartbeat_timeout,
+            reaper_interval,
+            request_timeout,
+            max_payload_bytes,
+            default_max_attempts,
+            log_format,
+            print_config,
+        } = self;
+        f.debug_struct("ServeArgs")
+            .field("grpc_addr", grpc_addr)
+            .field("http_addr", http_addr)
+            .field("redis_url", &self.redacted_redis_url())
+            .field("data_dir", data_dir)
+            .field("redis_fsync", redis_fsync)
+            .field("allow_eviction", allow_eviction)
+            .field("shutdown_grace", shutdown_grace)
+            .field("lease_duration", lease_duration)
+            .field("heartbeat_timeout", heartbeat_timeout)
+            .field("reaper_interval", reaper_interval)
+            .field("request_timeout", request_timeout)
+            .field("max_payload_bytes", max_payload_bytes)
+            .field("default_max_attempts", default_max_attempts)
+            .field("log_format", log_format)
+            .field("print_config", print_config)
+            .finish()
+    }
+}
+
+/// Hides the `user:password@` part and any `pass`/`password` query value of a Redis URL.
+pub fn redact_url(url: &str) -> String {
+    let (mut out, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (before_query, query) = rest
+        .split_once('?')
+        .map_or((rest, None), |(b, q)| (b, Some(q)));
+    // Split at the *last* '@' before the query: an unencoded '/' or '@' in a password must not
+    // leak. Over-redacting an odd socket path is the safe failure.
+    match before_query.rsplit_once('@') {
+        Some((_, host_and_path)) => {
+            out.push_str("***@");
+            out.push_str(host_and_path);
+        }
+        None => out.push_str(before_query),
+    }
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _))
+                    if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                {
+                    format!("{k}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,128 @@
+//! Unit tests of [`super`]: parsing, defaults, range checks and redaction.
+
+use super::*;
+use clap::CommandFactory;
+
+fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+    let argv = ["jobwire", "serve"].iter().chain(args).copied();
+    Cli::try_parse_from(argv).map(|cli| match cli.command {
+        Command::Serve(a) => a,
+    })
+}
+
+#[test]
+fn clap_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn defaults_are_valid_and_as_documented() {
+    let a = serve(&[]).expect("parse");
+    assert_eq!(a.grpc_addr, "0.0.0.0:50051".parse().expect("addr"));
+    assert_eq!(a.http_addr, "0.0.0.0:9090".parse().expect("addr"));
+    assert_eq!(a.redis_url, None);
+    assert_eq!(a.redis_fsync, Fsync::Everysec);
+    assert_eq!(a.shutdown_grace, Duration::from_secs(25));
+    assert_eq!(a.lease_duration, Duration::from_secs(30));
+    assert_eq!(a.max_payload_bytes, 1_048_576);
+    assert_eq!(a.log_format, LogFormat::Pretty);
+    assert!(!a.print_config && !a.allow_eviction);
+    a.validate().expect("defaults valid");
+}
+
+#[test]
+fn parses_humantime_and_enums() {
+    let a = serve(&[
+        "--reaper-interval",
+        "500ms",
+        "--redis-fsync",
+        "always",
+        "--log-format",
+        "json",
+    ])
+    .expect("parse");
+    assert_eq!(a.reaper_interval, Duration::from_millis(500));
+    assert_eq!(a.redis_fsync.as_str(), "always");
+    assert_eq!(a.log_format, LogFormat::Json);
+    assert!(
+        serve(&["--lease-duration", "30"]).is_err(),
+        "unitless duration is rejected"
+    );
+}
+
+#[test]
+fn validate_rejects_out_of_range() {
+    let base = ServeArgs::for_tests("redis://127.0.0.1:1");
+    base.validate().expect("for_tests is valid");
+    type Mutate = fn(&mut ServeArgs);
+    let cases: [(&str, Mutate); 11] = [
+        ("lease-duration", |a| {
+            a.lease_duration = Duration::from_millis(999)
+        }),
+        ("lease-duration", |a| {
+            a.lease_duration = Duration::from_secs(3601)
+        }),
+        ("heartbeat-timeout", |a| {
+            a.heartbeat_timeout = Duration::ZERO
+        }),
+        ("reaper-interval", |a| {
+            a.reaper_interval = Duration::from_millis(5)
+        }),
+        ("reaper-interval", |a| {
+            a.reaper_interval = Duration::from_secs(61)
+        }),
+        ("shutdown-grace", |a| {
+            a.shutdown_grace = Duration::from_secs(3601)
+        }),
+        ("request-timeout", |a| a.request_timeout = Duration::ZERO),
+        ("max-payload-bytes", |a| a.max_payload_bytes = 0),
+        ("max-payload-bytes", |a| {
+            a.max_payload_bytes = MAX_PAYLOAD_LIMIT + 1
+        }),
+        ("default-max-attempts", |a| a.default_max_attempts = 0),
+        ("default-max-attempts", |a| a.default_max_attempts = 1001),
+    ];
+    for (flag, mutate) in cases {
+        let mut a = base.clone();
+        mutate(&mut a);
+        let err = a.validate().expect_err(flag);
+        assert!(err.contains(flag), "{err} should name {flag}");
+    }
+}
+
+#[test]
+fn debug_redacts_redis_password() {
+    let a = ServeArgs::for_tests("redis://alice:s3cret@redis.internal:6380/0");
+    let shown = format!("{a:?}");
+    assert!(
+        !shown.contains("s3cret") && !shown.contains("alice"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("redis://***@redis.internal:6380/0"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn redact_url_cases() {
+    assert_eq!(redact_url("redis://:pw@h:1"), "redis://***@h:1");
+    assert_eq!(redact_url("rediss://u:p@w@h/2"), "rediss://***@h/2");
+    assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    assert_eq!(redact_url("redis://u:a/b@h:1/0"), "redis://***@h:1/0");
+    assert_eq!(
+        redact_url("redis+unix:///tmp/r.sock?db=1&pass=pw&user=u"),
+        "redis+unix:///tmp/r.sock?db=1&pass=***&user=u"
+    );
+}
+
+#[test]
+fn help_never_shows_the_redis_url_value() {
+    let cmd = Cli::command();
+    let serve = cmd.find_subcommand("serve").expect("serve");
+    let arg = serve
+        .get_arguments()
+        .find(|a| a.get_id() == "redis_url")
+        .expect("redis_url");
+    assert!(arg.is_hide_env_values_set());
+}

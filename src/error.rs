@@ -1,0 +1,69 @@
+//! The domain error every layer below the gRPC adapters returns. `api/status.rs` holds the
+//! one mapping to `tonic::Status`; nothing here knows about tonic or redis types.
+
+use crate::store::StoreError;
+
+/// Everything a jobwire operation can fail with, as a client should see it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is malformed or out of range: INVALID_ARGUMENT with a field violation.
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument {
+        /// The field path, e.g. `job.backoff.jitter`.
+        field: String,
+        /// What is wrong, with the limit.
+        reason: String,
+    },
+    /// A payload, batch or message is over its limit: RESOURCE_EXHAUSTED with a field
+    /// violation.
+    #[error("{field} too large: {reason}")]
+    TooLarge {
+        /// The field path, e.g. `job.payload`.
+        field: String,
+        /// The size and the limit.
+        reason: String,
+    },
+    /// No such job (or not in the state asked for, e.g. not dead): NOT_FOUND.
+    #[error("job {id:?} not found in queue {queue:?}")]
+    JobNotFound {
+        /// The queue.
+        queue: String,
+        /// The job id.
+        id: String,
+    },
+    /// The lease token is not the job's current one (the lease expired, the job was leased
+    /// again or settled): FAILED_PRECONDITION. The call changed nothing.
+    #[error("lease lost for job {id:?} (the job is {state})")]
+    LeaseLost {
+        /// The job id.
+        id: String,
+        /// The job's current state.
+        state: String,
+    },
+    /// Redis is unreachable, or the server is shutting down: UNAVAILABLE, retry with backoff.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or corrupt data: INTERNAL; the detail is logged, not sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
+        Error::InvalidArgument {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        match e {
+            StoreError::Unavailable(e) => Error::Unavailable(e.to_string()),
+            StoreError::Redis(e) => Error::Internal(e.to_string()),
+            StoreError::Decode(msg) => Error::Internal(msg),
+        }
+    }
+}

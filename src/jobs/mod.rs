@@ -1,0 +1,12 @@
+//! The job domain: what a job is, its states, options and history, independent of gRPC and
+//! of Redis. `api` converts protobuf messages into these types (validating them), and
+//! `store` persists them; neither depends on the other.
+
+mod model;
+mod queue_name;
+
+pub use model::{
+    AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState,
+    LeasedJob, NewJob,
+};
+pub use queue_name::QueueName;

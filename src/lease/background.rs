@@ -1,0 +1,175 @@
+//! The hub's background tasks: batched lease renewal for live streams, the reaper (expired
+//! leases, timed-out attempts, due delayed jobs, on every queue, whether or not a local
+//! worker serves it), and the pub/sub listener that turns enqueues on any replica into
+//! wake-ups of the local lease loops.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::hub::Hub;
+use crate::jobs::QueueName;
+use crate::store::WAKE_PATTERN;
+
+/// Most expired leases one reap call fails (it is called again at once while it fills).
+const REAP_BATCH: usize = 100;
+
+impl Hub {
+    /// Spawns renewal, reaper and the wake-up listener (for `redis_url`) on the hub's
+    /// tracker; they stop at [`Hub::shutdown`].
+    pub fn start_background(&self, redis_url: &str) {
+        let hub = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { hub.renew_loop().await });
+        let hub = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { hub.reap_loop().await });
+        let hub = self.clone();
+        let url = redis_url.to_owned();
+        self.inner
+            .tracker
+            .spawn(async move { hub.wake_listener(url).await });
+    }
+
+    /// Every lease_duration / 3, renews the leases of streams that are alive, one script
+    /// call per queue.
+    async fn renew_loop(self) {
+        let period = self.config().lease_duration / 3;
+        let stop = self.inner.stop.clone();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stop.cancelled() => return,
+            }
+            self.renew_once().await;
+        }
+    }
+
+    async fn renew_once(&self) {
+        let now = self.mono_ms();
+        let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
+        for s in self.sessions() {
+            if !s.alive(now, self.config().heartbeat_timeout) {
+                continue;
+            }
+            if let Ok(held) = s.held.lock() {
+                for ((q, id), h) in held.iter().filter(|(_, h)| !h.lost) {
+                    by_queue
+                        .entry(q.clone())
+                        .or_default()
+                        .push((id.clone(), h.token.clone()));
+                }
+            }
+        }
+        let lease_ms = self.config().lease_duration.as_millis() as u64;
+        for (queue, items) in by_queue {
+            match self.store().renew(&queue, &items, lease_ms).await {
+                Ok(results) => {
+                    for ((id, token), r) in items.iter().zip(results) {
+                        if !matches!(r, crate::store::Settle::Done(_)) {
+                            self.mark_lost(&queue, id, token);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(queue = %queue, error = %e, "lease renewal failed"),
+            }
+        }
+    }
+
+    fn mark_lost(&self, queue: &QueueName, id: &str, token: &str) {
+        for s in self.sessions() {
+            if let Ok(mut held) = s.held.lock() {
+                if let Some(h) = held.get_mut(&(queue.clone(), id.to_owned())) {
+                    if h.token == token {
+                        h.lost = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every reaper_interval, reaps every known queue.
+    async fn reap_loop(self) {
+        let stop = self.inner.stop.clone();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config().reaper_interval) => {}
+                _ = stop.cancelled() => return,
+            }
+            let queues = match self.store().queues().await {
+                Ok(q) => q,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reaper cannot list queues");
+                    continue;
+                }
+            };
+            for queue in queues {
+                self.reap_queue(&queue).await;
+            }
+        }
+    }
+
+    async fn reap_queue(&self, queue: &QueueName) {
+        loop {
+            let report = match self.store().reap(queue, REAP_BATCH).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(queue = %queue, error = %e, "reap failed");
+                    return;
+                }
+            };
+            for r in &report.reaped {
+                tracing::warn!(queue = %queue, job_id = %r.id, name = %r.name, attempt = r.attempt,
+                    error_type = %r.error_type, state = r.state.as_str(),
+                    dead_reason = r.dead_reason.map(|d| d.as_str()).unwrap_or(""),
+                    "lease expired; attempt failed");
+            }
+            if report.promoted > 0 || !report.reaped.is_empty() {
+                self.wake(queue);
+            }
+            if report.reaped.len() < REAP_BATCH {
+                return;
+            }
+        }
+    }
+
+    /// Listens on `jw:wake:*` and wakes the local loop of the queue named in each message.
+    /// Reconnects with a pause after any error, and wakes every loop after reconnecting,
+    /// since messages sent while it was away are lost.
+    async fn wake_listener(self, url: String) {
+        let stop = self.inner.stop.clone();
+        loop {
+            let run = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.psubscribe(WAKE_PATTERN).await?;
+                self.wake_all();
+                let mut messages = pubsub.on_message();
+                while let Some(msg) = messages.next().await {
+                    let channel = msg.get_channel_name();
+                    if let Some(q) = channel.strip_prefix("jw:wake:") {
+                        if let Ok(q) = QueueName::parse(q) {
+                            self.wake(&q);
+                        }
+                    }
+                }
+                Ok::<(), redis::RedisError>(())
+            };
+            tokio::select! {
+                r = run => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "wake-up listener lost its connection");
+                    }
+                }
+                _ = stop.cancelled() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! [`Hub`]: this replica's registry of worker streams and per-queue lease loops, and the
+//! orderly shutdown (stop leasing, tell streams, wait for acks, hand the rest back).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::queue_loop::QueueLoop;
+use super::session::{Outbound, Session};
+use crate::jobs::QueueName;
+use crate::store::Store;
+
+/// Lease timing knobs.
+#[derive(Clone, Debug)]
+pub struct HubConfig {
+    /// A lease's deadline is this far ahead of each renewal.
+    pub lease_duration: Duration,
+    /// A stream silent for longer stops having its leases renewed.
+    pub heartbeat_timeout: Duration,
+    /// How often the reaper looks for expired leases and due delayed jobs.
+    pub reaper_interval: Duration,
+}
+
+/// Shared by every stream and background task of this replica; cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) store: Store,
+    pub(super) config: HubConfig,
+    pub(super) loops: Mutex<HashMap<QueueName, Arc<QueueLoop>>>,
+    pub(super) sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    next_session: AtomicU64,
+    pub(super) draining: AtomicBool,
+    /// Cancelled when the replica stops: every background task ends.
+    pub(super) stop: CancellationToken,
+    pub(super) tracker: TaskTracker,
+    started: Instant,
+}
+
+impl Hub {
+    /// A hub over `store`; call [`Hub::start_background`] to run renewal, reaper and wake-ups.
+    pub fn new(store: Store, config: HubConfig) -> Hub {
+        Hub {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                loops: Mutex::default(),
+                sessions: Mutex::default(),
+                next_session: AtomicU64::new(1),
+                draining: AtomicBool::new(false),
+                stop: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// The store this hub leases from.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The lease timing knobs.
+    pub fn config(&self) -> &HubConfig {
+        &self.inner.config
+    }
+
+    /// Milliseconds since the hub started (a monotonic clock for heartbeats).
+    pub(super) fn mono_ms(&self) -> u64 {
+        self.inner.started.elapsed().as_millis() as u64
+    }
+
+    /// Is the replica shutting down (no new leases, no new streams)?
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Relaxed)
+    }
+
+    /// Registers a stream that leases from `queues` with `credits` free slots.
+    pub fn open_session(
+        &self,
+        queues: Vec<QueueName>,
+        credits: u32,
+        worker_id: String,
+    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Outbound>) {
+        let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
+        let (session, rx) = Session::new(id, worker_id, queues, credits, self.mono_ms());
+        let session = Arc::new(session);
+        if let Ok(mut s) = self.inner.sessions.lock() {
+            s.insert(id, session.clone());
+        }
+        for q in &session.queues {
+            let lp = self.queue_loop(q);
+            lp.add(session.clone());
+            lp.notify.notify_one();
+        }
+        (session, rx)
+    }
+
+    /// The stream ended: stop leasing to it and stop renewing its leases (they expire at
+    /// their deadline unless a reconnecting worker extends them by token).
+    pub fn close_session(&self, session: &Arc<Session>) {
+        session.closed.store(true, Ordering::Relaxed);
+        session.close_outbound();
+        if let Ok(mut s) = self.inner.sessions.lock() {
+            s.remove(&session.id);
+        }
+        let loops = self
+            .inner
+            .loops
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        for q in &session.queues {
+            if let Some(lp) = loops.get(q) {
+                lp.remove(session.id);
+            }
+        }
+    }
+
+    /// The worker was heard from.
+    pub fn touch(&self, session: &Session) {
+        session.touch(self.mono_ms());
+    }
+
+    /// The worker grants `n` more credits.
+    pub fn grant(&self, session: &Session, n: u32) {
+        session.add_credits(i64::from(n));
+        self.notify_queues(&session.queues);
+    }
+
+    /// The worker asked for no more leases on this stream.
+    pub fn drain_session(&self, session: &Session) {
+        session.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// A job was settled (acked or failed, by stream or unary call, applied or refused):
+    /// whichever local stream held it gets its credit back.
+    pub fn settled(&self, queue: &QueueName, id: &str) {
+        let sessions = match self.inner.loops.lock() {
+            Ok(l) => l.get(queue).map(|lp| lp.sessions()),
+            Err(_) => None,
+        };
+        for s in sessions.unwrap_or_default() {
+            if s.forget(queue, id) {
+                s.add_credits(1);
+                self.notify_queues(&s.queues);
+                return;
+            }
+        }
+    }
+
+    /// Something may be ready on `queue` (a pub/sub wake-up): its loop looks again.
+    pub fn wake(&self, queue: &QueueName) {
+        if let Ok(l) = self.inner.loops.lock() {
+            if let Some(lp) = l.get(queue) {
+                lp.notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every queue loop (after a pub/sub reconnect, when messages may have been lost).
+    pub(super) fn wake_all(&self) {
+        if let Ok(l) = self.inner.loops.lock() {
+            for lp in l.values() {
+                lp.notify.notify_one();
+            }
+        }
+    }
+
+    fn notify_queues(&self, queues: &[QueueName]) {
+        if let Ok(l) = self.inner.loops.lock() {
+            for q in queues {
+                if let Some(lp) = l.get(q) {
+                    lp.notify.notify_one();
+                }
+            }
+        }
+    }
+
+    fn queue_loop(&self, queue: &QueueName) -> Arc<QueueLoop> {
+        let mut loops = match self.inner.loops.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(lp) = loops.get(queue) {
+            return lp.clone();
+        }
+        let lp = Arc::new(QueueLoop::new(queue.clone()));
+        loops.insert(queue.clone(), lp.clone());
+        let hub = self.clone();
+        let task_loop = lp.clone();
+        self.inner
+            .tracker
+            .spawn(async move { task_loop.run(hub).await });
+        lp
+    }
+
+    /// Every open stream.
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        self.inner
+            .sessions
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Orderly shutdown: stop leasing, send `Draining` to every stream, wait up to `grace`
+    /// for the workers to settle what they hold, then hand the remaining leases back to
+    /// waiting (no attempt consumed), close the streams and stop the background tasks.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.draining.store(true, Ordering::Relaxed);
+        self.wake_all();
+        let sessions = self.sessions();
+        for s in &sessions {
+            s.send(Outbound::Draining(grace));
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline
+            && sessions
+                .iter()
+                .any(|s| s.held_count() > 0 && !s.closed.load(Ordering::Relaxed))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.release_all(&sessions).await;
+        for s in &sessions {
+            self.close_session(s);
+        }
+        self.inner.stop.cancel();
+        self.inner.tracker.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tracker.wait()).await;
+    }
+
+    async fn release_all(&self, sessions: &[Arc<Session>]) {
+        let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
+        for s in sessions {
+            if let Ok(mut held) = s.held.lock() {
+                for ((q, id), h) in held.drain() {
+                    by_queue.entry(q).or_default().push((id, h.token));
+                }
+            }
+        }
+        for (queue, items) in by_queue {
+            match self.inner.store.release(&queue, &items).await {
+                Ok(n) => {
+                    tracing::info!(queue = %queue, released = n, "handed leases back to waiting")
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %e, "could not hand leases back; they expire at their deadline")
+                }
+            }
+        }
+    }
+}

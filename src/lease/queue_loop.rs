@@ -1,0 +1,158 @@
+//! One lease loop per queue per replica. It gathers the free credits of every local stream
+//! on the queue, leases that many jobs in one script call, and spreads them across the
+//! streams round-robin. With nothing to lease it sleeps until a wake-up (an enqueue on any
+//! replica, a credit returned), the next delayed job's due time, or the safety poll.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::hub::Hub;
+use super::session::{Outbound, Session};
+use crate::jobs::QueueName;
+
+/// Most jobs one lease call takes.
+const MAX_BATCH: usize = 256;
+/// How long an idle loop sleeps with no wake-up before it looks again anyway.
+const SAFETY_POLL: Duration = Duration::from_secs(2);
+/// Pause after a failed lease call (Redis down), so the loop does not spin.
+const ERROR_PAUSE: Duration = Duration::from_millis(500);
+
+pub(super) struct QueueLoop {
+    queue: QueueName,
+    pub(super) notify: Notify,
+    sessions: Mutex<Vec<Arc<Session>>>,
+    /// Rotates the first stream served, so no stream is always first.
+    turn: std::sync::atomic::AtomicUsize,
+}
+
+impl QueueLoop {
+    pub(super) fn new(queue: QueueName) -> QueueLoop {
+        QueueLoop {
+            queue,
+            notify: Notify::new(),
+            sessions: Mutex::default(),
+            turn: Default::default(),
+        }
+    }
+
+    pub(super) fn add(&self, s: Arc<Session>) {
+        if let Ok(mut v) = self.sessions.lock() {
+            v.push(s);
+        }
+    }
+
+    pub(super) fn remove(&self, id: u64) {
+        if let Ok(mut v) = self.sessions.lock() {
+            v.retain(|s| s.id != id);
+        }
+    }
+
+    pub(super) fn sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Takes one credit at a time from each stream that wants leases, round-robin, up to
+    /// [`MAX_BATCH`]: the slot list for one lease call.
+    fn reserve(&self) -> Vec<Arc<Session>> {
+        let sessions = self.sessions();
+        let mut slots = Vec::new();
+        if sessions.is_empty() {
+            return slots;
+        }
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) % sessions.len();
+        loop {
+            let before = slots.len();
+            for i in 0..sessions.len() {
+                let s = &sessions[(start + i) % sessions.len()];
+                if slots.len() < MAX_BATCH && s.wants_leases() && s.take_credit() {
+                    slots.push(s.clone());
+                }
+            }
+            if slots.len() == before || slots.len() >= MAX_BATCH {
+                return slots;
+            }
+        }
+    }
+
+    pub(super) async fn run(self: Arc<Self>, hub: Hub) {
+        let stop = hub.inner.stop.clone();
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            let slots = if hub.is_draining() {
+                Vec::new()
+            } else {
+                self.reserve()
+            };
+            if slots.is_empty() {
+                tokio::select! {
+                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep(SAFETY_POLL) => {}
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+            let wait = self.lease_into(&hub, &slots).await;
+            if let Some(wait) = wait {
+                tokio::select! {
+                    _ = self.notify.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+
+    /// Leases for `slots` and delivers. Returns how long to wait before trying again
+    /// (`None`: every slot was filled, go on at once).
+    async fn lease_into(&self, hub: &Hub, slots: &[Arc<Session>]) -> Option<Duration> {
+        let workers: Vec<&str> = slots.iter().map(|s| s.worker_id.as_str()).collect();
+        let lease_ms = hub.config().lease_duration.as_millis() as u64;
+        let batch = match hub.store().lease(&self.queue, &workers, lease_ms).await {
+            Ok(b) => b,
+            Err(e) => {
+                for s in slots {
+                    s.add_credits(1);
+                }
+                tracing::warn!(queue = %self.queue, error = %e, "lease call failed");
+                return Some(ERROR_PAUSE);
+            }
+        };
+        let leased = batch.jobs.len();
+        let mut orphans = Vec::new();
+        for (slot, lj) in slots.iter().zip(batch.jobs) {
+            slot.hold(&self.queue, &lj.job.id, &lj.token);
+            tracing::debug!(queue = %self.queue, job_id = %lj.job.id, name = %lj.job.name,
+                attempt = lj.attempt, worker_id = %slot.worker_id,
+                lease = &lj.token[..8.min(lj.token.len())], "leased");
+            let (id, token) = (lj.job.id.clone(), lj.token.clone());
+            if !slot.send(Outbound::Lease(lj)) {
+                slot.forget(&self.queue, &id);
+                orphans.push((id, token));
+            }
+        }
+        for s in &slots[leased..] {
+            s.add_credits(1);
+        }
+        if !orphans.is_empty() {
+            // The stream went away between reserving and delivering: hand the jobs back.
+            if let Err(e) = hub.store().release(&self.queue, &orphans).await {
+                tracing::warn!(queue = %self.queue, error = %e, "could not hand back undelivered leases; they expire");
+            }
+        }
+        if leased == slots.len() {
+            return None;
+        }
+        if batch.paused {
+            return Some(SAFETY_POLL);
+        }
+        let until_due = batch
+            .next_due_ms
+            .map(|due| Duration::from_millis(due.saturating_sub(batch.now_ms).max(1)));
+        Some(until_due.map_or(SAFETY_POLL, |d| d.min(SAFETY_POLL)))
+    }
+}

@@ -1,0 +1,276 @@
+//! The embedded default store: a `redis-server` child process on a Unix socket in the data dir.
+//!
+//! Used when no `--redis-url` is given (as Faktory does). The child runs with append-only
+//! persistence, no RDB snapshots and `noeviction`, listens on `<data_dir>/redis.sock` only (no TCP
+//! port), and logs to `<data_dir>/redis.log`.
+//!
+//! Invariants:
+//! - [`EmbeddedRedis::start`] returns only once the server answers PING, i.e. after it has loaded
+//!   its append-only file, or fails within a bounded time with the tail of `redis.log`.
+//! - [`EmbeddedRedis::stop`] sends `SHUTDOWN`, which flushes the append-only file, before it
+//!   reaps the child. Dropping an `EmbeddedRedis` without `stop` kills the child (SIGKILL), so a
+//!   crashed server never leaves an orphan; writes not yet fsynced may then be lost.
+//! - A live server already using the data dir is refused rather than displaced; a stale socket
+//!   left by a crash is removed.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::config::Fsync;
+
+/// How long `start` waits for the first PONG and `stop` waits for the child to exit.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Bound on one connect + command round trip.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest Unix socket path the kernel accepts (`sun_path` is 108 bytes including the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+/// How much of `redis.log` to quote in errors.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Why the embedded Redis could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// The binary is missing; the message tells the operator both ways out.
+    #[error("redis-server was not found on the PATH; install it (Debian/Ubuntu: `sudo apt-get install -y redis-server`) or pass --redis-url")]
+    NotFound,
+    /// Creating or preparing the data directory failed.
+    #[error("cannot prepare data directory {path}: {source}")]
+    DataDir {
+        /// The directory or file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The socket path would exceed the kernel's limit; use a shorter `--data-dir`.
+    #[error("socket path {0} is longer than {MAX_SOCKET_PATH} bytes; use a shorter --data-dir")]
+    SocketPathTooLong(PathBuf),
+    /// Another server answers on the data dir's socket; two servers must not share one AOF.
+    #[error("a redis-server is already running on {0}; is another jobwire using this --data-dir?")]
+    AlreadyRunning(PathBuf),
+    /// The data dir's path does not form a usable `redis+unix://` URL (e.g. it contains `?`).
+    #[error(
+        "data directory gives an unusable Redis URL {url}: {reason}; use a plainer --data-dir"
+    )]
+    InvalidUrl {
+        /// The URL that was built.
+        url: String,
+        /// Why the redis crate rejected it.
+        reason: String,
+    },
+    /// The process could not be spawned for another reason (permissions, ...).
+    #[error("cannot start redis-server: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The child exited before it answered PING.
+    #[error(
+        "redis-server exited during start-up ({status}); last lines of redis.log:\n{log_tail}"
+    )]
+    ExitedEarly {
+        /// The child's exit status.
+        status: ExitStatus,
+        /// The end of `redis.log` (also holds the child's stderr).
+        log_tail: String,
+    },
+    /// The child did not answer PING in time; it has been killed.
+    #[error(
+        "redis-server did not answer PING within {timeout:?}; last lines of redis.log:\n{log_tail}"
+    )]
+    StartTimeout {
+        /// The bound that was exceeded.
+        timeout: Duration,
+        /// The end of `redis.log`.
+        log_tail: String,
+    },
+}
+
+/// A running `redis-server` child owned by this process.
+#[derive(Debug)]
+pub struct EmbeddedRedis {
+    child: Child,
+    socket: PathBuf,
+    client: redis::Client,
+}
+
+impl EmbeddedRedis {
+    /// Starts `redis-server` from the PATH in `data_dir` (created if needed) and waits until it
+    /// answers PING.
+    pub async fn start(data_dir: &Path, fsync: Fsync) -> Result<Self, EmbeddedError> {
+        Self::start_with_binary("redis-server", data_dir, fsync).await
+    }
+
+    /// As [`EmbeddedRedis::start`], with the binary to run named explicitly (tests, custom builds).
+    pub async fn start_with_binary(
+        binary: &str,
+        data_dir: &Path,
+        fsync: Fsync,
+    ) -> Result<Self, EmbeddedError> {
+        let data_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| EmbeddedError::DataDir { path, source }
+        };
+        tokio::fs::create_dir_all(data_dir)
+            .await
+            .map_err(data_err(data_dir))?;
+        // Absolute paths: redis-server chdirs into --dir, and the URL must not depend on our cwd.
+        let dir = tokio::fs::canonicalize(data_dir)
+            .await
+            .map_err(data_err(data_dir))?;
+        let socket = dir.join("redis.sock");
+        let log = dir.join("redis.log");
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(EmbeddedError::SocketPathTooLong(socket));
+        }
+        let url = unix_url(&socket);
+        let client =
+            redis::Client::open(url.as_str()).map_err(|err| EmbeddedError::InvalidUrl {
+                url: url.clone(),
+                reason: err.to_string(),
+            })?;
+        if tokio::fs::symlink_metadata(&socket).await.is_ok() {
+            if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+                return Err(EmbeddedError::AlreadyRunning(socket));
+            }
+            tokio::fs::remove_file(&socket)
+                .await
+                .map_err(data_err(&socket))?;
+        }
+        // The child's stdout/stderr go to redis.log too: config errors are printed before
+        // --logfile takes effect, and the log tail in our errors should show them.
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(data_err(&log))?;
+        let log_file2 = log_file.try_clone().map_err(data_err(&log))?;
+
+        let mut cmd = Command::new(binary);
+        cmd.arg("--port")
+            .arg("0")
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--unixsocketperm")
+            .arg("700")
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--appendonly")
+            .arg("yes")
+            .arg("--appendfsync")
+            .arg(fsync.as_str())
+            .arg("--save")
+            .arg("")
+            .arg("--maxmemory-policy")
+            .arg("noeviction")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_file2))
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|err| match err.kind() {
+            std::io::ErrorKind::NotFound => EmbeddedError::NotFound,
+            _ => EmbeddedError::Spawn(err),
+        })?;
+
+        let mut this = Self {
+            child,
+            socket,
+            client,
+        };
+        this.wait_ready(&log).await?;
+        tracing::info!(socket = %this.socket.display(), fsync = fsync.as_str(), "embedded redis-server ready");
+        Ok(this)
+    }
+
+    /// The `redis+unix://` URL of the server, for the store's client.
+    pub fn url(&self) -> String {
+        unix_url(&self.socket)
+    }
+
+    /// Shuts the server down cleanly (`SHUTDOWN` flushes the append-only file), then reaps the
+    /// child, killing it if it has not exited within 10 s.
+    pub async fn stop(mut self) {
+        let sent = timeout(ATTEMPT_TIMEOUT * 2, async {
+            let mut con = self.client.get_multiplexed_async_connection().await?;
+            redis::cmd("SHUTDOWN").query_async::<()>(&mut con).await
+        })
+        .await;
+        match sent {
+            // The server closes the connection instead of replying, so an I/O error is success.
+            Ok(Err(err)) if err.is_io_error() || err.is_connection_dropped() => {}
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "embedded redis-server refused SHUTDOWN"),
+            Err(_) => tracing::warn!("embedded redis-server did not take SHUTDOWN in time"),
+        }
+        match timeout(PROCESS_TIMEOUT, self.child.wait()).await {
+            Ok(Ok(status)) if status.success() => tracing::info!("embedded redis-server stopped"),
+            Ok(Ok(status)) => tracing::warn!(%status, "embedded redis-server exited abnormally"),
+            Ok(Err(err)) => tracing::warn!(error = %err, "cannot wait for embedded redis-server"),
+            Err(_) => {
+                tracing::warn!(timeout = ?PROCESS_TIMEOUT, "embedded redis-server still running, killing it");
+                if let Err(err) = self.child.kill().await {
+                    tracing::warn!(error = %err, "cannot kill embedded redis-server");
+                }
+            }
+        }
+    }
+
+    /// Polls PING against a deadline, watching for an early exit of the child.
+    async fn wait_ready(&mut self, log: &Path) -> Result<(), EmbeddedError> {
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(EmbeddedError::ExitedEarly {
+                    status,
+                    log_tail: log_tail(log).await,
+                });
+            }
+            if self.ping().await {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                // Best effort: kill_on_drop would also do it when `self` is dropped.
+                let _ = self.child.kill().await;
+                return Err(EmbeddedError::StartTimeout {
+                    timeout: PROCESS_TIMEOUT,
+                    log_tail: log_tail(log).await,
+                });
+            }
+            sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// True once PING answers PONG (not while the socket is missing or the AOF is LOADING).
+    async fn ping(&self) -> bool {
+        let attempt = async {
+            let mut con = self.client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut con).await
+        };
+        matches!(timeout(ATTEMPT_TIMEOUT, attempt).await, Ok(Ok(pong)) if pong == "PONG")
+    }
+}
+
+fn unix_url(socket: &Path) -> String {
+    format!("redis+unix://{}", socket.display())
+}
+
+/// The last lines of the log, or a note saying why there are none.
+async fn log_tail(log: &Path) -> String {
+    match tokio::fs::read(log).await {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+        }
+        Err(err) => format!("(cannot read {}: {err})", log.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

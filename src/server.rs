@@ -1,0 +1,169 @@
+//! Wiring: the tonic router (health, reflection, the three jobwire services) on the gRPC
+//! listener, the HTTP port, the Redis health watch, and the orderly shutdown of section 3 of
+//! DESIGN.md.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::api::{pb, ApiLimits, DeadLetterApi, JobApi, WorkerApi, WorkerService};
+use crate::config::ServeArgs;
+use crate::http::{self, HttpState};
+use crate::lease::{Hub, HubConfig};
+use crate::store::Store;
+
+/// gRPC service names whose health is reported (plus "" for the whole server).
+const SERVICES: [&str; 3] = [
+    "jobwire.v1.JobService",
+    "jobwire.v1.WorkerService",
+    "jobwire.v1.DeadLetterService",
+];
+/// How often the health watch PINGs Redis.
+const HEALTH_PERIOD: Duration = Duration::from_millis(500);
+/// Longest wait for connections to close after the grace period.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn set_health(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    for s in SERVICES {
+        reporter.set_service_status(s, status).await;
+    }
+}
+
+/// PINGs Redis and mirrors the answer into gRPC health and `/readyz`, until `stop`.
+async fn watch_redis(
+    store: Store,
+    reporter: HealthReporter,
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
+    let mut last = None;
+    loop {
+        let up = store.ping().await.is_ok();
+        if last != Some(up) {
+            if up {
+                tracing::info!("redis reachable: serving");
+            } else {
+                tracing::error!("redis unreachable: not serving");
+            }
+            ready.store(up, Ordering::Relaxed);
+            set_health(&reporter, up).await;
+            last = Some(up);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(HEALTH_PERIOD) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Serves gRPC on `grpc` and HTTP on `http` over `store` until `shutdown` resolves, then
+/// drains: health NOT_SERVING, no new leases, `Draining` to every stream, up to
+/// `shutdown_grace` for acks, the remaining leases handed back to waiting, connections closed.
+pub async fn serve(
+    cfg: &ServeArgs,
+    store: Store,
+    redis_url: &str,
+    grpc: TcpListener,
+    http_listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let hub = Hub::new(
+        store.clone(),
+        HubConfig {
+            lease_duration: cfg.lease_duration,
+            heartbeat_timeout: cfg.heartbeat_timeout,
+            reaper_interval: cfg.reaper_interval,
+        },
+    );
+    hub.start_background(redis_url);
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    set_health(&reporter, false).await;
+    let ready = Arc::new(AtomicBool::new(false));
+    let stop_watch = CancellationToken::new();
+    let watch = tokio::spawn(watch_redis(
+        store.clone(),
+        reporter.clone(),
+        ready.clone(),
+        stop_watch.clone(),
+    ));
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().context("reflection v1")?;
+    let reflection_v1alpha = reflection().build_v1alpha().context("reflection v1alpha")?;
+
+    let limits = ApiLimits {
+        max_payload_bytes: cfg.max_payload_bytes,
+        default_max_attempts: cfg.default_max_attempts,
+    };
+    let stop_grpc = CancellationToken::new();
+    let router = tonic::transport::Server::builder()
+        .timeout(cfg.request_timeout)
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(pb::job_service_server::JobServiceServer::new(JobApi::new(
+            store.clone(),
+            limits,
+        )))
+        .add_service(pb::worker_service_server::WorkerServiceServer::new(
+            WorkerService(Arc::new(WorkerApi::new(hub.clone()))),
+        ))
+        .add_service(
+            pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
+                store.clone(),
+            )),
+        );
+    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let grpc_stop = stop_grpc.clone();
+    let grpc_task = tokio::spawn(async move {
+        router
+            .serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned())
+            .await
+    });
+    let stop_http = CancellationToken::new();
+    let http_task = tokio::spawn(http::serve(
+        http_listener,
+        HttpState::new(ready.clone()),
+        stop_http.clone(),
+    ));
+
+    shutdown.await;
+    tracing::info!(grace = ?cfg.shutdown_grace, "shutting down: draining streams");
+    stop_watch.cancel();
+    let _ = watch.await;
+    ready.store(false, Ordering::Relaxed);
+    set_health(&reporter, false).await;
+    hub.shutdown(cfg.shutdown_grace).await;
+    stop_grpc.cancel();
+    stop_http.cancel();
+    match tokio::time::timeout(CLOSE_TIMEOUT, grpc_task).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "grpc server ended with an error"),
+        Err(_) => {
+            tracing::warn!("grpc connections still open after the close timeout; leaving them")
+        }
+        _ => {}
+    }
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, http_task).await;
+    tracing::info!("stopped");
+    Ok(())
+}

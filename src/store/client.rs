@@ -1,0 +1,530 @@
+//! [`Store`]: one method per script, on one multiplexed, self-reconnecting connection.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use super::codec::{array, bad, int, job_from_hash, next, string};
+use super::keys::{Keys, QUEUES_KEY};
+use super::{scripts, StoreError};
+use crate::jobs::{DeadReason, Disposition, Job, JobState, LeasedJob, NewJob, QueueName};
+
+/// A handle on jobwire's Redis; cheap to clone (one shared multiplexed connection).
+#[derive(Clone)]
+pub struct Store {
+    pub(super) conn: ConnectionManager,
+    known_queues: Arc<Mutex<HashSet<QueueName>>>,
+}
+
+/// The result of enqueueing one job.
+#[derive(Clone, Debug)]
+pub struct EnqueueOutcome {
+    /// The job as stored: the new one, or the existing one when `created` is false.
+    pub job: Job,
+    /// False when the id was taken (nothing changed).
+    pub created: bool,
+}
+
+/// The outcome of a settle-type call (ack, fail, renew) for one job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settle<T> {
+    /// Applied.
+    Done(T),
+    /// No such job.
+    NotFound,
+    /// The token is not the job's current lease token; the job is in the given state.
+    LeaseLost(String),
+}
+
+/// One failed attempt to record.
+#[derive(Clone, Debug)]
+pub struct FailItem {
+    /// Job id.
+    pub id: String,
+    /// The lease token presented.
+    pub token: String,
+    /// RETRY, NO_RETRY or RATE_LIMITED.
+    pub disposition: Disposition,
+    /// Error message.
+    pub message: String,
+    /// Error type.
+    pub error_type: String,
+    /// Error details.
+    pub details: String,
+    /// Overrides the backoff (RETRY) or sets the return time (RATE_LIMITED), ms.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Where a failed job went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailOutcome {
+    /// Waiting, Delayed or Dead.
+    pub state: JobState,
+    /// Ready time (Waiting/Delayed) or dead time, ms.
+    pub at_ms: u64,
+    /// Set when dead.
+    pub dead_reason: Option<DeadReason>,
+    /// When the failed attempt was leased, ms.
+    pub lease_ms: u64,
+}
+
+/// What one lease call returned.
+#[derive(Debug)]
+pub struct LeaseBatch {
+    /// Redis's clock at the call, ms.
+    pub now_ms: u64,
+    /// The jobs leased, in slot order (the i-th went to the i-th worker id).
+    pub jobs: Vec<LeasedJob>,
+    /// When the earliest delayed job is due, ms.
+    pub next_due_ms: Option<u64>,
+    /// The queue is paused: nothing was leased.
+    pub paused: bool,
+}
+
+/// A job whose lease the reaper failed.
+#[derive(Clone, Debug)]
+pub struct ReapedJob {
+    /// Job id.
+    pub id: String,
+    /// Job name.
+    pub name: String,
+    /// LEASE_EXPIRED or TIMED_OUT.
+    pub error_type: String,
+    /// Where it went: Waiting, Delayed or Dead.
+    pub state: JobState,
+    /// Set when dead.
+    pub dead_reason: Option<DeadReason>,
+    /// The attempt that expired.
+    pub attempt: u32,
+}
+
+/// What one reap call did.
+#[derive(Debug)]
+pub struct ReapReport {
+    /// Delayed jobs promoted to waiting.
+    pub promoted: u64,
+    /// The next lease deadline, ms.
+    pub next_deadline_ms: Option<u64>,
+    /// The next delayed due time, ms.
+    pub next_due_ms: Option<u64>,
+    /// Expired leases failed.
+    pub reaped: Vec<ReapedJob>,
+}
+
+fn opt_ms(v: i64) -> Option<u64> {
+    u64::try_from(v).ok()
+}
+
+fn state(s: &str) -> Result<JobState, StoreError> {
+    JobState::parse(s).ok_or_else(|| bad("unknown job state"))
+}
+
+fn settle_status<T>(
+    item: Value,
+    done: impl FnOnce(std::vec::IntoIter<Value>) -> Result<T, StoreError>,
+) -> Result<Settle<T>, StoreError> {
+    let mut it = array(item)?.into_iter();
+    match string(next(&mut it)?)?.as_str() {
+        "OK" => Ok(Settle::Done(done(it)?)),
+        "NOT_FOUND" => Ok(Settle::NotFound),
+        "LEASE_LOST" => Ok(Settle::LeaseLost(string(next(&mut it)?)?)),
+        _ => Err(bad("unknown settle status")),
+    }
+}
+
+impl Store {
+    /// Connects to `url` (`redis://`, `rediss://`, `redis+unix://`); every command then
+    /// times out after `timeout`, so a Redis outage gives errors, not hangs.
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Store, StoreError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Store {
+            conn,
+            known_queues: Arc::default(),
+        })
+    }
+
+    pub(super) async fn run_script(
+        &self,
+        script: &Script,
+        keys: &Keys,
+        args: Vec<Vec<u8>>,
+    ) -> Result<Value, StoreError> {
+        let mut inv = script.prepare_invoke();
+        for k in &keys.all {
+            inv.key(k);
+        }
+        inv.arg(&keys.wake);
+        for a in args {
+            inv.arg(a);
+        }
+        let mut conn = self.conn.clone();
+        Ok(inv.invoke_async(&mut conn).await?)
+    }
+
+    /// PING: is Redis answering?
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Redis's `maxmemory-policy` (jobwire needs `noeviction`: eviction deletes jobs).
+    pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
+        let v: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await?;
+        v.get(1)
+            .cloned()
+            .ok_or_else(|| bad("CONFIG GET maxmemory-policy"))
+    }
+
+    /// Every queue name ever enqueued to (sorted).
+    pub async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(QUEUES_KEY)
+            .query_async(&mut conn)
+            .await?;
+        let mut queues: Vec<QueueName> = names
+            .iter()
+            .filter_map(|n| QueueName::parse(n).ok())
+            .collect();
+        queues.sort();
+        Ok(queues)
+    }
+
+    async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+        let known = self
+            .known_queues
+            .lock()
+            .map(|k| k.contains(queue))
+            .unwrap_or(false);
+        if !known {
+            let mut conn = self.conn.clone();
+            let _: i64 = redis::cmd("SADD")
+                .arg(QUEUES_KEY)
+                .arg(queue.as_str())
+                .query_async(&mut conn)
+                .await?;
+            if let Ok(mut k) = self.known_queues.lock() {
+                k.insert(queue.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates jobs of one queue in one script call (`enqueue.lua`); a taken id returns the
+    /// existing job with `created = false`. Outcomes are in input order.
+    pub async fn enqueue(
+        &self,
+        queue: &QueueName,
+        jobs: &[NewJob],
+    ) -> Result<Vec<EnqueueOutcome>, StoreError> {
+        self.remember_queue(queue).await?;
+        let keys = Keys::new(queue);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 11);
+        args.push(jobs.len().to_string().into_bytes());
+        for j in jobs {
+            let metadata = serde_json::to_string(&j.metadata)
+                .map_err(|e| StoreError::Decode(format!("metadata: {e}")))?;
+            args.extend([
+                j.id.clone().into_bytes(),
+                j.name.clone().into_bytes(),
+                j.payload.clone(),
+                j.content_type.clone().into_bytes(),
+                metadata.into_bytes(),
+                j.delay_ms.to_string().into_bytes(),
+                j.priority.to_string().into_bytes(),
+                j.max_attempts.to_string().into_bytes(),
+                j.backoff
+                    .as_ref()
+                    .map(|b| b.encode())
+                    .unwrap_or_default()
+                    .into_bytes(),
+                j.timeout_ms.to_string().into_bytes(),
+                j.idempotency_key.clone().into_bytes(),
+            ]);
+        }
+        let mut reply = array(self.run_script(&scripts::ENQUEUE, &keys, args).await?)?.into_iter();
+        let now = int(next(&mut reply)?)? as u64;
+        jobs.iter()
+            .map(|j| {
+                let mut item = array(next(&mut reply)?)?.into_iter();
+                match string(next(&mut item)?)?.as_str() {
+                    "C" => Ok(EnqueueOutcome {
+                        job: created_job(j, now),
+                        created: true,
+                    }),
+                    "E" => Ok(EnqueueOutcome {
+                        job: job_from_hash(queue, j.id.clone(), item.collect())?,
+                        created: false,
+                    }),
+                    _ => Err(bad("enqueue status")),
+                }
+            })
+            .collect()
+    }
+
+    /// Reads one job (`None` if there is none with that id).
+    pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
+        let mut conn = self.conn.clone();
+        let flat: Value = redis::cmd("HGETALL")
+            .arg(Keys::new(queue).job(id))
+            .query_async(&mut conn)
+            .await?;
+        let flat = match flat {
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => array(other)?,
+        };
+        if flat.is_empty() {
+            return Ok(None);
+        }
+        job_from_hash(queue, id.to_owned(), flat).map(Some)
+    }
+
+    /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
+    /// the i-th job goes to `worker_ids[i]`, with deadline now + `lease_ms`.
+    pub async fn lease(
+        &self,
+        queue: &QueueName,
+        worker_ids: &[&str],
+        lease_ms: u64,
+    ) -> Result<LeaseBatch, StoreError> {
+        let keys = Keys::new(queue);
+        let prefix = format!("{:032x}-", rand::random::<u128>());
+        let mut args = vec![
+            worker_ids.len().to_string().into_bytes(),
+            lease_ms.to_string().into_bytes(),
+            prefix.into_bytes(),
+        ];
+        args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
+        let mut reply = array(self.run_script(&scripts::LEASE, &keys, args).await?)?.into_iter();
+        let now_ms = int(next(&mut reply)?)? as u64;
+        let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+        let paused = int(next(&mut reply)?)? == 1;
+        let mut jobs = Vec::new();
+        for item in reply {
+            let mut f = array(item)?.into_iter();
+            let id = string(next(&mut f)?)?;
+            let attempt = int(next(&mut f)?)?;
+            let token = string(next(&mut f)?)?;
+            let deadline_ms = int(next(&mut f)?)? as u64;
+            let names = [
+                "n", "p", "ct", "md", "pri", "max", "bo", "to", "err", "c0", "rt", "ik", "rp",
+            ];
+            let mut flat = Vec::with_capacity(names.len() * 2 + 6);
+            for name in names {
+                flat.push(Value::SimpleString(name.into()));
+                flat.push(next(&mut f)?);
+            }
+            flat.extend([
+                Value::SimpleString("st".into()),
+                Value::SimpleString("active".into()),
+                Value::SimpleString("att".into()),
+                Value::Int(attempt),
+                Value::SimpleString("lt".into()),
+                Value::Int(now_ms as i64),
+            ]);
+            jobs.push(LeasedJob {
+                job: job_from_hash(queue, id, flat)?,
+                attempt: attempt as u32,
+                token,
+                deadline_ms,
+            });
+        }
+        Ok(LeaseBatch {
+            now_ms,
+            jobs,
+            next_due_ms,
+            paused,
+        })
+    }
+
+    /// Completes leased jobs whose token matches (`ack.lua`); `Done` carries the lease time
+    /// (ms) of the completed attempt.
+    pub async fn ack(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<Vec<Settle<u64>>, StoreError> {
+        let mut args = vec![items.len().to_string().into_bytes()];
+        for (id, token) in items {
+            args.push(id.clone().into_bytes());
+            args.push(token.clone().into_bytes());
+        }
+        let reply = array(
+            self.run_script(&scripts::ACK, &Keys::new(queue), args)
+                .await?,
+        )?;
+        reply
+            .into_iter()
+            .map(|item| settle_status(item, |mut it| Ok(int(next(&mut it)?)? as u64)))
+            .collect()
+    }
+
+    /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
+    /// rate-limited return, or dead letter, each in the same script call.
+    pub async fn fail(
+        &self,
+        queue: &QueueName,
+        items: &[FailItem],
+    ) -> Result<Vec<Settle<FailOutcome>>, StoreError> {
+        let mut args = vec![items.len().to_string().into_bytes()];
+        for i in items {
+            args.extend([
+                i.id.clone().into_bytes(),
+                i.token.clone().into_bytes(),
+                i.disposition.as_str().as_bytes().to_vec(),
+                i.message.clone().into_bytes(),
+                i.error_type.clone().into_bytes(),
+                i.details.clone().into_bytes(),
+                i.retry_after_ms
+                    .map_or(-1, |ms| ms as i64)
+                    .to_string()
+                    .into_bytes(),
+                rand::random::<f64>().to_string().into_bytes(),
+            ]);
+        }
+        let reply = array(
+            self.run_script(&scripts::FAIL, &Keys::new(queue), args)
+                .await?,
+        )?;
+        reply
+            .into_iter()
+            .map(|item| {
+                settle_status(item, |mut it| {
+                    Ok(FailOutcome {
+                        state: state(&string(next(&mut it)?)?)?,
+                        at_ms: int(next(&mut it)?)? as u64,
+                        dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
+                        lease_ms: int(next(&mut it)?)? as u64,
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
+    /// attempt timeout (`renew.lua`); `Done` carries the new deadline, ms.
+    pub async fn renew(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+        lease_ms: u64,
+    ) -> Result<Vec<Settle<u64>>, StoreError> {
+        let mut args = vec![
+            lease_ms.to_string().into_bytes(),
+            items.len().to_string().into_bytes(),
+        ];
+        for (id, token) in items {
+            args.push(id.clone().into_bytes());
+            args.push(token.clone().into_bytes());
+        }
+        let reply = array(
+            self.run_script(&scripts::RENEW, &Keys::new(queue), args)
+                .await?,
+        )?;
+        reply
+            .into_iter()
+            .map(|item| settle_status(item, |mut it| Ok(int(next(&mut it)?)? as u64)))
+            .collect()
+    }
+
+    /// Hands leased jobs back to waiting without consuming the attempt (`release.lua`);
+    /// returns how many were released.
+    pub async fn release(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<usize, StoreError> {
+        let mut args = vec![items.len().to_string().into_bytes()];
+        for (id, token) in items {
+            args.push(id.clone().into_bytes());
+            args.push(token.clone().into_bytes());
+        }
+        let reply = array(
+            self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
+                .await?,
+        )?;
+        let mut released = 0;
+        for v in reply {
+            if int(v)? == 1 {
+                released += 1;
+            }
+        }
+        Ok(released)
+    }
+
+    /// Fails up to `max` expired leases and promotes due delayed jobs (`reap.lua`).
+    pub async fn reap(&self, queue: &QueueName, max: usize) -> Result<ReapReport, StoreError> {
+        let mut args = vec![max.to_string().into_bytes()];
+        args.extend((0..max).map(|_| rand::random::<f64>().to_string().into_bytes()));
+        let mut reply = array(
+            self.run_script(&scripts::REAP, &Keys::new(queue), args)
+                .await?,
+        )?
+        .into_iter();
+        let promoted = int(next(&mut reply)?)? as u64;
+        let next_deadline_ms = opt_ms(int(next(&mut reply)?)?);
+        let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+        let mut reaped = Vec::new();
+        for item in reply {
+            let mut f = array(item)?.into_iter();
+            reaped.push(ReapedJob {
+                id: string(next(&mut f)?)?,
+                name: string(next(&mut f)?)?,
+                error_type: string(next(&mut f)?)?,
+                state: state(&string(next(&mut f)?)?)?,
+                dead_reason: DeadReason::parse(&string(next(&mut f)?)?),
+                attempt: int(next(&mut f)?)? as u32,
+            });
+        }
+        Ok(ReapReport {
+            promoted,
+            next_deadline_ms,
+            next_due_ms,
+            reaped,
+        })
+    }
+}
+
+/// The stored form of a job `enqueue.lua` just created at `now` (ms).
+fn created_job(j: &NewJob, now: u64) -> Job {
+    Job {
+        queue: j.queue.clone(),
+        id: j.id.clone(),
+        name: j.name.clone(),
+        payload: j.payload.clone(),
+        content_type: j.content_type.clone(),
+        metadata: j.metadata.clone(),
+        state: if j.delay_ms > 0 {
+            JobState::Delayed
+        } else {
+            JobState::Waiting
+        },
+        priority: j.priority,
+        max_attempts: j.max_attempts,
+        attempts_made: 0,
+        backoff: j.backoff.clone(),
+        timeout_ms: j.timeout_ms,
+        errors: Vec::new(),
+        dead_reason: None,
+        create_ms: now,
+        ready_ms: now + j.delay_ms,
+        lease_ms: 0,
+        finish_ms: 0,
+        idempotency_key: j.idempotency_key.clone(),
+        replays: 0,
+    }
+}

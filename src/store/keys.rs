@@ -1,0 +1,67 @@
+//! The Redis key schema (DESIGN.md section 4). Every key of a queue carries the hash tag
+//! `{queue}`, so one script may touch them all, also on Redis Cluster. Queue names are
+//! restricted to `[A-Za-z0-9._-]` (no braces), so the tag is always the queue name. Job ids
+//! may be any UTF-8: a job key is the fixed prefix `jw:{queue}:job:` followed by the id, and
+//! no other key starts with that prefix, so no id can collide with another key and none
+//! needs escaping.
+
+use crate::jobs::QueueName;
+
+/// Pattern of every queue's wake-up channel, for PSUBSCRIBE.
+pub const WAKE_PATTERN: &str = "jw:wake:*";
+
+/// The channel a script PUBLISHes to when a job of `queue` becomes ready.
+pub fn wake_channel(queue: &QueueName) -> String {
+    format!("jw:wake:{queue}")
+}
+
+/// The eight keys every script takes, in the order `scripts/common.lua` documents.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    pub(crate) all: [String; 8],
+    pub(crate) wake: String,
+}
+
+impl Keys {
+    /// Builds the keys of `queue`.
+    pub(crate) fn new(queue: &QueueName) -> Keys {
+        let p = format!("jw:{{{queue}}}:");
+        Keys {
+            all: [
+                format!("{p}waiting"),
+                format!("{p}delayed"),
+                format!("{p}active"),
+                format!("{p}completed"),
+                format!("{p}dead"),
+                format!("{p}ready"),
+                format!("{p}meta"),
+                format!("{p}job:"),
+            ],
+            wake: wake_channel(queue),
+        }
+    }
+
+    /// The hash of one job.
+    pub(crate) fn job(&self, id: &str) -> String {
+        format!("{}{id}", self.all[7])
+    }
+}
+
+/// The set of queue names ever used (not hash-tagged: it spans queues).
+pub(crate) const QUEUES_KEY: &str = "jw:queues";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_carries_the_queue_hash_tag() {
+        let q = QueueName::parse("emails").expect("valid");
+        let k = Keys::new(&q);
+        for key in &k.all {
+            assert!(key.starts_with("jw:{emails}:"), "{key}");
+        }
+        assert_eq!(k.job("a:b{c}"), "jw:{emails}:job:a:b{c}");
+        assert_eq!(wake_channel(&q), "jw:wake:emails");
+    }
+}

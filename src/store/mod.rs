@@ -1,0 +1,21 @@
+//! Redis only: the key schema (`keys.rs`), one Lua script per job state transition
+//! (`scripts/*.lua`, loaded once and called by SHA in `scripts.rs`), the decoding of their
+//! replies (`codec.rs`), and [`Store`], whose methods are named after the scripts they call.
+//!
+//! Invariants: every state change is exactly one script call, so a crash at any instant
+//! leaves each job in exactly one state; all of a queue's keys share the hash tag `{queue}`;
+//! the scripts take the time from Redis `TIME`.
+
+mod client;
+mod codec;
+mod dead;
+mod error;
+mod keys;
+mod scripts;
+
+pub use client::{
+    EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle, Store,
+};
+pub use dead::{DeadPage, DeadSelector};
+pub use error::StoreError;
+pub use keys::{wake_channel, WAKE_PATTERN};

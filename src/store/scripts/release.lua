@@ -1,0 +1,25 @@
+-- release.lua: hands leased jobs back to waiting at once without consuming the attempt
+-- (orderly shutdown: the job never ran to an outcome through no fault of its own).
+-- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
+-- Reply: per job 1 released | 0 (not found, or the lease moved on).
+local now = now_ms()
+local n = tonumber(ARGV[2])
+local out = {}
+local any = false
+for j = 0, n - 1 do
+  local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
+  local jk = job_key(id)
+  local f = redis.call('HMGET', jk, 'st', 'tok', 'pri')
+  if f[1] == 'active' and f[2] == token then
+    redis.call('ZREM', K_ACTIVE, id)
+    redis.call('HDEL', jk, 'tok', 'ad')
+    redis.call('HINCRBY', jk, 'att', -1)
+    make_ready(id, jk, tonumber(f[3]), now)
+    out[#out + 1] = 1
+    any = true
+  else
+    out[#out + 1] = 0
+  end
+end
+if any then redis.call('PUBLISH', WAKE, '1') end
+return out

@@ -1,0 +1,86 @@
+//! Orderly shutdown: streams are told, acks still land during the grace period, the rest of
+//! the leases go back to waiting without consuming an attempt, and `run` returns.
+
+use std::time::Duration;
+
+use jobwire::pb;
+use pb::subscribe_response::Message as Out;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::harness::*;
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    out
+}
+
+#[tokio::test]
+async fn shutdown_drains_streams_and_hands_unfinished_leases_back() {
+    let (redis, app) = TestApp::with_redis().await;
+    assert!(http_get(app.http, "/readyz")
+        .await
+        .starts_with("HTTP/1.1 200"));
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(1),
+            ..spec("sd", "done")
+        },
+    )
+    .await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(1),
+            ..spec("sd", "unfinished")
+        },
+    )
+    .await;
+    let mut w = TestWorker::open(&app, &["sd"], 2, "w").await;
+    let a = w.lease().await;
+    let b = w.lease().await;
+    let (done, unfinished) = if a.job.as_ref().expect("job").job_id == "done" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+
+    let stopping = tokio::spawn(app.stop());
+    // The worker is told, and may still settle what it holds during the grace period.
+    let first = w.drain_messages(Duration::from_millis(1500)).await;
+    assert!(
+        first.iter().any(|m| matches!(m, Out::Draining(_))),
+        "Draining sent: {first:?}"
+    );
+    let s = w.ack(&done).await;
+    assert_eq!(
+        s.code, 0,
+        "an ack during the grace period lands: {}",
+        s.message
+    );
+    let _ = unfinished;
+    stopping.await.expect("join").expect("run returns Ok");
+
+    let mut c = redis.conn().await;
+    let (st, att): (String, String) = redis::cmd("HMGET")
+        .arg("jw:{sd}:job:unfinished")
+        .arg("st")
+        .arg("att")
+        .query_async(&mut c)
+        .await
+        .expect("hmget");
+    assert_eq!(st, "waiting", "handed back at once");
+    assert_eq!(att, "0", "the hand-back consumed no attempt");
+    let done_state: String = redis::cmd("HGET")
+        .arg("jw:{sd}:job:done")
+        .arg("st")
+        .query_async(&mut c)
+        .await
+        .expect("hget");
+    assert_eq!(done_state, "completed");
+}
