@@ -108,6 +108,7 @@ fn outbound_pb(o: Outbound) -> Result<pb::SubscribeResponse, Status> {
         Outbound::Draining(grace) => Out::Draining(pb::Draining {
             grace: Some(convert::duration(grace.as_millis() as u64)),
         }),
+        Outbound::Fatal(e) => return Err(Status::from(e)),
     };
     Ok(pb::SubscribeResponse {
         message: Some(message),
@@ -126,6 +127,17 @@ fn settle_error<T>(queue: &QueueName, id: &str, s: Settle<T>) -> Result<T, Error
             state,
         }),
     }
+}
+
+/// One error per item of a group whose store call failed (each item gets its Settled).
+fn unavailable_for_each<T>(n: usize, e: crate::store::StoreError) -> Vec<Result<T, Error>> {
+    let msg = e.to_string();
+    (0..n)
+        .map(|_| match &e {
+            crate::store::StoreError::Unavailable(_) => Err(Error::Unavailable(msg.clone())),
+            _ => Err(Error::Internal(msg.clone())),
+        })
+        .collect()
 }
 
 fn ack_args(r: &pb::AckRequest) -> Result<(QueueName, String, String), Error> {
@@ -203,9 +215,14 @@ impl WorkerApi {
             }
         }
         for (queue, items) in acks {
-            let results = self.hub.store().ack(&queue, &items).await?;
+            let results = match self.hub.store().ack(&queue, &items).await {
+                Ok(r) => r.into_iter().map(Ok).collect(),
+                Err(e) => unavailable_for_each(items.len(), e),
+            };
             for ((id, token), r) in items.into_iter().zip(results) {
-                let result = settle_error(&queue, &id, r).map(|_| Some(JobState::Completed));
+                let result = r
+                    .and_then(|r| settle_error(&queue, &id, r))
+                    .map(|_| Some(JobState::Completed));
                 if result.is_ok() {
                     tracing::debug!(queue = %queue, job_id = %id, worker_id = %session.worker_id, "acked");
                 }
@@ -219,9 +236,12 @@ impl WorkerApi {
             }
         }
         for (queue, items) in fails {
-            let results = self.hub.store().fail(&queue, &items).await?;
+            let results = match self.hub.store().fail(&queue, &items).await {
+                Ok(r) => r.into_iter().map(Ok).collect(),
+                Err(e) => unavailable_for_each(items.len(), e),
+            };
             for (item, r) in items.into_iter().zip(results) {
-                let result = settle_error(&queue, &item.id, r).map(|o| {
+                let result = r.and_then(|r| settle_error(&queue, &item.id, r)).map(|o| {
                     log_failure(&queue, &item, &o, &session.worker_id);
                     Some(o.state)
                 });
@@ -262,17 +282,9 @@ impl WorkerApi {
             }
             self.hub.touch(&session);
             if let Err(e) = self.handle_batch(&session, batch).await {
-                let st = Status::from(e);
-                tracing::debug!(worker_id = %session.worker_id, code = ?st.code(), "stream error");
-                session.send(Outbound::Settled(Settled {
-                    queue: String::new(),
-                    id: String::new(),
-                    token: String::new(),
-                    result: Err(Error::invalid("stream", st.message().to_owned())),
-                }));
-                if st.code() != tonic::Code::Unavailable {
-                    break;
-                }
+                tracing::debug!(worker_id = %session.worker_id, error = %e, "stream ended by a protocol error");
+                session.send(Outbound::Fatal(e));
+                break;
             }
         }
         self.hub.close_session(&session);

@@ -22,6 +22,8 @@ pub enum Outbound {
     Settled(Settled),
     /// The server is shutting down and will hand leases back after `grace`.
     Draining(Duration),
+    /// The stream is ended with this error (a protocol violation by the worker).
+    Fatal(crate::Error),
 }
 
 /// The outcome of a settle sent on the stream.

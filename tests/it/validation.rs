@@ -307,3 +307,39 @@ async fn a_stream_must_open_first_with_sane_credits() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_second_open_or_zero_credit_grant_ends_the_stream_with_invalid_argument() {
+    let (_redis, app) = TestApp::with_redis().await;
+    use pb::subscribe_request::Message as In;
+    let open = || pb::SubscribeRequest {
+        message: Some(In::Open(pb::OpenStream {
+            queues: vec!["q".into()],
+            credits: 1,
+            worker_id: "w".into(),
+        })),
+    };
+    let zero = pb::SubscribeRequest {
+        message: Some(In::GrantCredits(pb::GrantCredits { credits: 0 })),
+    };
+    for (second, field) in [(open(), "open"), (zero, "grant_credits.credits")] {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(open()).expect("send");
+        let mut stream = app
+            .workers()
+            .subscribe(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .expect("opened")
+            .into_inner();
+        tx.send(second).expect("send");
+        let status = loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("stream ended without an error"),
+                Err(s) => break s,
+            }
+        };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(violation_field(&status), field);
+    }
+}
