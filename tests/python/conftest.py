@@ -100,46 +100,73 @@ def redis_url(tmp_path_factory):
         _stop(proc, grace=5)
 
 
-@pytest.fixture(scope="session")
-def jobwire_server(redis_url, tmp_path_factory):
-    """The jobwire binary on free ports; yields its gRPC address HOST:PORT."""
+def jobwire_binary() -> Path:
     binary = Path(os.environ.get("JOBWIRE_BIN") or REPO_ROOT / "target" / "debug" / "jobwire")
     if not binary.is_file():
         pytest.fail(f"jobwire binary not found at {binary}: run `cargo build` or set JOBWIRE_BIN")
-    workdir = tmp_path_factory.mktemp("jobwire")
-    grpc_addr = f"127.0.0.1:{free_port()}"
-    http_addr = f"127.0.0.1:{free_port()}"
-    log = workdir / "jobwire.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWIRE_")}
-    env.setdefault("RUST_LOG", "info")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(binary), "serve",
-             "--redis-url", redis_url,
-             "--grpc-addr", grpc_addr,
-             "--http-addr", http_addr,
-             "--lease-duration", "2s",
-             "--reaper-interval", "100ms"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env,
-        )
-    channel = grpc.insecure_channel(grpc_addr)
+    return binary
+
+
+class JobwireProcess:
+    """A jobwire child process on free loopback ports, SERVING once constructed."""
+
+    def __init__(self, redis_url: str, workdir: Path, extra_args: tuple[str, ...] = ()):
+        self.grpc_addr = f"127.0.0.1:{free_port()}"
+        self.http_addr = f"127.0.0.1:{free_port()}"
+        self.log = workdir / "jobwire.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWIRE_")}
+        env.setdefault("RUST_LOG", "info")
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(jobwire_binary()), "serve",
+                 "--redis-url", redis_url,
+                 "--grpc-addr", self.grpc_addr,
+                 "--http-addr", self.http_addr,
+                 "--lease-duration", "2s",
+                 "--reaper-interval", "100ms",
+                 *extra_args],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+            )
+        try:
+            self._wait_serving()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_serving(self) -> None:
+        channel = grpc.insecure_channel(self.grpc_addr)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                if self.proc.poll() is not None:
+                    pytest.fail(f"jobwire exited with {self.proc.returncode} before SERVING:\n{self.tail()}")
+                try:
+                    wait_for_serving(channel, timeout=1.0)
+                    return
+                except TimeoutError as e:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"jobwire at {self.grpc_addr} not SERVING within {START_TIMEOUT_S} s "
+                                    f"({e}):\n{self.tail()}")
+        finally:
+            channel.close()
+
+    def tail(self, lines: int = 40) -> str:
+        return _tail(self.log, lines)
+
+    def stop(self, grace: float = 10.0) -> None:
+        _stop(self.proc, grace)
+
+
+@pytest.fixture(scope="session")
+def jobwire_server(redis_url, tmp_path_factory):
+    """The jobwire binary on free ports; yields its gRPC address HOST:PORT."""
+    server = JobwireProcess(redis_url, tmp_path_factory.mktemp("jobwire"))
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jobwire exited with {proc.returncode} before SERVING:\n{_tail(log)}")
-            try:
-                wait_for_serving(channel, timeout=1.0)
-                break
-            except TimeoutError as e:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"jobwire at {grpc_addr} not SERVING within {START_TIMEOUT_S} s ({e}):\n{_tail(log)}")
-        yield grpc_addr
+        yield server.grpc_addr
     finally:
-        channel.close()
-        _stop(proc, grace=10)
+        server.stop()
         if os.environ.get("JOBWIRE_TEST_SHOW_LOG"):
-            print(f"\n--- jobwire log ({log}) ---\n{_tail(log, 200)}")
+            print(f"\n--- jobwire log ({server.log}) ---\n{server.tail(200)}")
 
 
 @pytest.fixture(scope="session")

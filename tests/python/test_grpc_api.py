@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from grpc_status import rpc_status
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, JobwireProcess
 from jobwire_client import Worker, ms, state_name
 
 SERVICES = {
@@ -463,6 +463,115 @@ def test_no_retry_dead_letters_and_replay(stubs, channel, queue_name):
     assert get_job(pb, channel, queue_name, "welcome:user_4").state == pb.JOB_STATE_COMPLETED
     listed = dead.ListDeadLetters(pb.ListDeadLettersRequest(queue=queue_name), timeout=10)
     assert list(listed.dead_letters) == []
+
+
+def test_lease_expired_on_last_attempt_dead_letters(stubs, channel, queue_name):
+    pb = stubs
+    enqueue(pb, channel, queue_name, job_id="last-chance", max_attempts=1)
+    crashed = Worker(channel, [queue_name], credits=1, worker_id="py-crashes-again")
+    lease = crashed.next_lease(timeout=WAIT_S)
+    crashed.cancel()
+    job = wait_for_state(pb, channel, queue_name, "last-chance", {pb.JOB_STATE_DEAD})
+    assert job.dead_reason == pb.DEAD_REASON_LEASE_EXPIRED
+    assert [e.error_type for e in job.errors] == ["LEASE_EXPIRED"]
+    err = rpc_error(pb.WorkerServiceStub(channel).Ack,
+                    pb.AckRequest(queue=queue_name, job_id="last-chance", lease_token=lease.lease_token), timeout=10)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, f"{err.code().name}: {err.details()}"
+    dead = pb.DeadLetterServiceStub(channel).ListDeadLetters(
+        pb.ListDeadLettersRequest(queue=queue_name, filter=pb.DeadLetterFilter(reason=pb.DEAD_REASON_LEASE_EXPIRED)),
+        timeout=10)
+    assert [j.job_id for j in dead.dead_letters] == ["last-chance"]
+
+
+def test_rate_limited_fail_does_not_consume_an_attempt(stubs, channel, queue_name):
+    pb = stubs
+    enqueue(pb, channel, queue_name, job_id="throttled", max_attempts=1)
+    with Worker(channel, [queue_name], credits=1) as worker:
+        lease = worker.next_lease(timeout=WAIT_S)
+        worker.fail(lease, "429 slow down", error_type="provider_throttled",
+                    disposition=pb.FAIL_DISPOSITION_RATE_LIMITED, retry_after=ms(50))
+        s = settled_for(worker, lease.lease_token)
+        assert s.code == 0 and s.state in (pb.JOB_STATE_DELAYED, pb.JOB_STATE_WAITING), s
+        again = worker.next_lease(timeout=WAIT_S)
+        assert again.job.job_id == "throttled" and again.attempt == 1
+        worker.ack(again)
+        assert settled_for(worker, again.lease_token).code == 0
+    job = get_job(pb, channel, queue_name, "throttled")
+    assert job.state == pb.JOB_STATE_COMPLETED and job.attempts_made == 1
+
+
+def test_list_dead_letters_pages_oldest_first(stubs, channel, queue_name):
+    pb = stubs
+    ids = [f"dead-{i}" for i in range(5)]
+    for job_id in ids:
+        enqueue(pb, channel, queue_name, job_id=job_id)
+    with Worker(channel, [queue_name], credits=1) as worker:
+        for job_id in ids:  # one at a time, FIFO, so deaths happen in id order
+            lease = worker.next_lease(timeout=WAIT_S)
+            assert lease.job.job_id == job_id
+            worker.fail(lease, "nope", disposition=pb.FAIL_DISPOSITION_NO_RETRY)
+            assert settled_for(worker, lease.lease_token).state == pb.JOB_STATE_DEAD
+    dead = pb.DeadLetterServiceStub(channel)
+    pages, token = [], ""
+    while True:
+        resp = dead.ListDeadLetters(pb.ListDeadLettersRequest(queue=queue_name, page_size=2, page_token=token),
+                                    timeout=10)
+        assert len(resp.dead_letters) <= 2
+        pages.append([j.job_id for j in resp.dead_letters])
+        token = resp.next_page_token
+        if not token:
+            break
+        assert len(pages) < 10, "next_page_token never ends"
+    assert [j for page in pages for j in page] == ids
+    err = rpc_error(dead.ListDeadLetters, pb.ListDeadLettersRequest(queue=queue_name, page_size=1001), timeout=10)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert any("page_size" in v.field for v in field_violations(err))
+
+
+def test_enqueue_batch_reports_each_item(stubs, channel, queue_name):
+    pb = stubs
+    resp = pb.JobServiceStub(channel).EnqueueBatch(pb.EnqueueBatchRequest(jobs=[
+        spec(pb, queue_name, job_id="b1"),
+        spec(pb, queue_name, job_id="b2", max_attempts=0),
+        spec(pb, queue_name, job_id="b1"),
+        spec(pb, queue_name, job_id="b3"),
+    ]), timeout=10)
+    r = resp.results
+    assert len(r) == 4
+    assert r[0].created and r[0].job.job_id == "b1" and not r[0].HasField("error")
+    assert r[1].HasField("error") and r[1].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "max_attempts" in r[1].error.field and r[1].error.field.startswith("jobs[1]")
+    assert not r[2].created and r[2].job.job_id == "b1"
+    assert r[3].created and r[3].job.job_id == "b3"
+    missing = rpc_error(pb.JobServiceStub(channel).GetJob, pb.GetJobRequest(queue=queue_name, job_id="b2"), timeout=10)
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_sigterm_drains_streams_and_hands_leases_back(stubs, channel, redis_url, tmp_path, queue_name):
+    """A second server on the same Redis: SIGTERM sends Draining, waits the grace, releases the lease."""
+    pb = stubs
+    server = JobwireProcess(redis_url, tmp_path, ("--shutdown-grace", "1s"))
+    own = grpc.insecure_channel(server.grpc_addr)
+    try:
+        enqueue(pb, own, queue_name, job_id="held", max_attempts=1)
+        worker = Worker(own, [queue_name], credits=1, worker_id="py-held")
+        lease = worker.next_lease(timeout=WAIT_S)
+        server.proc.terminate()
+        assert worker.draining.wait(WAIT_S), "no Draining message after SIGTERM"
+        assert worker.done.wait(WAIT_S), "the stream did not end after the grace period"
+        assert server.proc.wait(timeout=WAIT_S) == 0, server.tail()
+        worker.close()
+    finally:
+        own.close()
+        server.stop()
+    # The hand-back is orderly: back to waiting at once, no attempt consumed (max_attempts=1 is not
+    # dead), and the old token is fenced off. Read through the session's server on the same Redis.
+    job = get_job(pb, channel, queue_name, "held")
+    assert job.state == pb.JOB_STATE_WAITING, state_name(job.state)
+    assert job.attempts_made == 0 and len(job.errors) == 0
+    err = rpc_error(pb.WorkerServiceStub(channel).Ack,
+                    pb.AckRequest(queue=queue_name, job_id="held", lease_token=lease.lease_token), timeout=10)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, f"{err.code().name}: {err.details()}"
 
 
 # === the sign-up experiment ===

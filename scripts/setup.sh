@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what jobwire's demo and tests need and is missing on a Debian/Ubuntu machine:
+# redis-server (and redis-cli), and a Python venv at .venv with the gRPC client packages.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "setup: installing redis-server and redis-tools"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs) and rerun" >&2
+  exit 1
+fi
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "setup: installing python3-venv"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
+fi
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest' >/dev/null 2>&1; then
+  echo "setup: creating .venv with the Python gRPC packages"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+fi
