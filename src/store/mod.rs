@@ -12,6 +12,7 @@ mod dead;
 mod error;
 mod keys;
 mod scripts;
+mod stats;
 
 pub use client::{
     EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle, Store,
@@ -19,3 +20,4 @@ pub use client::{
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
+pub use stats::QueueStats;
