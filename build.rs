@@ -1,11 +1,29 @@
 //! Compiles `proto/jobwire/v1/*.proto` with protox (pure Rust, no system protoc) and
 //! generates the tonic servers and clients. The encoded descriptor set is written to
-//! `OUT_DIR/jobwire_descriptor.bin` for gRPC server reflection.
+//! `OUT_DIR/jobwire_descriptor.bin` for gRPC server reflection. Also sets `JOBWIRE_GIT_SHA`
+//! (from that env var, else `git rev-parse`, else "unknown") for the build-info metric.
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-env-changed=JOBWIRE_GIT_SHA");
+    if std::path::Path::new(".git/HEAD").exists() {
+        println!("cargo:rerun-if-changed=.git/HEAD");
+    }
+    let sha = std::env::var("JOBWIRE_GIT_SHA")
+        .ok()
+        .or_else(|| {
+            let out = std::process::Command::new("git")
+                .args(["rev-parse", "--short=12", "HEAD"])
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=JOBWIRE_GIT_SHA={sha}");
     let files = [
         "proto/jobwire/v1/job.proto",
         "proto/jobwire/v1/job_service.proto",

@@ -126,6 +126,11 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_DEFAULT_MAX_ATTEMPTS", default_value_t = 1)]
     pub default_max_attempts: u32,
 
+    /// Distinct job_name label values per queue in metrics; later names are reported as
+    /// "other" (1..=10000).
+    #[arg(long, env = "JOBWIRE_METRICS_MAX_JOB_NAMES", default_value_t = 100)]
+    pub metrics_max_job_names: usize,
+
     /// Log output format.
     #[arg(long, env = "JOBWIRE_LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,
@@ -153,6 +158,7 @@ impl ServeArgs {
             request_timeout: Duration::from_secs(30),
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
+            metrics_max_job_names: 100,
             log_format: LogFormat::Pretty,
             print_config: false,
         }
@@ -192,6 +198,12 @@ impl ServeArgs {
                 self.default_max_attempts
             ));
         }
+        if !(1..=10_000).contains(&self.metrics_max_job_names) {
+            return Err(format!(
+                "--metrics-max-job-names must be between 1 and 10000, got {}",
+                self.metrics_max_job_names
+            ));
+        }
         Ok(())
     }
 
@@ -218,6 +230,7 @@ impl fmt::Debug for ServeArgs {
             request_timeout,
             max_payload_bytes,
             default_max_attempts,
+            metrics_max_job_names,
             log_format,
             print_config,
         } = self;
@@ -235,6 +248,7 @@ impl fmt::Debug for ServeArgs {
             .field("request_timeout", request_timeout)
             .field("max_payload_bytes", max_payload_bytes)
             .field("default_max_attempts", default_max_attempts)
+            .field("metrics_max_job_names", metrics_max_job_names)
             .field("log_format", log_format)
             .field("print_config", print_config)
             .finish()

@@ -19,8 +19,10 @@ use tokio_util::sync::CancellationToken;
 /// Content type of the Prometheus text exposition format.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders the current metrics in the Prometheus text format.
-pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
+/// Renders the current metrics in the Prometheus text format (async: it may refresh the
+/// queue gauges from Redis first).
+pub type MetricsRender =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync>;
 
 /// Shared state of the HTTP handlers; cheap to clone.
 #[derive(Clone, Default)]
@@ -93,7 +95,9 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 
 async fn metrics(State(state): State<HttpState>) -> Response {
     match &state.metrics_render {
-        Some(render) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], render()).into_response(),
+        Some(render) => {
+            ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], render().await).into_response()
+        }
         None => (StatusCode::NOT_FOUND, "metrics disabled").into_response(),
     }
 }
@@ -127,7 +131,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let ready = Arc::new(AtomicBool::new(false));
         let state =
-            HttpState::new(ready.clone()).with_metrics(Arc::new(|| "jobwire_up 1\n".to_owned()));
+            HttpState::new(ready.clone()).with_metrics(Arc::new(|| Box::pin(async { "jobwire_up 1\n".to_owned() })));
         let token = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state, token.clone()));
 

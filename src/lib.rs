@@ -17,6 +17,7 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod lease;
+pub mod metrics;
 pub mod redis_embedded;
 pub mod server;
 pub mod shutdown;

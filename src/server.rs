@@ -17,6 +17,7 @@ use crate::api::{pb, ApiLimits, DeadLetterApi, JobApi, WorkerApi, WorkerService}
 use crate::config::ServeArgs;
 use crate::http::{self, HttpState};
 use crate::lease::{Hub, HubConfig};
+use crate::metrics::{GrpcMetricsLayer, Scraper};
 use crate::store::Store;
 
 /// gRPC service names whose health is reported (plus "" for the whole server).
@@ -59,6 +60,7 @@ async fn watch_redis(
                 tracing::error!("redis unreachable: not serving");
             }
             ready.store(up, Ordering::Relaxed);
+            metrics::gauge!(crate::metrics::REDIS_UP).set(if up { 1.0 } else { 0.0 });
             set_health(&reporter, up).await;
             last = Some(up);
         }
@@ -80,6 +82,8 @@ pub async fn serve(
     http_listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let handle = crate::metrics::install();
+    crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
     let hub = Hub::new(
         store.clone(),
         HubConfig {
@@ -116,6 +120,7 @@ pub async fn serve(
     let stop_grpc = CancellationToken::new();
     let router = tonic::transport::Server::builder()
         .timeout(cfg.request_timeout)
+        .layer(GrpcMetricsLayer)
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health_service)
@@ -141,11 +146,12 @@ pub async fn serve(
             .await
     });
     let stop_http = CancellationToken::new();
-    let http_task = tokio::spawn(http::serve(
-        http_listener,
-        HttpState::new(ready.clone()),
-        stop_http.clone(),
-    ));
+    let scraper = Arc::new(Scraper::new(handle, hub.clone()));
+    let http_state = HttpState::new(ready.clone()).with_metrics(Arc::new(move || {
+        let scraper = scraper.clone();
+        Box::pin(async move { scraper.render().await })
+    }));
+    let http_task = tokio::spawn(http::serve(http_listener, http_state, stop_http.clone()));
 
     shutdown.await;
     tracing::info!(grace = ?cfg.shutdown_grace, "shutting down: draining streams");

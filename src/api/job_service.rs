@@ -46,6 +46,7 @@ impl pb::job_service_server::JobService for JobApi {
             .map_err(Error::from)?
             .pop()
             .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
+        crate::metrics::enqueued(queue.as_str(), outcome.created);
         Ok(Response::new(pb::EnqueueResponse {
             job: Some(convert::job_pb(outcome.job)),
             created: outcome.created,
@@ -88,6 +89,7 @@ impl pb::job_service_server::JobService for JobApi {
                 .await
                 .map_err(Error::from)?;
             for ((i, _), o) in items.iter().zip(outcomes) {
+                crate::metrics::enqueued(queue.as_str(), o.created);
                 results[*i] = Some(pb::EnqueueResult {
                     job: Some(convert::job_pb(o.job)),
                     created: o.created,

@@ -14,9 +14,9 @@ use super::convert;
 use super::limits::*;
 use super::pb;
 use super::pb::subscribe_request::Message as In;
-use crate::jobs::{JobState, QueueName};
+use crate::jobs::{Disposition, JobState, QueueName};
 use crate::lease::{Hub, Outbound, Session, Settled};
-use crate::store::{FailItem, FailOutcome, Settle};
+use crate::store::{AckOutcome, FailItem, FailOutcome, Settle};
 use crate::Error;
 
 /// How long a new stream may take to send its `open` message.
@@ -220,19 +220,13 @@ impl WorkerApi {
                 Err(e) => unavailable_for_each(items.len(), e),
             };
             for ((id, token), r) in items.into_iter().zip(results) {
-                let result = r
-                    .and_then(|r| settle_error(&queue, &id, r))
-                    .map(|_| Some(JobState::Completed));
-                if result.is_ok() {
-                    tracing::debug!(queue = %queue, job_id = %id, worker_id = %session.worker_id, "acked");
+                let result = r.and_then(|r| settle_error(&queue, &id, r));
+                let span = self.hub.settled(&queue, &id);
+                if let Ok(o) = &result {
+                    record_ack(&queue, &id, o, &span);
                 }
-                self.hub.settled(&queue, &id);
-                session.send(Outbound::Settled(Settled {
-                    queue: queue.to_string(),
-                    id,
-                    token,
-                    result,
-                }));
+                let result = result.map(|_| Some(JobState::Completed));
+                session.send(Outbound::Settled(Settled { queue: queue.to_string(), id, token, result }));
             }
         }
         for (queue, items) in fails {
@@ -241,16 +235,16 @@ impl WorkerApi {
                 Err(e) => unavailable_for_each(items.len(), e),
             };
             for (item, r) in items.into_iter().zip(results) {
-                let result = r.and_then(|r| settle_error(&queue, &item.id, r)).map(|o| {
-                    log_failure(&queue, &item, &o, &session.worker_id);
-                    Some(o.state)
-                });
-                self.hub.settled(&queue, &item.id);
+                let result = r.and_then(|r| settle_error(&queue, &item.id, r));
+                let span = self.hub.settled(&queue, &item.id);
+                if let Ok(o) = &result {
+                    record_failure(&queue, &item, o, &session.worker_id, &span);
+                }
                 session.send(Outbound::Settled(Settled {
                     queue: queue.to_string(),
                     id: item.id,
                     token: item.token,
-                    result,
+                    result: result.map(|o| Some(o.state)),
                 }));
             }
         }
@@ -291,11 +285,26 @@ impl WorkerApi {
     }
 }
 
-fn log_failure(queue: &QueueName, item: &FailItem, o: &FailOutcome, worker: &str) {
-    tracing::info!(queue = %queue, job_id = %item.id, worker_id = %worker,
-        disposition = item.disposition.as_str(), error_type = %item.error_type,
-        state = o.state.as_str(), dead_reason = o.dead_reason.map(|d| d.as_str()).unwrap_or(""),
-        "attempt failed");
+fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span) {
+    crate::metrics::completed(queue.as_str(), &o.name, o.now_ms.saturating_sub(o.lease_ms));
+    span.in_scope(|| tracing::debug!(queue = %queue, job_id = %id, name = %o.name, "acked"));
+}
+
+/// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome).
+fn record_failure(queue: &QueueName, item: &FailItem, o: &FailOutcome, worker: &str, span: &tracing::Span) {
+    let disposition = match item.disposition {
+        Disposition::Retry => "retry",
+        Disposition::NoRetry => "no_retry",
+        Disposition::RateLimited => "rate_limited",
+    };
+    let run_ms = o.now_ms.saturating_sub(o.lease_ms);
+    crate::metrics::failed(queue.as_str(), &o.name, disposition, o.state, o.dead_reason, Some(run_ms));
+    span.in_scope(|| {
+        tracing::info!(queue = %queue, job_id = %item.id, name = %o.name, attempt = o.attempt,
+            worker_id = %worker, disposition, error_type = %item.error_type,
+            error = %item.message, state = o.state.as_str(),
+            dead_reason = o.dead_reason.map(|d| d.as_str()).unwrap_or(""), "attempt failed")
+    });
 }
 
 /// The Arc-wrapped service, so the stream reader task can own a handle.
@@ -347,10 +356,11 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .next()
             .ok_or_else(|| Error::Internal("ack returned nothing".into()))?;
         let done = settle_error(&queue, &id, r);
-        if !matches!(done, Err(Error::JobNotFound { .. })) {
-            self.0.hub.settled(&queue, &id);
-        }
-        done?;
+        let span = match done {
+            Err(Error::JobNotFound { .. }) => tracing::Span::none(),
+            _ => self.0.hub.settled(&queue, &id),
+        };
+        record_ack(&queue, &id, &done?, &span);
         Ok(Response::new(pb::AckResponse {}))
     }
 
@@ -372,11 +382,12 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .next()
             .ok_or_else(|| Error::Internal("fail returned nothing".into()))?;
         let done = settle_error(&queue, &item.id, r);
-        if !matches!(done, Err(Error::JobNotFound { .. })) {
-            self.0.hub.settled(&queue, &item.id);
-        }
+        let span = match done {
+            Err(Error::JobNotFound { .. }) => tracing::Span::none(),
+            _ => self.0.hub.settled(&queue, &item.id),
+        };
         let o = done?;
-        log_failure(&queue, &item, &o, "(unary)");
+        record_failure(&queue, &item, &o, "(unary)", &span);
         Ok(Response::new(pb::FailResponse {
             state: convert::state_pb(o.state) as i32,
             ready_time: (o.state != JobState::Dead)

@@ -4,9 +4,11 @@
 
 mod model;
 mod queue_name;
+mod trace;
 
 pub use model::{
     AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState,
     LeasedJob, NewJob,
 };
 pub use queue_name::QueueName;
+pub use trace::trace_id;

@@ -142,19 +142,21 @@ impl Hub {
     }
 
     /// A job was settled (acked or failed, by stream or unary call, applied or refused):
-    /// whichever local stream held it gets its credit back.
-    pub fn settled(&self, queue: &QueueName, id: &str) {
+    /// whichever local stream held it gets its credit back. Returns the attempt's span when
+    /// a local stream held it (`Span::none()` otherwise), to log the outcome in.
+    pub fn settled(&self, queue: &QueueName, id: &str) -> tracing::Span {
         let sessions = match self.inner.loops.lock() {
             Ok(l) => l.get(queue).map(|lp| lp.sessions()),
             Err(_) => None,
         };
         for s in sessions.unwrap_or_default() {
-            if s.forget(queue, id) {
+            if let Some(held) = s.forget(queue, id) {
                 s.add_credits(1);
                 self.notify_queues(&s.queues);
-                return;
+                return held.span;
             }
         }
+        tracing::Span::none()
     }
 
     /// Something may be ready on `queue` (a pub/sub wake-up): its loop looks again.

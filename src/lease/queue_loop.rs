@@ -125,12 +125,12 @@ impl QueueLoop {
         let leased = batch.jobs.len();
         let mut orphans = Vec::new();
         for (slot, lj) in slots.iter().zip(batch.jobs) {
-            slot.hold(&self.queue, &lj.job.id, &lj.token);
-            tracing::debug!(queue = %self.queue, job_id = %lj.job.id, name = %lj.job.name,
-                attempt = lj.attempt, worker_id = %slot.worker_id,
-                lease = &lj.token[..8.min(lj.token.len())], "leased");
+            crate::metrics::leased(self.queue.as_str(), batch.now_ms.saturating_sub(lj.job.ready_ms));
+            let span = attempt_span(&self.queue, &lj, &slot.worker_id);
+            span.in_scope(|| tracing::debug!("leased"));
+            slot.hold(&self.queue, &lj.job.id, &lj.token, span);
             let (id, token) = (lj.job.id.clone(), lj.token.clone());
-            if !slot.send(Outbound::Lease(lj)) {
+            if !slot.send(Outbound::Lease(Box::new(lj))) {
                 slot.forget(&self.queue, &id);
                 orphans.push((id, token));
             }
@@ -155,4 +155,18 @@ impl QueueLoop {
             .map(|due| Duration::from_millis(due.saturating_sub(batch.now_ms).max(1)));
         Some(until_due.map_or(SAFETY_POLL, |d| d.min(SAFETY_POLL)))
     }
+}
+
+/// The span of one job attempt: queue, job id, name, attempt, worker id, the lease token's
+/// prefix, and the W3C trace id when the producer put a `traceparent` in the job's metadata.
+fn attempt_span(queue: &QueueName, lj: &crate::jobs::LeasedJob, worker_id: &str) -> tracing::Span {
+    let trace_id = lj
+        .job
+        .metadata
+        .get("traceparent")
+        .and_then(|tp| crate::jobs::trace_id(tp))
+        .unwrap_or_default();
+    tracing::info_span!("job_attempt", queue = %queue, job_id = %lj.job.id, name = %lj.job.name,
+        attempt = lj.attempt, worker_id = %worker_id,
+        lease = &lj.token[..8.min(lj.token.len())], trace_id = %trace_id)
 }

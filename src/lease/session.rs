@@ -17,7 +17,7 @@ pub const MAX_CREDITS: i64 = 10_000;
 #[derive(Debug)]
 pub enum Outbound {
     /// A leased job.
-    Lease(LeasedJob),
+    Lease(Box<LeasedJob>),
     /// The outcome of an Ack or Fail sent on the stream.
     Settled(Settled),
     /// The server is shutting down and will hand leases back after `grace`.
@@ -45,6 +45,9 @@ pub(crate) struct Held {
     pub(crate) token: String,
     /// The renewal saw the lease taken over: stop renewing it.
     pub(crate) lost: bool,
+    /// The attempt's span (queue, job id, name, attempt, worker id, trace id): settle
+    /// events are logged inside it.
+    pub(crate) span: tracing::Span,
 }
 
 /// One worker stream.
@@ -140,24 +143,25 @@ impl Session {
     }
 
     /// Records a lease this stream now holds.
-    pub(crate) fn hold(&self, queue: &QueueName, id: &str, token: &str) {
+    pub(crate) fn hold(&self, queue: &QueueName, id: &str, token: &str, span: tracing::Span) {
         if let Ok(mut held) = self.held.lock() {
             held.insert(
                 (queue.clone(), id.to_owned()),
                 Held {
                     token: token.to_owned(),
                     lost: false,
+                    span,
                 },
             );
         }
     }
 
-    /// Forgets a lease the worker settled; true if this stream held it (a credit is due).
-    pub(crate) fn forget(&self, queue: &QueueName, id: &str) -> bool {
+    /// Forgets a lease the worker settled; `Some` if this stream held it (a credit is due).
+    pub(crate) fn forget(&self, queue: &QueueName, id: &str) -> Option<Held> {
         self.held
             .lock()
-            .map(|mut h| h.remove(&(queue.clone(), id.to_owned())).is_some())
-            .unwrap_or(false)
+            .ok()
+            .and_then(|mut h| h.remove(&(queue.clone(), id.to_owned())))
     }
 
     /// How many leases it holds.

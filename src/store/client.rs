@@ -5,113 +5,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::Value;
 
 use super::codec::{array, bad, int, job_from_hash, next, string};
 use super::keys::{Keys, QUEUES_KEY};
-use super::{scripts, StoreError};
-use crate::jobs::{DeadReason, Disposition, Job, JobState, LeasedJob, NewJob, QueueName};
+use super::scripts::{self, NamedScript};
+use super::StoreError;
+use super::types::*;
+use crate::jobs::{DeadReason, Job, JobState, LeasedJob, NewJob, QueueName};
 
 /// A handle on jobwire's Redis; cheap to clone (one shared multiplexed connection).
 #[derive(Clone)]
 pub struct Store {
     pub(super) conn: ConnectionManager,
     known_queues: Arc<Mutex<HashSet<QueueName>>>,
-}
-
-/// The result of enqueueing one job.
-#[derive(Clone, Debug)]
-pub struct EnqueueOutcome {
-    /// The job as stored: the new one, or the existing one when `created` is false.
-    pub job: Job,
-    /// False when the id was taken (nothing changed).
-    pub created: bool,
-}
-
-/// The outcome of a settle-type call (ack, fail, renew) for one job.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Settle<T> {
-    /// Applied.
-    Done(T),
-    /// No such job.
-    NotFound,
-    /// The token is not the job's current lease token; the job is in the given state.
-    LeaseLost(String),
-}
-
-/// One failed attempt to record.
-#[derive(Clone, Debug)]
-pub struct FailItem {
-    /// Job id.
-    pub id: String,
-    /// The lease token presented.
-    pub token: String,
-    /// RETRY, NO_RETRY or RATE_LIMITED.
-    pub disposition: Disposition,
-    /// Error message.
-    pub message: String,
-    /// Error type.
-    pub error_type: String,
-    /// Error details.
-    pub details: String,
-    /// Overrides the backoff (RETRY) or sets the return time (RATE_LIMITED), ms.
-    pub retry_after_ms: Option<u64>,
-}
-
-/// Where a failed job went.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FailOutcome {
-    /// Waiting, Delayed or Dead.
-    pub state: JobState,
-    /// Ready time (Waiting/Delayed) or dead time, ms.
-    pub at_ms: u64,
-    /// Set when dead.
-    pub dead_reason: Option<DeadReason>,
-    /// When the failed attempt was leased, ms.
-    pub lease_ms: u64,
-}
-
-/// What one lease call returned.
-#[derive(Debug)]
-pub struct LeaseBatch {
-    /// Redis's clock at the call, ms.
-    pub now_ms: u64,
-    /// The jobs leased, in slot order (the i-th went to the i-th worker id).
-    pub jobs: Vec<LeasedJob>,
-    /// When the earliest delayed job is due, ms.
-    pub next_due_ms: Option<u64>,
-    /// The queue is paused: nothing was leased.
-    pub paused: bool,
-}
-
-/// A job whose lease the reaper failed.
-#[derive(Clone, Debug)]
-pub struct ReapedJob {
-    /// Job id.
-    pub id: String,
-    /// Job name.
-    pub name: String,
-    /// LEASE_EXPIRED or TIMED_OUT.
-    pub error_type: String,
-    /// Where it went: Waiting, Delayed or Dead.
-    pub state: JobState,
-    /// Set when dead.
-    pub dead_reason: Option<DeadReason>,
-    /// The attempt that expired.
-    pub attempt: u32,
-}
-
-/// What one reap call did.
-#[derive(Debug)]
-pub struct ReapReport {
-    /// Delayed jobs promoted to waiting.
-    pub promoted: u64,
-    /// The next lease deadline, ms.
-    pub next_deadline_ms: Option<u64>,
-    /// The next delayed due time, ms.
-    pub next_due_ms: Option<u64>,
-    /// Expired leases failed.
-    pub reaped: Vec<ReapedJob>,
 }
 
 fn opt_ms(v: i64) -> Option<u64> {
@@ -153,11 +60,11 @@ impl Store {
 
     pub(super) async fn run_script(
         &self,
-        script: &Script,
+        script: &NamedScript,
         keys: &Keys,
         args: Vec<Vec<u8>>,
     ) -> Result<Value, StoreError> {
-        let mut inv = script.prepare_invoke();
+        let mut inv = script.script.prepare_invoke();
         for k in &keys.all {
             inv.key(k);
         }
@@ -166,7 +73,15 @@ impl Store {
             inv.arg(a);
         }
         let mut conn = self.conn.clone();
-        Ok(inv.invoke_async(&mut conn).await?)
+        let start = std::time::Instant::now();
+        let result = inv.invoke_async(&mut conn).await.map_err(StoreError::from);
+        let kind = match &result {
+            Ok(_) => None,
+            Err(StoreError::Unavailable(_)) => Some("unavailable"),
+            Err(_) => Some("error"),
+        };
+        crate::metrics::redis_call(script.name, start.elapsed().as_secs_f64(), kind);
+        result
     }
 
     /// PING: is Redis answering?
@@ -351,13 +266,12 @@ impl Store {
         })
     }
 
-    /// Completes leased jobs whose token matches (`ack.lua`); `Done` carries the lease time
-    /// (ms) of the completed attempt.
+    /// Completes leased jobs whose token matches (`ack.lua`).
     pub async fn ack(
         &self,
         queue: &QueueName,
         items: &[(String, String)],
-    ) -> Result<Vec<Settle<u64>>, StoreError> {
+    ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
         for (id, token) in items {
             args.push(id.clone().into_bytes());
@@ -369,7 +283,15 @@ impl Store {
         )?;
         reply
             .into_iter()
-            .map(|item| settle_status(item, |mut it| Ok(int(next(&mut it)?)? as u64)))
+            .map(|item| {
+                settle_status(item, |mut it| {
+                    Ok(AckOutcome {
+                        lease_ms: int(next(&mut it)?)? as u64,
+                        name: string(next(&mut it)?)?,
+                        now_ms: int(next(&mut it)?)? as u64,
+                    })
+                })
+            })
             .collect()
     }
 
@@ -409,6 +331,9 @@ impl Store {
                         at_ms: int(next(&mut it)?)? as u64,
                         dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
                         lease_ms: int(next(&mut it)?)? as u64,
+                        name: string(next(&mut it)?)?,
+                        attempt: int(next(&mut it)?)? as u32,
+                        now_ms: int(next(&mut it)?)? as u64,
                     })
                 })
             })

@@ -107,7 +107,7 @@ impl Store {
 
     async fn dead_action(
         &self,
-        script: &redis::Script,
+        script: &super::scripts::NamedScript,
         queue: &QueueName,
         selector: &DeadSelector,
     ) -> Result<(Vec<String>, Vec<String>), StoreError> {

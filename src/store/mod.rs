@@ -13,9 +13,11 @@ mod error;
 mod keys;
 mod scripts;
 mod stats;
+mod types;
 
-pub use client::{
-    EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle, Store,
+pub use client::Store;
+pub use types::{
+    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle,
 };
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;

@@ -5,25 +5,34 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script and the name its latency metric carries.
+pub(crate) struct NamedScript {
+    pub(crate) name: &'static str,
+    pub(crate) script: LazyLock<Script>,
+}
+
 macro_rules! script {
-    ($name:ident, $file:literal) => {
-        #[doc = concat!("`scripts/", $file, "`, after `scripts/common.lua`.")]
-        pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("scripts/common.lua"),
-                include_str!(concat!("scripts/", $file))
-            ))
-        });
+    ($name:ident, $label:literal) => {
+        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua`.")]
+        pub(crate) static $name: NamedScript = NamedScript {
+            name: $label,
+            script: LazyLock::new(|| {
+                Script::new(concat!(
+                    include_str!("scripts/common.lua"),
+                    include_str!(concat!("scripts/", $label, ".lua"))
+                ))
+            }),
+        };
     };
 }
 
-script!(ENQUEUE, "enqueue.lua");
-script!(LEASE, "lease.lua");
-script!(ACK, "ack.lua");
-script!(FAIL, "fail.lua");
-script!(REAP, "reap.lua");
-script!(RENEW, "renew.lua");
-script!(RELEASE, "release.lua");
-script!(REPLAY, "replay.lua");
-script!(DELETE_DEAD, "delete_dead.lua");
-script!(LIST_DEAD, "list_dead.lua");
+script!(ENQUEUE, "enqueue");
+script!(LEASE, "lease");
+script!(ACK, "ack");
+script!(FAIL, "fail");
+script!(REAP, "reap");
+script!(RENEW, "renew");
+script!(RELEASE, "release");
+script!(REPLAY, "replay");
+script!(DELETE_DEAD, "delete_dead");
+script!(LIST_DEAD, "list_dead");

@@ -1,0 +1,116 @@
+//! The shapes of the store's answers.
+
+use crate::jobs::{DeadReason, Disposition, Job, JobState, LeasedJob};
+
+/// The result of enqueueing one job.
+#[derive(Clone, Debug)]
+pub struct EnqueueOutcome {
+    /// The job as stored: the new one, or the existing one when `created` is false.
+    pub job: Job,
+    /// False when the id was taken (nothing changed).
+    pub created: bool,
+}
+
+/// The outcome of a settle-type call (ack, fail, renew) for one job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settle<T> {
+    /// Applied.
+    Done(T),
+    /// No such job.
+    NotFound,
+    /// The token is not the job's current lease token; the job is in the given state.
+    LeaseLost(String),
+}
+
+/// One failed attempt to record.
+#[derive(Clone, Debug)]
+pub struct FailItem {
+    /// Job id.
+    pub id: String,
+    /// The lease token presented.
+    pub token: String,
+    /// RETRY, NO_RETRY or RATE_LIMITED.
+    pub disposition: Disposition,
+    /// Error message.
+    pub message: String,
+    /// Error type.
+    pub error_type: String,
+    /// Error details.
+    pub details: String,
+    /// Overrides the backoff (RETRY) or sets the return time (RATE_LIMITED), ms.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// An applied ack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AckOutcome {
+    /// When the completed attempt was leased, ms.
+    pub lease_ms: u64,
+    /// The job's name.
+    pub name: String,
+    /// Redis's clock at the ack, ms.
+    pub now_ms: u64,
+}
+
+/// Where a failed job went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailOutcome {
+    /// Waiting, Delayed or Dead.
+    pub state: JobState,
+    /// Ready time (Waiting/Delayed) or dead time, ms.
+    pub at_ms: u64,
+    /// Set when dead.
+    pub dead_reason: Option<DeadReason>,
+    /// When the failed attempt was leased, ms.
+    pub lease_ms: u64,
+    /// The job's name.
+    pub name: String,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// Redis's clock at the failure, ms.
+    pub now_ms: u64,
+}
+
+/// What one lease call returned.
+#[derive(Debug)]
+pub struct LeaseBatch {
+    /// Redis's clock at the call, ms.
+    pub now_ms: u64,
+    /// The jobs leased, in slot order (the i-th went to the i-th worker id).
+    pub jobs: Vec<LeasedJob>,
+    /// When the earliest delayed job is due, ms.
+    pub next_due_ms: Option<u64>,
+    /// The queue is paused: nothing was leased.
+    pub paused: bool,
+}
+
+/// A job whose lease the reaper failed.
+#[derive(Clone, Debug)]
+pub struct ReapedJob {
+    /// Job id.
+    pub id: String,
+    /// Job name.
+    pub name: String,
+    /// LEASE_EXPIRED or TIMED_OUT.
+    pub error_type: String,
+    /// Where it went: Waiting, Delayed or Dead.
+    pub state: JobState,
+    /// Set when dead.
+    pub dead_reason: Option<DeadReason>,
+    /// The attempt that expired.
+    pub attempt: u32,
+}
+
+/// What one reap call did.
+#[derive(Debug)]
+pub struct ReapReport {
+    /// Delayed jobs promoted to waiting.
+    pub promoted: u64,
+    /// The next lease deadline, ms.
+    pub next_deadline_ms: Option<u64>,
+    /// The next delayed due time, ms.
+    pub next_due_ms: Option<u64>,
+    /// Expired leases failed.
+    pub reaped: Vec<ReapedJob>,
+}
+
