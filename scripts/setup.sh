@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what jobwire's demo and tests need and is missing on a Debian/Ubuntu machine:
-# redis-server (and redis-cli), and a Python venv at .venv with the gRPC client packages.
+# redis-server (and redis-cli), and a Python venv at .venv with the gRPC client packages;
+# with --test also Prometheus (promtool and the server, for the alert-rule tests).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,13 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
   echo "setup: installing redis-server and redis-tools"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+if [ "${1:-}" = "--test" ] && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
+  echo "setup: installing prometheus (promtool and server, for the alert-rule tests)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq prometheus >/dev/null
+  # The package starts a system Prometheus on :9090; the tests run their own on free ports.
+  (as_root systemctl disable --now prometheus || as_root service prometheus stop) >/dev/null 2>&1 || true
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs) and rerun" >&2

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust unit and integration tests (each starts its own redis-server),
-# then the Python grpcio suite, which drives the built binary as a client in another
-# language would (including the sign-up demo as a test).
+# the alert rules' promtool checks and unit tests, then the Python grpcio suite, which drives
+# the built binary as a client in another language would (the sign-up demo and a real
+# Prometheus scraping jobwire included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 cargo test --locked
+promtool check rules deploy/prometheus/jobwire-alerts.yaml
+(cd deploy/prometheus && promtool test rules jobwire-alerts.test.yaml)
 cargo build --locked
 JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q tests/python

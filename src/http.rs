@@ -21,8 +21,7 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 
 /// Renders the current metrics in the Prometheus text format (async: it may refresh the
 /// queue gauges from Redis first).
-pub type MetricsRender =
-    Arc<dyn Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync>;
+pub type MetricsRender = Arc<dyn Fn() -> futures::future::BoxFuture<'static, String> + Send + Sync>;
 
 /// Shared state of the HTTP handlers; cheap to clone.
 #[derive(Clone, Default)]
@@ -95,9 +94,11 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 
 async fn metrics(State(state): State<HttpState>) -> Response {
     match &state.metrics_render {
-        Some(render) => {
-            ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], render().await).into_response()
-        }
+        Some(render) => (
+            [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+            render().await,
+        )
+            .into_response(),
         None => (StatusCode::NOT_FOUND, "metrics disabled").into_response(),
     }
 }
@@ -130,8 +131,8 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let ready = Arc::new(AtomicBool::new(false));
-        let state =
-            HttpState::new(ready.clone()).with_metrics(Arc::new(|| Box::pin(async { "jobwire_up 1\n".to_owned() })));
+        let state = HttpState::new(ready.clone())
+            .with_metrics(Arc::new(|| Box::pin(async { "jobwire_up 1\n".to_owned() })));
         let token = CancellationToken::new();
         let server = tokio::spawn(serve(listener, state, token.clone()));
 

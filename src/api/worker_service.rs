@@ -226,7 +226,12 @@ impl WorkerApi {
                     record_ack(&queue, &id, o, &span);
                 }
                 let result = result.map(|_| Some(JobState::Completed));
-                session.send(Outbound::Settled(Settled { queue: queue.to_string(), id, token, result }));
+                session.send(Outbound::Settled(Settled {
+                    queue: queue.to_string(),
+                    id,
+                    token,
+                    result,
+                }));
             }
         }
         for (queue, items) in fails {
@@ -291,14 +296,27 @@ fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span)
 }
 
 /// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome).
-fn record_failure(queue: &QueueName, item: &FailItem, o: &FailOutcome, worker: &str, span: &tracing::Span) {
+fn record_failure(
+    queue: &QueueName,
+    item: &FailItem,
+    o: &FailOutcome,
+    worker: &str,
+    span: &tracing::Span,
+) {
     let disposition = match item.disposition {
         Disposition::Retry => "retry",
         Disposition::NoRetry => "no_retry",
         Disposition::RateLimited => "rate_limited",
     };
     let run_ms = o.now_ms.saturating_sub(o.lease_ms);
-    crate::metrics::failed(queue.as_str(), &o.name, disposition, o.state, o.dead_reason, Some(run_ms));
+    crate::metrics::failed(
+        queue.as_str(),
+        &o.name,
+        disposition,
+        o.state,
+        o.dead_reason,
+        Some(run_ms),
+    );
     span.in_scope(|| {
         tracing::info!(queue = %queue, job_id = %item.id, name = %o.name, attempt = o.attempt,
             worker_id = %worker, disposition, error_type = %item.error_type,

@@ -7,8 +7,13 @@
 /// value is malformed or the trace id is all zeros (invalid per the spec).
 pub fn trace_id(traceparent: &str) -> Option<&str> {
     let mut parts = traceparent.trim().split('-');
-    let (version, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    };
     let valid = hex(version, 2)
         && version != "ff"
         && hex(trace, 32)

@@ -123,8 +123,19 @@ impl Hub {
             };
             for r in &report.reaped {
                 crate::metrics::lease_expired(queue.as_str());
-                let disposition = if r.error_type == "TIMED_OUT" { "timed_out" } else { "lease_expired" };
-                crate::metrics::failed(queue.as_str(), &r.name, disposition, r.state, r.dead_reason, None);
+                let disposition = if r.error_type == "TIMED_OUT" {
+                    "timed_out"
+                } else {
+                    "lease_expired"
+                };
+                crate::metrics::failed(
+                    queue.as_str(),
+                    &r.name,
+                    disposition,
+                    r.state,
+                    r.dead_reason,
+                    None,
+                );
                 tracing::warn!(queue = %queue, job_id = %r.id, name = %r.name, attempt = r.attempt,
                     error_type = %r.error_type, state = r.state.as_str(),
                     dead_reason = r.dead_reason.map(|d| d.as_str()).unwrap_or(""),

@@ -125,7 +125,10 @@ impl QueueLoop {
         let leased = batch.jobs.len();
         let mut orphans = Vec::new();
         for (slot, lj) in slots.iter().zip(batch.jobs) {
-            crate::metrics::leased(self.queue.as_str(), batch.now_ms.saturating_sub(lj.job.ready_ms));
+            crate::metrics::leased(
+                self.queue.as_str(),
+                batch.now_ms.saturating_sub(lj.job.ready_ms),
+            );
             let span = attempt_span(&self.queue, &lj, &slot.worker_id);
             span.in_scope(|| tracing::debug!("leased"));
             slot.hold(&self.queue, &lj.job.id, &lj.token, span);

@@ -13,7 +13,11 @@ fn secs(ms: u64) -> f64 {
 
 /// An Enqueue outcome: created, or deduplicated by its job_id.
 pub fn enqueued(queue: &str, created: bool) {
-    let name = if created { JOBS_ENQUEUED } else { JOBS_DEDUPLICATED };
+    let name = if created {
+        JOBS_ENQUEUED
+    } else {
+        JOBS_DEDUPLICATED
+    };
     counter!(name, "queue" => queue.to_owned()).increment(1);
 }
 

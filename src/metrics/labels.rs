@@ -50,7 +50,14 @@ mod tests {
             assert_eq!(job_name("labels-test-q", &format!("n{i}")), format!("n{i}"));
         }
         assert_eq!(job_name("labels-test-q", "one-too-many"), OTHER);
-        assert_eq!(job_name("labels-test-q", "n0"), "n0", "known names keep their label");
-        assert_eq!(job_name("labels-test-other-q", "one-too-many"), "one-too-many");
+        assert_eq!(
+            job_name("labels-test-q", "n0"),
+            "n0",
+            "known names keep their label"
+        );
+        assert_eq!(
+            job_name("labels-test-other-q", "one-too-many"),
+            "one-too-many"
+        );
     }
 }

@@ -108,26 +108,106 @@ pub fn install() -> PrometheusHandle {
 
 /// HELP text and unit of every metric.
 pub fn describe_all() {
-    describe_counter!(JOBS_ENQUEUED, Unit::Count, "Jobs created by Enqueue and EnqueueBatch.");
-    describe_counter!(JOBS_DEDUPLICATED, Unit::Count, "Enqueues whose job_id already existed; nothing was created.");
+    describe_counter!(
+        JOBS_ENQUEUED,
+        Unit::Count,
+        "Jobs created by Enqueue and EnqueueBatch."
+    );
+    describe_counter!(
+        JOBS_DEDUPLICATED,
+        Unit::Count,
+        "Enqueues whose job_id already existed; nothing was created."
+    );
     describe_counter!(JOBS_LEASED, Unit::Count, "Leases handed to workers.");
     describe_counter!(JOBS_COMPLETED, Unit::Count, "Jobs acked by a worker.");
-    describe_counter!(JOB_FAILURES, Unit::Count, "Failed attempts, by disposition: retry, no_retry, rate_limited, lease_expired, timed_out.");
-    describe_counter!(JOB_RETRIES, Unit::Count, "Failed attempts that were scheduled to run again (rate-limited returns excluded).");
-    describe_counter!(JOBS_DEAD_LETTERED, Unit::Count, "Jobs moved to the dead-letter queue, by reason.");
-    describe_counter!(LEASE_EXPIRATIONS, Unit::Count, "Leases the reaper failed because their deadline passed or the attempt timed out.");
-    describe_histogram!(JOB_RUN_SECONDS, Unit::Seconds, "Time from lease to ack or fail.");
-    describe_histogram!(JOB_WAIT_SECONDS, Unit::Seconds, "Time from ready (enqueue, retry due, replay) to leased.");
-    describe_gauge!(QUEUE_JOBS, Unit::Count, "Jobs per queue and state, read from Redis (same on every replica: take max).");
-    describe_gauge!(QUEUE_OLDEST_WAITING_AGE, Unit::Seconds, "Age of the oldest waiting job, read from Redis; 0 when none waits.");
-    describe_gauge!(DEAD_LETTER_OLDEST_AGE, Unit::Seconds, "Age of the oldest dead-letter entry, read from Redis; 0 when the queue has none.");
-    describe_gauge!(QUEUE_PAUSED, Unit::Count, "1 when the queue is paused, read from Redis.");
-    describe_gauge!(WORKERS_CONNECTED, Unit::Count, "Worker streams subscribed to the queue on this replica (sum across replicas).");
-    describe_counter!(RATE_LIMIT_THROTTLED, Unit::Count, "Lease attempts held back by the queue's rate or concurrency limit.");
-    describe_counter!(GRPC_HANDLED, Unit::Count, "gRPC calls handled, by service, method and status code.");
-    describe_histogram!(GRPC_HANDLING_SECONDS, Unit::Seconds, "gRPC call latency until the response headers (a stream: until it opens).");
-    describe_histogram!(REDIS_SCRIPT_SECONDS, Unit::Seconds, "Lua script call latency, by script.");
-    describe_counter!(REDIS_ERRORS, Unit::Count, "Failed Redis calls, by kind: unavailable (connection, timeout) or error.");
-    describe_gauge!(REDIS_UP, Unit::Count, "1 while Redis answers PING, 0 while it does not.");
-    describe_gauge!(BUILD_INFO, Unit::Count, "Always 1; labelled with the jobwire version and git sha.");
+    describe_counter!(
+        JOB_FAILURES,
+        Unit::Count,
+        "Failed attempts, by disposition: retry, no_retry, rate_limited, lease_expired, timed_out."
+    );
+    describe_counter!(
+        JOB_RETRIES,
+        Unit::Count,
+        "Failed attempts that were scheduled to run again (rate-limited returns excluded)."
+    );
+    describe_counter!(
+        JOBS_DEAD_LETTERED,
+        Unit::Count,
+        "Jobs moved to the dead-letter queue, by reason."
+    );
+    describe_counter!(
+        LEASE_EXPIRATIONS,
+        Unit::Count,
+        "Leases the reaper failed because their deadline passed or the attempt timed out."
+    );
+    describe_histogram!(
+        JOB_RUN_SECONDS,
+        Unit::Seconds,
+        "Time from lease to ack or fail."
+    );
+    describe_histogram!(
+        JOB_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from ready (enqueue, retry due, replay) to leased."
+    );
+    describe_gauge!(
+        QUEUE_JOBS,
+        Unit::Count,
+        "Jobs per queue and state, read from Redis (same on every replica: take max)."
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_WAITING_AGE,
+        Unit::Seconds,
+        "Age of the oldest waiting job, read from Redis; 0 when none waits."
+    );
+    describe_gauge!(
+        DEAD_LETTER_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest dead-letter entry, read from Redis; 0 when the queue has none."
+    );
+    describe_gauge!(
+        QUEUE_PAUSED,
+        Unit::Count,
+        "1 when the queue is paused, read from Redis."
+    );
+    describe_gauge!(
+        WORKERS_CONNECTED,
+        Unit::Count,
+        "Worker streams subscribed to the queue on this replica (sum across replicas)."
+    );
+    describe_counter!(
+        RATE_LIMIT_THROTTLED,
+        Unit::Count,
+        "Lease attempts held back by the queue's rate or concurrency limit."
+    );
+    describe_counter!(
+        GRPC_HANDLED,
+        Unit::Count,
+        "gRPC calls handled, by service, method and status code."
+    );
+    describe_histogram!(
+        GRPC_HANDLING_SECONDS,
+        Unit::Seconds,
+        "gRPC call latency until the response headers (a stream: until it opens)."
+    );
+    describe_histogram!(
+        REDIS_SCRIPT_SECONDS,
+        Unit::Seconds,
+        "Lua script call latency, by script."
+    );
+    describe_counter!(
+        REDIS_ERRORS,
+        Unit::Count,
+        "Failed Redis calls, by kind: unavailable (connection, timeout) or error."
+    );
+    describe_gauge!(
+        REDIS_UP,
+        Unit::Count,
+        "1 while Redis answers PING, 0 while it does not."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        Unit::Count,
+        "Always 1; labelled with the jobwire version and git sha."
+    );
 }

@@ -64,8 +64,10 @@ impl Scraper {
             ] {
                 gauge!(QUEUE_JOBS, "queue" => q.clone(), "state" => state).set(n as f64);
             }
-            gauge!(QUEUE_OLDEST_WAITING_AGE, "queue" => q.clone()).set(s.oldest_waiting_ms as f64 / 1000.0);
-            gauge!(DEAD_LETTER_OLDEST_AGE, "queue" => q.clone()).set(s.oldest_dead_ms as f64 / 1000.0);
+            gauge!(QUEUE_OLDEST_WAITING_AGE, "queue" => q.clone())
+                .set(s.oldest_waiting_ms as f64 / 1000.0);
+            gauge!(DEAD_LETTER_OLDEST_AGE, "queue" => q.clone())
+                .set(s.oldest_dead_ms as f64 / 1000.0);
             gauge!(QUEUE_PAUSED, "queue" => q.clone()).set(if s.paused { 1.0 } else { 0.0 });
             let workers = sessions
                 .iter()
@@ -73,7 +75,12 @@ impl Scraper {
                 .count();
             gauge!(WORKERS_CONNECTED, "queue" => q.clone()).set(workers as f64);
             // Registered at zero so that rate() and alerts see every queue from the start.
-            for name in [JOBS_ENQUEUED, JOBS_LEASED, LEASE_EXPIRATIONS, RATE_LIMIT_THROTTLED] {
+            for name in [
+                JOBS_ENQUEUED,
+                JOBS_LEASED,
+                LEASE_EXPIRATIONS,
+                RATE_LIMIT_THROTTLED,
+            ] {
                 counter!(name, "queue" => q.clone()).increment(0);
             }
         }

@@ -10,8 +10,8 @@ use redis::Value;
 use super::codec::{array, bad, int, job_from_hash, next, string};
 use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
-use super::StoreError;
 use super::types::*;
+use super::StoreError;
 use crate::jobs::{DeadReason, Job, JobState, LeasedJob, NewJob, QueueName};
 
 /// A handle on jobwire's Redis; cheap to clone (one shared multiplexed connection).

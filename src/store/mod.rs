@@ -16,10 +16,10 @@ mod stats;
 mod types;
 
 pub use client::Store;
-pub use types::{
-    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle,
-};
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
 pub use stats::QueueStats;
+pub use types::{
+    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle,
+};

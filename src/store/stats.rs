@@ -53,8 +53,16 @@ impl Store {
             for i in 0..5 {
                 pipe.cmd("ZCARD").arg(&k.all[i]);
             }
-            pipe.cmd("ZRANGE").arg(&k.all[5]).arg(0).arg(0).arg("WITHSCORES");
-            pipe.cmd("ZRANGE").arg(&k.all[4]).arg(0).arg(0).arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&k.all[5])
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&k.all[4])
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
             pipe.cmd("HGET").arg(&k.all[6]).arg("paused");
         }
         let mut conn = self.conn.clone();

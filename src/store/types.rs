@@ -113,4 +113,3 @@ pub struct ReapReport {
     /// Expired leases failed.
     pub reaped: Vec<ReapedJob>,
 }
-

@@ -12,12 +12,22 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::harness::*;
 
 pub async fn scrape(app: &TestApp) -> String {
-    let mut s = tokio::net::TcpStream::connect(app.http).await.expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+    let mut s = tokio::net::TcpStream::connect(app.http)
+        .await
+        .expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("read");
-    assert!(out.starts_with("HTTP/1.1 200"), "{}", out.lines().next().unwrap_or_default());
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "{}",
+        out.lines().next().unwrap_or_default()
+    );
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
 }
 
 /// The value of the series `name{labels...}` (all given labels must match).
@@ -25,7 +35,11 @@ pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (series, v) = l.rsplit_once(' ')?;
         let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-        if n != name || !labels.iter().all(|(k, val)| rest.contains(&format!("{k}=\"{val}\""))) {
+        if n != name
+            || !labels
+                .iter()
+                .all(|(k, val)| rest.contains(&format!("{k}=\"{val}\"")))
+        {
             return None;
         }
         v.parse().ok()
@@ -35,7 +49,10 @@ pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 /// Every metric family name in the exposition (histogram series folded into their family).
 pub fn families(text: &str) -> BTreeSet<String> {
     text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ").and_then(|r| r.split_whitespace().next()))
+        .filter_map(|l| {
+            l.strip_prefix("# TYPE ")
+                .and_then(|r| r.split_whitespace().next())
+        })
         .map(str::to_owned)
         .collect()
 }
@@ -53,39 +70,120 @@ async fn a_scripted_scenario_gives_exact_counters_and_gauges() {
         s * 1000 + us / 1000
     };
     for i in 0..3 {
-        let _: i64 = redis::cmd("ZADD").arg("jw:{m-wait}:ready").arg("XX").arg(now_ms - 10_000).arg(format!("w{i}")).query_async(&mut c).await.expect("zadd");
+        let _: i64 = redis::cmd("ZADD")
+            .arg("jw:{m-wait}:ready")
+            .arg("XX")
+            .arg(now_ms - 10_000)
+            .arg(format!("w{i}"))
+            .query_async(&mut c)
+            .await
+            .expect("zadd");
     }
     // One job failed 3 times (max_attempts 3): failures 3, retries 2, dead-lettered 1.
-    enqueue(&app, pb::JobSpec { name: "charge-card".into(), max_attempts: Some(3), ..spec("m-fail", "f") }).await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            name: "charge-card".into(),
+            max_attempts: Some(3),
+            ..spec("m-fail", "f")
+        },
+    )
+    .await;
     let mut w = TestWorker::open(&app, &["m-fail"], 1, "w").await;
     for _ in 0..3 {
         let l = w.lease().await;
         w.fail(&l, D::Retry, "502", "upstream", None).await;
     }
     let text = scrape(&app).await;
-    let age = value(&text, "jobwire_queue_oldest_waiting_age_seconds", &[("queue", "m-wait")]).expect("age");
+    let age = value(
+        &text,
+        "jobwire_queue_oldest_waiting_age_seconds",
+        &[("queue", "m-wait")],
+    )
+    .expect("age");
     assert!((10.0..12.0).contains(&age), "oldest waiting age {age}");
-    assert_eq!(value(&text, "jobwire_queue_jobs", &[("queue", "m-wait"), ("state", "waiting")]), Some(3.0));
-    assert_eq!(value(&text, "jobwire_jobs_enqueued_total", &[("queue", "m-wait")]), Some(3.0));
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_queue_jobs",
+            &[("queue", "m-wait"), ("state", "waiting")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&text, "jobwire_jobs_enqueued_total", &[("queue", "m-wait")]),
+        Some(3.0)
+    );
     let fail = [("queue", "m-fail"), ("job_name", "charge-card")];
-    assert_eq!(value(&text, "jobwire_job_failures_total", &[fail[0], fail[1], ("disposition", "retry")]), Some(3.0));
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_job_failures_total",
+            &[fail[0], fail[1], ("disposition", "retry")]
+        ),
+        Some(3.0)
+    );
     assert_eq!(value(&text, "jobwire_job_retries_total", &fail), Some(2.0));
-    assert_eq!(value(&text, "jobwire_jobs_dead_lettered_total", &[fail[0], fail[1], ("reason", "ATTEMPTS_EXHAUSTED")]), Some(1.0));
-    assert_eq!(value(&text, "jobwire_jobs_leased_total", &[("queue", "m-fail")]), Some(3.0));
-    assert_eq!(value(&text, "jobwire_queue_jobs", &[("queue", "m-fail"), ("state", "dead")]), Some(1.0));
-    assert!(value(&text, "jobwire_dead_letter_oldest_age_seconds", &[("queue", "m-fail")]).is_some());
-    assert_eq!(value(&text, "jobwire_workers_connected", &[("queue", "m-fail")]), Some(1.0));
-    assert_eq!(value(&text, "jobwire_job_run_seconds_count", &[("queue", "m-fail")]), Some(3.0));
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_jobs_dead_lettered_total",
+            &[fail[0], fail[1], ("reason", "ATTEMPTS_EXHAUSTED")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, "jobwire_jobs_leased_total", &[("queue", "m-fail")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_queue_jobs",
+            &[("queue", "m-fail"), ("state", "dead")]
+        ),
+        Some(1.0)
+    );
+    assert!(value(
+        &text,
+        "jobwire_dead_letter_oldest_age_seconds",
+        &[("queue", "m-fail")]
+    )
+    .is_some());
+    assert_eq!(
+        value(&text, "jobwire_workers_connected", &[("queue", "m-fail")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_job_run_seconds_count",
+            &[("queue", "m-fail")]
+        ),
+        Some(3.0)
+    );
 
     // Replay: the dead-letter depth and its oldest age go to 0 (gauges refresh within 2 s).
     app.dead()
-        .replay_dead_letters(pb::ReplayDeadLettersRequest { queue: "m-fail".into(), job_ids: vec!["f".into()], filter: None })
+        .replay_dead_letters(pb::ReplayDeadLettersRequest {
+            queue: "m-fail".into(),
+            job_ids: vec!["f".into()],
+            filter: None,
+        })
         .await
         .expect("replay");
     eventually(Duration::from_secs(5), || async {
         let t = scrape(&app).await;
-        value(&t, "jobwire_queue_jobs", &[("queue", "m-fail"), ("state", "dead")]) == Some(0.0)
-            && value(&t, "jobwire_dead_letter_oldest_age_seconds", &[("queue", "m-fail")]) == Some(0.0)
+        value(
+            &t,
+            "jobwire_queue_jobs",
+            &[("queue", "m-fail"), ("state", "dead")],
+        ) == Some(0.0)
+            && value(
+                &t,
+                "jobwire_dead_letter_oldest_age_seconds",
+                &[("queue", "m-fail")],
+            ) == Some(0.0)
     })
     .await;
 }
@@ -95,9 +193,15 @@ async fn ten_thousand_job_names_do_not_make_ten_thousand_series() {
     let (_redis, app) = TestApp::with_redis().await;
     for batch in 0..10 {
         let jobs = (0..1000)
-            .map(|i| pb::JobSpec { name: format!("name-{batch}-{i}"), ..spec("m-names", &format!("{batch}-{i}")) })
+            .map(|i| pb::JobSpec {
+                name: format!("name-{batch}-{i}"),
+                ..spec("m-names", &format!("{batch}-{i}"))
+            })
             .collect();
-        app.jobs().enqueue_batch(pb::EnqueueBatchRequest { jobs }).await.expect("batch");
+        app.jobs()
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+            .await
+            .expect("batch");
     }
     let mut w = TestWorker::open(&app, &["m-names"], 1000, "w").await;
     for _ in 0..10_000 {
@@ -115,38 +219,74 @@ async fn ten_thousand_job_names_do_not_make_ten_thousand_series() {
     let text = scrape(&app).await;
     let series: Vec<&str> = text
         .lines()
-        .filter(|l| l.starts_with("jobwire_jobs_completed_total{") && l.contains("queue=\"m-names\""))
+        .filter(|l| {
+            l.starts_with("jobwire_jobs_completed_total{") && l.contains("queue=\"m-names\"")
+        })
         .collect();
     assert_eq!(series.len(), 101, "100 names and `other`");
-    assert_eq!(value(&text, "jobwire_jobs_completed_total", &[("queue", "m-names"), ("job_name", "other")]), Some(9_900.0));
+    assert_eq!(
+        value(
+            &text,
+            "jobwire_jobs_completed_total",
+            &[("queue", "m-names"), ("job_name", "other")]
+        ),
+        Some(9_900.0)
+    );
 }
 
 #[tokio::test]
 async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let (_redis, app) = TestApp::with_redis().await;
     // Touch every code path once so that every family has a series.
-    enqueue(&app, pb::JobSpec { max_attempts: Some(1), ..spec("m-all", "a") }).await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(1),
+            ..spec("m-all", "a")
+        },
+    )
+    .await;
     enqueue(&app, spec("m-all", "a")).await;
     enqueue(&app, spec("m-all", "b")).await;
-    enqueue(&app, pb::JobSpec { max_attempts: Some(2), ..spec("m-all", "c") }).await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(2),
+            ..spec("m-all", "c")
+        },
+    )
+    .await;
     {
         let mut w = TestWorker::open(&app, &["m-all"], 3, "w").await;
-        let mut leases = vec![w.lease().await, w.lease().await, w.lease().await];
+        let mut leases = [w.lease().await, w.lease().await, w.lease().await];
         leases.sort_by_key(|l| l.job.as_ref().map(|j| j.job_id.clone()));
         w.fail(&leases[0], D::Retry, "x", "t", None).await;
         w.ack(&leases[1]).await;
         // c: its stream ends without settling; the lease expires (lease_expirations_total).
     }
     eventually(Duration::from_secs(8), || async {
-        value(&scrape(&app).await, "jobwire_lease_expirations_total", &[("queue", "m-all")]).unwrap_or(0.0) >= 1.0
+        value(
+            &scrape(&app).await,
+            "jobwire_lease_expirations_total",
+            &[("queue", "m-all")],
+        )
+        .unwrap_or(0.0)
+            >= 1.0
     })
     .await;
     let exported = families(&scrape(&app).await);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut used = BTreeSet::new();
-    for file in ["deploy/prometheus/jobwire-alerts.yaml", "deploy/grafana/jobwire-dashboard.json"] {
+    for file in [
+        "deploy/prometheus/jobwire-alerts.yaml",
+        "deploy/grafana/jobwire-dashboard.json",
+    ] {
         let text = std::fs::read_to_string(root.join(file)).expect(file);
-        let code: String = text.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
         for word in code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
             if word.starts_with("jobwire_") || word.starts_with("grpc_server_") {
                 let family = ["_bucket", "_count", "_sum"]
@@ -159,7 +299,10 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     }
     assert!(used.len() >= 10, "the files use the metrics: {used:?}");
     let missing: Vec<_> = used.difference(&exported).collect();
-    assert!(missing.is_empty(), "used but not exported: {missing:?}\nexported: {exported:?}");
+    assert!(
+        missing.is_empty(),
+        "used but not exported: {missing:?}\nexported: {exported:?}"
+    );
     // HELP on every jobwire metric.
     let text = scrape(&app).await;
     for f in exported.iter().filter(|f| f.starts_with("jobwire_")) {
