@@ -13,7 +13,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::api::{pb, ApiLimits, DeadLetterApi, JobApi, WorkerApi, WorkerService};
+use crate::api::{pb, ApiLimits, DeadLetterApi, JobApi, QueueApi, WorkerApi, WorkerService};
 use crate::config::ServeArgs;
 use crate::http::{self, HttpState};
 use crate::lease::{Hub, HubConfig};
@@ -21,10 +21,11 @@ use crate::metrics::{GrpcMetricsLayer, Scraper};
 use crate::store::Store;
 
 /// gRPC service names whose health is reported (plus "" for the whole server).
-const SERVICES: [&str; 3] = [
+const SERVICES: [&str; 4] = [
     "jobwire.v1.JobService",
     "jobwire.v1.WorkerService",
     "jobwire.v1.DeadLetterService",
+    "jobwire.v1.QueueService",
 ];
 /// How often the health watch PINGs Redis.
 const HEALTH_PERIOD: Duration = Duration::from_millis(500);
@@ -137,7 +138,10 @@ pub async fn serve(
             pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
                 store.clone(),
             )),
-        );
+        )
+        .add_service(pb::queue_service_server::QueueServiceServer::new(
+            QueueApi::new(hub.clone()),
+        ));
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     let grpc_stop = stop_grpc.clone();
     let grpc_task = tokio::spawn(async move {

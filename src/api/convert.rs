@@ -73,7 +73,7 @@ pub(crate) fn duration_ms(
     Ok(Some(ms as u64))
 }
 
-fn backoff(field: &str, b: &pb::Backoff) -> Result<Backoff, Error> {
+pub(crate) fn backoff(field: &str, b: &pb::Backoff) -> Result<Backoff, Error> {
     let kind = match pb::BackoffKind::try_from(b.kind) {
         Ok(pb::BackoffKind::Fixed) => BackoffKind::Fixed,
         Ok(pb::BackoffKind::Exponential) => BackoffKind::Exponential,
@@ -165,16 +165,15 @@ pub(crate) fn new_job(
             format!("is {}, must be in [-1000, 1000]", spec.priority),
         ));
     }
-    let max_attempts = spec.max_attempts.unwrap_or(limits.default_max_attempts);
-    if !MAX_ATTEMPTS_RANGE.contains(&max_attempts) {
+    let max_attempts = spec.max_attempts;
+    if let Some(m) = max_attempts.filter(|m| !MAX_ATTEMPTS_RANGE.contains(m)) {
         return Err(Error::invalid(
             f("max_attempts"),
-            format!("is {max_attempts}, must be in [1, 1000]"),
+            format!("is {m}, must be in [1, 1000]"),
         ));
     }
-    let timeout_ms =
-        duration_ms(&f("timeout"), spec.timeout.as_ref(), MAX_BACKOFF_MS)?.unwrap_or(0);
-    if spec.timeout.is_some() && timeout_ms == 0 {
+    let timeout_ms = duration_ms(&f("timeout"), spec.timeout.as_ref(), MAX_BACKOFF_MS)?;
+    if timeout_ms == Some(0) {
         return Err(Error::invalid(
             f("timeout"),
             "must be at least 1 ms when set",
@@ -346,6 +345,19 @@ fn attempt_error(e: &AttemptError) -> pb::AttemptError {
     }
 }
 
+/// A backoff as protobuf.
+pub(crate) fn backoff_pb(b: &Backoff) -> pb::Backoff {
+    pb::Backoff {
+        kind: match b.kind {
+            BackoffKind::Fixed => pb::BackoffKind::Fixed,
+            BackoffKind::Exponential => pb::BackoffKind::Exponential,
+        } as i32,
+        delay: Some(duration(b.delay_ms)),
+        jitter: b.jitter,
+        max_delay: (b.max_delay_ms > 0).then(|| duration(b.max_delay_ms)),
+    }
+}
+
 /// A stored job as protobuf.
 pub(crate) fn job_pb(j: Job) -> pb::Job {
     pb::Job {
@@ -359,15 +371,7 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         priority: j.priority,
         max_attempts: j.max_attempts,
         attempts_made: j.attempts_made,
-        backoff: j.backoff.map(|b| pb::Backoff {
-            kind: match b.kind {
-                BackoffKind::Fixed => pb::BackoffKind::Fixed,
-                BackoffKind::Exponential => pb::BackoffKind::Exponential,
-            } as i32,
-            delay: Some(duration(b.delay_ms)),
-            jitter: b.jitter,
-            max_delay: (b.max_delay_ms > 0).then(|| duration(b.max_delay_ms)),
-        }),
+        backoff: j.backoff.as_ref().map(backoff_pb),
         timeout: (j.timeout_ms > 0).then(|| duration(j.timeout_ms)),
         errors: j.errors.iter().map(attempt_error).collect(),
         dead_reason: dead_reason_pb(j.dead_reason) as i32,

@@ -41,7 +41,11 @@ impl pb::job_service_server::JobService for JobApi {
         let queue = job.queue.clone();
         let outcome = self
             .store
-            .enqueue(&queue, std::slice::from_ref(&job))
+            .enqueue(
+                &queue,
+                std::slice::from_ref(&job),
+                self.limits.default_max_attempts,
+            )
             .await
             .map_err(Error::from)?
             .pop()
@@ -85,7 +89,7 @@ impl pb::job_service_server::JobService for JobApi {
             let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
             let outcomes = self
                 .store
-                .enqueue(&queue, &jobs)
+                .enqueue(&queue, &jobs, self.limits.default_max_attempts)
                 .await
                 .map_err(Error::from)?;
             for ((i, _), o) in items.iter().zip(outcomes) {

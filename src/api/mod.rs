@@ -6,12 +6,14 @@ mod convert;
 mod dead_letter_service;
 mod job_service;
 pub mod limits;
+mod queue_service;
 mod status;
 mod worker_service;
 
 pub use convert::ApiLimits;
 pub use dead_letter_service::DeadLetterApi;
 pub use job_service::JobApi;
+pub use queue_service::QueueApi;
 pub use status::ERROR_DOMAIN;
 pub use worker_service::{WorkerApi, WorkerService};
 

@@ -151,12 +151,20 @@ fn ack_args(r: &pb::AckRequest) -> Result<(QueueName, String, String), Error> {
 fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
     let queue = convert::queue("queue", &r.queue)?;
     let (message, error_type, details) = convert::job_error("error", r.error.as_ref())?;
+    let disposition = convert::disposition("disposition", r.disposition)?;
+    if r.pause_queue && disposition != Disposition::RateLimited {
+        return Err(Error::invalid(
+            "pause_queue",
+            "applies only with disposition FAIL_DISPOSITION_RATE_LIMITED",
+        ));
+    }
     Ok((
         queue,
         FailItem {
             id: convert::job_id("job_id", &r.job_id)?,
             token: convert::token("lease_token", &r.lease_token)?,
-            disposition: convert::disposition("disposition", r.disposition)?,
+            disposition,
+            pause_queue: r.pause_queue,
             message,
             error_type,
             details,

@@ -3,12 +3,17 @@
 //! `store` persists them; neither depends on the other.
 
 mod model;
+mod queue_config;
 mod queue_name;
 mod trace;
 
 pub use model::{
     AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState,
     LeasedJob, NewJob,
+};
+pub use queue_config::{
+    ConfigField, QueueConfig, RateLimit, Retention, DEFAULT_DEAD_MAX_AGE_MS,
+    DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD,
 };
 pub use queue_name::QueueName;
 pub use trace::trace_id;

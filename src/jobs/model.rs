@@ -221,12 +221,12 @@ pub struct NewJob {
     pub delay_ms: u64,
     /// -1000..=1000, higher first.
     pub priority: i32,
-    /// Runs allowed, 1..=1000.
-    pub max_attempts: u32,
-    /// Retry backoff; `None` retries at once.
+    /// Runs allowed, 1..=1000; `None`: the queue's default, else the server's.
+    pub max_attempts: Option<u32>,
+    /// Retry backoff; `None`: the queue's default, else retry at once.
     pub backoff: Option<Backoff>,
-    /// Per-attempt timeout, ms; 0 = none.
-    pub timeout_ms: u64,
+    /// Per-attempt timeout, ms (0 = none); `None`: the queue's default.
+    pub timeout_ms: Option<u64>,
     /// Stable across attempts and replays.
     pub idempotency_key: String,
 }

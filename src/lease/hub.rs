@@ -177,6 +177,30 @@ impl Hub {
         }
     }
 
+    /// Does `queue`'s local lease loop believe more jobs are leasable right now?
+    pub(super) fn has_backlog(&self, queue: &QueueName) -> bool {
+        self.inner
+            .loops
+            .lock()
+            .ok()
+            .and_then(|l| l.get(queue).map(|lp| lp.backlog.load(Ordering::Relaxed)))
+            .unwrap_or(false)
+    }
+
+    /// Wakes the loops of every queue the given streams lease from, but `except`'s (the
+    /// caller's own loop, which would otherwise wake itself in a loop).
+    pub(super) fn notify_sessions_queues(&self, sessions: &[Arc<Session>], except: &QueueName) {
+        if let Ok(l) = self.inner.loops.lock() {
+            for s in sessions {
+                for q in s.queues.iter().filter(|q| *q != except) {
+                    if let Some(lp) = l.get(q) {
+                        lp.notify.notify_one();
+                    }
+                }
+            }
+        }
+    }
+
     fn notify_queues(&self, queues: &[QueueName]) {
         if let Ok(l) = self.inner.loops.lock() {
             for q in queues {

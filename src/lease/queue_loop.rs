@@ -3,7 +3,7 @@
 //! streams round-robin. With nothing to lease it sleeps until a wake-up (an enqueue on any
 //! replica, a credit returned), the next delayed job's due time, or the safety poll.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use super::hub::Hub;
 use super::session::{Outbound, Session};
 use crate::jobs::QueueName;
+use crate::store::Limit;
 
 /// Most jobs one lease call takes.
 const MAX_BATCH: usize = 256;
@@ -26,6 +27,20 @@ pub(super) struct QueueLoop {
     sessions: Mutex<Vec<Arc<Session>>>,
     /// Rotates the first stream served, so no stream is always first.
     turn: std::sync::atomic::AtomicUsize,
+    /// The last lease call filled every slot: more jobs are probably leasable now. Streams
+    /// on several queues give this queue its turn only while this holds.
+    pub(super) backlog: AtomicBool,
+}
+
+/// How the loop waits after a lease call.
+enum Wait {
+    /// Every slot was filled: go on at once.
+    No,
+    /// Until a wake-up (enqueue, credit, resume) or this long.
+    Soft(Duration),
+    /// This long, whatever wakes it: the queue's rate limit or a worker-reported throttle
+    /// admits nothing sooner, and waking early would only spin on Redis.
+    Hard(Duration),
 }
 
 impl QueueLoop {
@@ -35,6 +50,7 @@ impl QueueLoop {
             notify: Notify::new(),
             sessions: Mutex::default(),
             turn: Default::default(),
+            backlog: AtomicBool::new(false),
         }
     }
 
@@ -56,7 +72,7 @@ impl QueueLoop {
 
     /// Takes one credit at a time from each stream that wants leases, round-robin, up to
     /// [`MAX_BATCH`]: the slot list for one lease call.
-    fn reserve(&self) -> Vec<Arc<Session>> {
+    fn reserve(&self, hub: &Hub) -> Vec<Arc<Session>> {
         let sessions = self.sessions();
         let mut slots = Vec::new();
         if sessions.is_empty() {
@@ -67,7 +83,10 @@ impl QueueLoop {
             let before = slots.len();
             for i in 0..sessions.len() {
                 let s = &sessions[(start + i) % sessions.len()];
-                if slots.len() < MAX_BATCH && s.wants_leases() && s.take_credit() {
+                if slots.len() < MAX_BATCH
+                    && s.wants_leases()
+                    && s.take_credit_for(&self.queue, |q| hub.has_backlog(q))
+                {
                     slots.push(s.clone());
                 }
             }
@@ -86,7 +105,7 @@ impl QueueLoop {
             let slots = if hub.is_draining() {
                 Vec::new()
             } else {
-                self.reserve()
+                self.reserve(&hub)
             };
             if slots.is_empty() {
                 tokio::select! {
@@ -96,20 +115,27 @@ impl QueueLoop {
                 }
                 continue;
             }
-            let wait = self.lease_into(&hub, &slots).await;
-            if let Some(wait) = wait {
-                tokio::select! {
-                    _ = self.notify.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.cancelled() => return,
+            match self.lease_into(&hub, &slots).await {
+                Wait::No => {}
+                Wait::Soft(wait) => {
+                    tokio::select! {
+                        _ = self.notify.notified() => {}
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+                Wait::Hard(wait) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.cancelled() => return,
+                    }
                 }
             }
         }
     }
 
-    /// Leases for `slots` and delivers. Returns how long to wait before trying again
-    /// (`None`: every slot was filled, go on at once).
-    async fn lease_into(&self, hub: &Hub, slots: &[Arc<Session>]) -> Option<Duration> {
+    /// Leases for `slots` and delivers. Returns how to wait before trying again.
+    async fn lease_into(&self, hub: &Hub, slots: &[Arc<Session>]) -> Wait {
         let workers: Vec<&str> = slots.iter().map(|s| s.worker_id.as_str()).collect();
         let lease_ms = hub.config().lease_duration.as_millis() as u64;
         let batch = match hub.store().lease(&self.queue, &workers, lease_ms).await {
@@ -119,7 +145,8 @@ impl QueueLoop {
                     s.add_credits(1);
                 }
                 tracing::warn!(queue = %self.queue, error = %e, "lease call failed");
-                return Some(ERROR_PAUSE);
+                self.backlog.store(false, Ordering::Relaxed);
+                return Wait::Hard(ERROR_PAUSE);
             }
         };
         let leased = batch.jobs.len();
@@ -138,8 +165,17 @@ impl QueueLoop {
                 orphans.push((id, token));
             }
         }
+        let full = leased == slots.len();
+        self.backlog.store(full, Ordering::Relaxed);
         for s in &slots[leased..] {
             s.add_credits(1);
+        }
+        if !full {
+            // Credits came back: the streams' other queues may use them now.
+            hub.notify_sessions_queues(&slots[leased..], &self.queue);
+        }
+        if batch.limited.is_some() {
+            crate::metrics::throttled(self.queue.as_str());
         }
         if !orphans.is_empty() {
             // The stream went away between reserving and delivering: hand the jobs back.
@@ -147,16 +183,23 @@ impl QueueLoop {
                 tracing::warn!(queue = %self.queue, error = %e, "could not hand back undelivered leases; they expire");
             }
         }
-        if leased == slots.len() {
-            return None;
+        let until = |ms: u64| Duration::from_millis(ms.saturating_sub(batch.now_ms).max(1));
+        match (batch.limited, batch.wait_until_ms) {
+            (Some(Limit::Rate | Limit::Throttle), Some(at)) => return Wait::Hard(until(at)),
+            (Some(Limit::Concurrency), _) => return Wait::Soft(SAFETY_POLL),
+            _ => {}
+        }
+        if full {
+            return Wait::No;
         }
         if batch.paused {
-            return Some(SAFETY_POLL);
+            return Wait::Soft(SAFETY_POLL);
         }
-        let until_due = batch
-            .next_due_ms
-            .map(|due| Duration::from_millis(due.saturating_sub(batch.now_ms).max(1)));
-        Some(until_due.map_or(SAFETY_POLL, |d| d.min(SAFETY_POLL)))
+        Wait::Soft(
+            batch
+                .next_due_ms
+                .map_or(SAFETY_POLL, |due| until(due).min(SAFETY_POLL)),
+        )
     }
 }
 

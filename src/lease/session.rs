@@ -2,7 +2,7 @@
 //! it was last heard from, and the channel to its outbound half.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -64,6 +64,8 @@ pub struct Session {
     last_seen_ms: AtomicU64,
     pub(crate) closed: AtomicBool,
     pub(crate) draining: AtomicBool,
+    /// Index into `queues` of the queue whose turn it is to use a credit (fairness).
+    turn: AtomicUsize,
     tx: Mutex<Option<mpsc::UnboundedSender<Outbound>>>,
 }
 
@@ -85,6 +87,7 @@ impl Session {
             last_seen_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            turn: AtomicUsize::new(0),
             tx: Mutex::new(Some(tx)),
         };
         (session, rx)
@@ -131,6 +134,35 @@ impl Session {
                 (c > 0).then_some(c - 1)
             })
             .is_ok()
+    }
+
+    /// Takes one credit for `queue` if it is that queue's turn: a stream on several queues
+    /// serves them round-robin, skipping queues that have nothing leasable right now
+    /// (`backlog` says which do), so a busy queue cannot starve another.
+    pub(crate) fn take_credit_for(
+        &self,
+        queue: &QueueName,
+        backlog: impl Fn(&QueueName) -> bool,
+    ) -> bool {
+        let n = self.queues.len();
+        if n <= 1 {
+            return self.take_credit();
+        }
+        let t = self.turn.load(Ordering::Acquire);
+        for k in 0..n {
+            let candidate = &self.queues[(t + k) % n];
+            if candidate == queue {
+                if !self.take_credit() {
+                    return false;
+                }
+                self.turn.store((t + k + 1) % n, Ordering::Release);
+                return true;
+            }
+            if backlog(candidate) {
+                return false;
+            }
+        }
+        false
     }
 
     /// Gives credits back (capped at [`MAX_CREDITS`]).

@@ -12,7 +12,7 @@ use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
 use super::types::*;
 use super::StoreError;
-use crate::jobs::{DeadReason, Job, JobState, LeasedJob, NewJob, QueueName};
+use crate::jobs::{Backoff, DeadReason, Job, JobState, LeasedJob, NewJob, QueueName};
 
 /// A handle on jobwire's Redis; cheap to clone (one shared multiplexed connection).
 #[derive(Clone)]
@@ -119,7 +119,7 @@ impl Store {
         Ok(queues)
     }
 
-    async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+    pub(super) async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
         let known = self
             .known_queues
             .lock()
@@ -145,11 +145,13 @@ impl Store {
         &self,
         queue: &QueueName,
         jobs: &[NewJob],
+        default_max_attempts: u32,
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
         self.remember_queue(queue).await?;
         let keys = Keys::new(queue);
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 11);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 11);
         args.push(jobs.len().to_string().into_bytes());
+        args.push(default_max_attempts.to_string().into_bytes());
         for j in jobs {
             let metadata = serde_json::to_string(&j.metadata)
                 .map_err(|e| StoreError::Decode(format!("metadata: {e}")))?;
@@ -161,13 +163,19 @@ impl Store {
                 metadata.into_bytes(),
                 j.delay_ms.to_string().into_bytes(),
                 j.priority.to_string().into_bytes(),
-                j.max_attempts.to_string().into_bytes(),
+                j.max_attempts
+                    .map(|m| m.to_string())
+                    .unwrap_or_default()
+                    .into_bytes(),
                 j.backoff
                     .as_ref()
                     .map(|b| b.encode())
                     .unwrap_or_default()
                     .into_bytes(),
-                j.timeout_ms.to_string().into_bytes(),
+                j.timeout_ms
+                    .map(|t| t.to_string())
+                    .unwrap_or_default()
+                    .into_bytes(),
                 j.idempotency_key.clone().into_bytes(),
             ]);
         }
@@ -177,10 +185,15 @@ impl Store {
             .map(|j| {
                 let mut item = array(next(&mut reply)?)?.into_iter();
                 match string(next(&mut item)?)?.as_str() {
-                    "C" => Ok(EnqueueOutcome {
-                        job: created_job(j, now),
-                        created: true,
-                    }),
+                    "C" => {
+                        let max = int(next(&mut item)?)? as u32;
+                        let backoff = Backoff::decode(&string(next(&mut item)?)?);
+                        let timeout = int(next(&mut item)?)? as u64;
+                        Ok(EnqueueOutcome {
+                            job: created_job(j, now, max, backoff, timeout),
+                            created: true,
+                        })
+                    }
                     "E" => Ok(EnqueueOutcome {
                         job: job_from_hash(queue, j.id.clone(), item.collect())?,
                         created: false,
@@ -228,6 +241,14 @@ impl Store {
         let now_ms = int(next(&mut reply)?)? as u64;
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
         let paused = int(next(&mut reply)?)? == 1;
+        let limited = match string(next(&mut reply)?)?.as_str() {
+            "" => None,
+            "rate" => Some(Limit::Rate),
+            "throttle" => Some(Limit::Throttle),
+            "concurrency" => Some(Limit::Concurrency),
+            _ => return Err(bad("lease limit")),
+        };
+        let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
         let mut jobs = Vec::new();
         for item in reply {
             let mut f = array(item)?.into_iter();
@@ -263,6 +284,8 @@ impl Store {
             jobs,
             next_due_ms,
             paused,
+            limited,
+            wait_until_ms,
         })
     }
 
@@ -316,6 +339,11 @@ impl Store {
                     .to_string()
                     .into_bytes(),
                 rand::random::<f64>().to_string().into_bytes(),
+                if i.pause_queue {
+                    b"1".to_vec()
+                } else {
+                    b"0".to_vec()
+                },
             ]);
         }
         let reply = array(
@@ -425,7 +453,13 @@ impl Store {
 }
 
 /// The stored form of a job `enqueue.lua` just created at `now` (ms).
-fn created_job(j: &NewJob, now: u64) -> Job {
+fn created_job(
+    j: &NewJob,
+    now: u64,
+    max_attempts: u32,
+    backoff: Option<Backoff>,
+    timeout_ms: u64,
+) -> Job {
     Job {
         queue: j.queue.clone(),
         id: j.id.clone(),
@@ -439,10 +473,10 @@ fn created_job(j: &NewJob, now: u64) -> Job {
             JobState::Waiting
         },
         priority: j.priority,
-        max_attempts: j.max_attempts,
+        max_attempts,
         attempts_made: 0,
-        backoff: j.backoff.clone(),
-        timeout_ms: j.timeout_ms,
+        backoff,
+        timeout_ms,
         errors: Vec::new(),
         dead_reason: None,
         create_ms: now,

@@ -15,10 +15,10 @@ pub fn wake_channel(queue: &QueueName) -> String {
     format!("jw:wake:{queue}")
 }
 
-/// The eight keys every script takes, in the order `scripts/common.lua` documents.
+/// The nine keys every script takes, in the order `scripts/common.lua` documents.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) all: [String; 8],
+    pub(crate) all: [String; 9],
     pub(crate) wake: String,
 }
 
@@ -36,6 +36,7 @@ impl Keys {
                 format!("{p}ready"),
                 format!("{p}meta"),
                 format!("{p}job:"),
+                format!("{p}limiter"),
             ],
             wake: wake_channel(queue),
         }

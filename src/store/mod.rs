@@ -11,6 +11,7 @@ mod codec;
 mod dead;
 mod error;
 mod keys;
+mod queues;
 mod scripts;
 mod stats;
 mod types;
@@ -21,5 +22,6 @@ pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
 pub use stats::QueueStats;
 pub use types::{
-    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, ReapReport, ReapedJob, Settle,
+    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, Limit, ReapReport, ReapedJob,
+    Settle,
 };

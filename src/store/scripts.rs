@@ -36,3 +36,5 @@ script!(RELEASE, "release");
 script!(REPLAY, "replay");
 script!(DELETE_DEAD, "delete_dead");
 script!(LIST_DEAD, "list_dead");
+script!(SET_META, "set_meta");
+script!(PURGE, "purge");

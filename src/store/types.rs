@@ -39,6 +39,19 @@ pub struct FailItem {
     pub details: String,
     /// Overrides the backoff (RETRY) or sets the return time (RATE_LIMITED), ms.
     pub retry_after_ms: Option<u64>,
+    /// With RATE_LIMITED: the whole queue leases nothing until the job's return time.
+    pub pause_queue: bool,
+}
+
+/// The limit that kept a lease call from taking every waiting job it had room for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The queue's rate limit (sliding window).
+    Rate,
+    /// A worker-reported throttle (Fail RATE_LIMITED with pause_queue).
+    Throttle,
+    /// The queue's max_active.
+    Concurrency,
 }
 
 /// An applied ack.
@@ -82,6 +95,10 @@ pub struct LeaseBatch {
     pub next_due_ms: Option<u64>,
     /// The queue is paused: nothing was leased.
     pub paused: bool,
+    /// Jobs were left waiting because of this limit.
+    pub limited: Option<Limit>,
+    /// When the limit admits the next start, ms (rate and throttle limits).
+    pub wait_until_ms: Option<u64>,
 }
 
 /// A job whose lease the reaper failed.

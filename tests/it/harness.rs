@@ -365,6 +365,7 @@ impl TestWorker {
                 details: String::new(),
             }),
             retry_after: retry_after.map(ms),
+            pause_queue: false,
         }));
         self.settled().await
     }

@@ -99,6 +99,7 @@ async fn json_logs_carry_the_attempt_and_the_trace() {
                 details: String::new(),
             }),
             retry_after: None,
+            pause_queue: false,
         })),
     })
     .expect("send");

@@ -22,5 +22,8 @@ for j = 0, n - 1 do
     done = done + 1
   end
 end
-if done > 0 then trim_completed(now) end
+if done > 0 then
+  trim_completed(now)
+  wake_if_concurrency_limited()
+end
 return out

@@ -7,10 +7,13 @@
 --   4 completed  zset  id -> finish time (ms)
 --   5 dead       zset  id -> dead time (ms)
 --   6 ready      zset  id -> time the job became ready (ms), for the oldest-waiting age
---   7 meta       hash  queue settings and the ready sequence counter
+--   7 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
+--                      keep_dead, dead_age_ms, rate_max, rate_ms, max_active), state (paused,
+--                      throttle_until) and the sequence counters (seq, dseq)
 --   8 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
 --                scripts address jobs whose ids they only learn inside the script; the prefix
 --                carries the queue's hash tag, so every job key is in the same cluster slot.
+--   9 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
 -- ARGV[1] is always the queue's wake-up channel (PUBLISHed when a job becomes ready).
 --
 -- Job hash fields: n name, p payload, ct content type, md metadata (JSON), st state,
@@ -22,6 +25,7 @@
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_READY, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local JOB_PREFIX = KEYS[8]
+local K_LIMITER = KEYS[9]
 local WAKE = ARGV[1]
 
 local PRIORITY_SPAN = 4398046511104 -- 2^42: room for the sequence under each priority level
@@ -223,5 +227,12 @@ local function scan_dead(cursor, want, budget, filter, visit)
       end
       if examined >= budget or matched >= want then return score end
     end
+  end
+end
+
+-- A concurrency-limited queue frees a slot: wake the lease loops of every replica.
+local function wake_if_concurrency_limited()
+  if redis.call('HEXISTS', K_META, 'max_active') == 1 then
+    redis.call('PUBLISH', WAKE, '1')
   end
 end

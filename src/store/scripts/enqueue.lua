@@ -1,14 +1,19 @@
 -- enqueue.lua: creates jobs in waiting (or delayed), or reports the existing job for an id
--- that is taken (the id is the dedupe key: nothing about the existing job changes).
--- ARGV: [1] wake channel, [2] n, then 11 per job: id, name, payload, content type,
---       metadata JSON, delay ms, priority, max attempts, backoff, timeout ms, idempotency key.
--- Reply: { now_ms, per job: {'C'} created | {'E', field, value, ...} existing job's hash }.
+-- that is taken (the id is the dedupe key: nothing about the existing job changes). Options a
+-- job leaves unset ('') take the queue's defaults (meta d_max, d_bo, d_to), then the server's.
+-- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 11 per job: id, name,
+--       payload, content type, metadata JSON, delay ms, priority, max attempts, backoff,
+--       timeout ms, idempotency key.
+-- Reply: { now_ms, per job: {'C', max attempts, backoff, timeout ms} created
+--          | {'E', field, value, ...} existing job's hash }.
 local now = now_ms()
 local n = tonumber(ARGV[2])
+local d = redis.call('HMGET', K_META, 'd_max', 'd_bo', 'd_to')
+local d_max, d_bo, d_to = d[1] or ARGV[3], d[2] or '', d[3] or '0'
 local out = { now }
 local woke = false
 for j = 0, n - 1 do
-  local b = 3 + j * 11
+  local b = 4 + j * 11
   local id = ARGV[b]
   local jk = job_key(id)
   local existing = redis.call('HGETALL', jk)
@@ -17,8 +22,12 @@ for j = 0, n - 1 do
     out[#out + 1] = existing
   else
     local delay, pri = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+    local max, bo, to = ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
+    if max == '' then max = d_max end
+    if bo == '' then bo = d_bo end
+    if to == '' then to = d_to end
     redis.call('HSET', jk, 'n', ARGV[b + 1], 'p', ARGV[b + 2], 'ct', ARGV[b + 3], 'md', ARGV[b + 4],
-      'pri', pri, 'max', ARGV[b + 7], 'att', 0, 'bo', ARGV[b + 8], 'to', ARGV[b + 9],
+      'pri', pri, 'max', max, 'att', 0, 'bo', bo, 'to', to,
       'ik', ARGV[b + 10], 'c0', now, 'rp', 0)
     if delay > 0 then
       schedule(id, jk, now + delay)
@@ -26,7 +35,7 @@ for j = 0, n - 1 do
       make_ready(id, jk, pri, now)
       woke = true
     end
-    out[#out + 1] = { 'C' }
+    out[#out + 1] = { 'C', max, bo, to }
   end
 end
 if woke then redis.call('PUBLISH', WAKE, '1') end

@@ -27,6 +27,7 @@ for i, id in ipairs(expired) do
     out[#out + 1] = { id, f[2], etype, r[1], r[3], tonumber(f[3]) }
   end
 end
+if #expired > 0 then wake_if_concurrency_limited() end
 out[2] = next_score(K_ACTIVE)
 out[3] = next_score(K_DELAYED)
 return out

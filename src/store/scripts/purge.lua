@@ -1,0 +1,21 @@
+-- purge.lua: deletes up to a budget of the queue's waiting and delayed jobs (and, if asked,
+-- completed and dead ones). Leased jobs are never purged: their workers hold them.
+-- ARGV: [1] wake channel (unused), [2] include completed 1|0, [3] include dead 1|0,
+--       [4] most jobs to delete in this call.
+-- Reply: the number of jobs deleted (less than the budget: nothing is left to purge).
+local budget = tonumber(ARGV[4])
+local deleted = 0
+local sets = { K_WAITING, K_DELAYED }
+if ARGV[2] == '1' then sets[#sets + 1] = K_COMPLETED end
+if ARGV[3] == '1' then sets[#sets + 1] = K_DEAD end
+for _, key in ipairs(sets) do
+  if deleted >= budget then break end
+  local ids = redis.call('ZRANGE', key, 0, budget - deleted - 1)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', key, id)
+    redis.call('ZREM', K_READY, id)
+    redis.call('DEL', job_key(id))
+    deleted = deleted + 1
+  end
+end
+return deleted
