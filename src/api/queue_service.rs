@@ -80,7 +80,7 @@ pub(crate) fn config_pb(c: &QueueConfig) -> pb::QueueConfig {
 /// Validates a protobuf config (every field; `field` prefixes the paths in errors).
 pub(crate) fn config_from_pb(field: &str, c: &pb::QueueConfig) -> Result<QueueConfig, Error> {
     let f = |name: &str| format!("{field}.{name}");
-    let r = c.retention.clone().unwrap_or_default();
+    let r = c.retention.unwrap_or_default();
     let rate_limit = match &c.rate_limit {
         None => None,
         Some(rl) => Some(RateLimit {
