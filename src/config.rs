@@ -131,6 +131,11 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_METRICS_MAX_JOB_NAMES", default_value_t = 100)]
     pub metrics_max_job_names: usize,
 
+    /// Queue config file (TOML: defaults, retention, rate limits, concurrency limits per
+    /// queue), applied to Redis at start.
+    #[arg(long, env = "JOBWIRE_CONFIG")]
+    pub config: Option<PathBuf>,
+
     /// Log output format.
     #[arg(long, env = "JOBWIRE_LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,
@@ -159,6 +164,7 @@ impl ServeArgs {
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
+            config: None,
             log_format: LogFormat::Pretty,
             print_config: false,
         }
@@ -231,6 +237,7 @@ impl fmt::Debug for ServeArgs {
             max_payload_bytes,
             default_max_attempts,
             metrics_max_job_names,
+            config,
             log_format,
             print_config,
         } = self;
@@ -249,6 +256,7 @@ impl fmt::Debug for ServeArgs {
             .field("max_payload_bytes", max_payload_bytes)
             .field("default_max_attempts", default_max_attempts)
             .field("metrics_max_job_names", metrics_max_job_names)
+            .field("config", config)
             .field("log_format", log_format)
             .field("print_config", print_config)
             .finish()

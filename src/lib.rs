@@ -18,6 +18,7 @@ pub mod http;
 pub mod jobs;
 pub mod lease;
 pub mod metrics;
+pub mod queue_file;
 pub mod redis_embedded;
 pub mod server;
 pub mod shutdown;
@@ -67,6 +68,16 @@ pub async fn run(
             .context("redis url")?;
         wait_for_redis(&store).await?;
         check_eviction(&store, cfg.allow_eviction).await?;
+        if let Some(path) = &cfg.config {
+            let queues = queue_file::QueueFile::load(path).map_err(anyhow::Error::msg)?;
+            for (queue, config) in &queues {
+                store
+                    .set_queue_config(queue, config, &jobs::ConfigField::ALL)
+                    .await
+                    .with_context(|| format!("applying the config of queue {queue}"))?;
+            }
+            tracing::info!(path = %path.display(), queues = queues.len(), "queue config applied");
+        }
         tracing::info!(grpc = %grpc.local_addr()?, http = %http.local_addr()?,
             redis = %config::redact_url(&url), "jobwire serving");
         server::serve(&cfg, store, &url, grpc, http, shutdown).await

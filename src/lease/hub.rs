@@ -163,6 +163,7 @@ impl Hub {
     pub fn wake(&self, queue: &QueueName) {
         if let Ok(l) = self.inner.loops.lock() {
             if let Some(lp) = l.get(queue) {
+                lp.backlog.store(true, Ordering::Relaxed);
                 lp.notify.notify_one();
             }
         }

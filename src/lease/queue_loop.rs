@@ -27,8 +27,9 @@ pub(super) struct QueueLoop {
     sessions: Mutex<Vec<Arc<Session>>>,
     /// Rotates the first stream served, so no stream is always first.
     turn: std::sync::atomic::AtomicUsize,
-    /// The last lease call filled every slot: more jobs are probably leasable now. Streams
-    /// on several queues give this queue its turn only while this holds.
+    /// More jobs are probably leasable now: the last lease call filled every slot, or a
+    /// wake-up said jobs became ready (true until a lease call finds fewer jobs than slots).
+    /// Streams on several queues give this queue its turn only while this holds.
     pub(super) backlog: AtomicBool,
 }
 
@@ -50,7 +51,7 @@ impl QueueLoop {
             notify: Notify::new(),
             sessions: Mutex::default(),
             turn: Default::default(),
-            backlog: AtomicBool::new(false),
+            backlog: AtomicBool::new(true),
         }
     }
 

@@ -1,6 +1,7 @@
 //! jobwire's integration tests: one binary, real redis-server processes, real gRPC over TCP.
 
 mod harness;
+mod limits;
 mod logs;
 mod metrics;
 

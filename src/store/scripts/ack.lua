@@ -23,7 +23,7 @@ for j = 0, n - 1 do
   end
 end
 if done > 0 then
-  trim_completed(now)
+  trim_completed(now, done)
   wake_if_concurrency_limited()
 end
 return out

@@ -114,8 +114,10 @@ local function trim(key, keep, max_age_ms, now, budget, scale)
   end
 end
 
-local function trim_completed(now)
-  trim(K_COMPLETED, meta_number('keep_completed', 1000), meta_number('completed_age_ms', 0), now, 100, 1)
+-- `added` jobs were just completed: the budget covers them, so the set cannot outgrow its
+-- limit however large the ack batches are.
+local function trim_completed(now, added)
+  trim(K_COMPLETED, meta_number('keep_completed', 1000), meta_number('completed_age_ms', 0), now, 100 + added, 1)
 end
 
 local function trim_dead(now)
