@@ -226,7 +226,7 @@ impl WorkerApi {
                 if result.is_ok() {
                     tracing::debug!(queue = %queue, job_id = %id, worker_id = %session.worker_id, "acked");
                 }
-                self.hub.settled(&queue, &id);
+                self.hub.settled(&queue, &id, &token);
                 session.send(Outbound::Settled(Settled {
                     queue: queue.to_string(),
                     id,
@@ -245,7 +245,7 @@ impl WorkerApi {
                     log_failure(&queue, &item, &o, &session.worker_id);
                     Some(o.state)
                 });
-                self.hub.settled(&queue, &item.id);
+                self.hub.settled(&queue, &item.id, &item.token);
                 session.send(Outbound::Settled(Settled {
                     queue: queue.to_string(),
                     id: item.id,
@@ -339,7 +339,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .0
             .hub
             .store()
-            .ack(&queue, &[(id.clone(), token)])
+            .ack(&queue, &[(id.clone(), token.clone())])
             .await
             .map_err(Error::from)?;
         let r = r
@@ -348,7 +348,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .ok_or_else(|| Error::Internal("ack returned nothing".into()))?;
         let done = settle_error(&queue, &id, r);
         if !matches!(done, Err(Error::JobNotFound { .. })) {
-            self.0.hub.settled(&queue, &id);
+            self.0.hub.settled(&queue, &id, &token);
         }
         done?;
         Ok(Response::new(pb::AckResponse {}))
@@ -373,7 +373,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .ok_or_else(|| Error::Internal("fail returned nothing".into()))?;
         let done = settle_error(&queue, &item.id, r);
         if !matches!(done, Err(Error::JobNotFound { .. })) {
-            self.0.hub.settled(&queue, &item.id);
+            self.0.hub.settled(&queue, &item.id, &item.token);
         }
         let o = done?;
         log_failure(&queue, &item, &o, "(unary)");

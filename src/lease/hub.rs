@@ -141,15 +141,18 @@ impl Hub {
         session.draining.store(true, Ordering::Relaxed);
     }
 
-    /// A job was settled (acked or failed, by stream or unary call, applied or refused):
-    /// whichever local stream held it gets its credit back.
-    pub fn settled(&self, queue: &QueueName, id: &str) {
+    /// A job was settled with lease `token` (acked or failed, by stream or unary call,
+    /// applied or refused): the local stream that held it under that token gets its credit
+    /// back. Matching the token matters: a stale settle from a worker whose lease was lost
+    /// must not strip the job from the stream that holds it now (which would stop renewing
+    /// the live lease).
+    pub fn settled(&self, queue: &QueueName, id: &str, token: &str) {
         let sessions = match self.inner.loops.lock() {
             Ok(l) => l.get(queue).map(|lp| lp.sessions()),
             Err(_) => None,
         };
         for s in sessions.unwrap_or_default() {
-            if s.forget(queue, id) {
+            if s.forget_token(queue, id, token) {
                 s.add_credits(1);
                 self.notify_queues(&s.queues);
                 return;

@@ -160,6 +160,19 @@ impl Session {
             .unwrap_or(false)
     }
 
+    /// Forgets a settled lease if this stream holds it under `token`; true if so.
+    pub(crate) fn forget_token(&self, queue: &QueueName, id: &str, token: &str) -> bool {
+        let Ok(mut held) = self.held.lock() else {
+            return false;
+        };
+        let key = (queue.clone(), id.to_owned());
+        if held.get(&key).is_some_and(|h| h.token == token) {
+            held.remove(&key);
+            return true;
+        }
+        false
+    }
+
     /// How many leases it holds.
     pub fn held_count(&self) -> usize {
         self.held.lock().map(|h| h.len()).unwrap_or(0)

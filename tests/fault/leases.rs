@@ -24,7 +24,6 @@ fn job_of(l: &pb::Lease) -> &pb::Job {
     l.job.as_ref().expect("job")
 }
 
-#[allow(dead_code)]
 async fn job_hash(redis: &TestRedis, queue: &str, id: &str) -> Vec<(String, String)> {
     let mut c = redis.conn().await;
     let mut h: Vec<(String, String)> = redis::cmd("HGETALL")
@@ -66,6 +65,59 @@ async fn a_job_running_three_lease_durations_on_a_live_stream_is_delivered_once(
     assert_eq!(job.state, pb::JobState::Completed as i32);
     assert_eq!(job.attempts_made, 1, "delivered exactly once");
     assert!(job.errors.is_empty(), "no expired attempt recorded");
+}
+
+#[tokio::test]
+async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
+    let (redis, app) = app().await;
+    // The healthy worker opens first and is busy with another job, so it is first in the
+    // queue's list of streams (a stale settle must not touch its leases).
+    enqueue(&app, spec("hung", "other")).await;
+    let mut healthy = TestWorker::open(&app, &["hung"], 1, "healthy").await;
+    let other = healthy.lease().await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(3),
+            ..spec("hung", "j")
+        },
+    )
+    .await;
+    let mut hung = TestWorker::open(&app, &["hung"], 1, "hung").await;
+    let stale = hung.lease().await;
+    assert_eq!(job_of(&stale).job_id, "j");
+
+    // The hung worker says nothing; the healthy one heartbeats until the job's lease
+    // expires and the reaper puts it back (attempt 1 failed, LEASE_EXPIRED).
+    let mut polls = 0;
+    loop {
+        assert!(healthy.heartbeat_for(Duration::from_millis(200)).await.is_empty());
+        let job = get_job(&app, "hung", "j").await;
+        if job.state != pb::JobState::Active as i32 {
+            assert_eq!(job.errors[0].error_type, "LEASE_EXPIRED");
+            break;
+        }
+        polls += 1;
+        assert!(polls < 100, "the hung worker's lease never expired");
+    }
+    assert_eq!(healthy.ack(&other).await.code, 0);
+    let fresh = healthy.lease().await;
+    assert_eq!(job_of(&fresh).job_id, "j", "another worker gets the job");
+    assert_eq!(fresh.attempt, 2);
+
+    // The hung worker wakes up and acks with its old token.
+    let before = job_hash(&redis, "hung", "j").await;
+    let s = hung.ack(&stale).await;
+    assert_eq!(s.code, tonic::Code::FailedPrecondition as i32, "{}", s.message);
+    assert_eq!(job_hash(&redis, "hung", "j").await, before, "nothing changed");
+
+    // The new holder keeps its lease (renewed) for 3 lease durations and acks.
+    assert!(healthy.heartbeat_for(LEASE * 3).await.is_empty());
+    let s = healthy.ack(&fresh).await;
+    assert_eq!(s.code, 0, "the new holder still holds the lease: {}", s.message);
+    let job = get_job(&app, "hung", "j").await;
+    assert_eq!(job.state, pb::JobState::Completed as i32);
+    assert_eq!(job.attempts_made, 2);
 }
 
 #[tokio::test]
