@@ -60,7 +60,11 @@ async fn a_job_running_three_lease_durations_on_a_live_stream_is_delivered_once(
         "the standby worker was never given the job"
     );
     let s = busy.ack(&lease).await;
-    assert_eq!(s.code, 0, "the ack after 3 lease durations lands: {}", s.message);
+    assert_eq!(
+        s.code, 0,
+        "the ack after 3 lease durations lands: {}",
+        s.message
+    );
     let job = get_job(&app, "long", "j").await;
     assert_eq!(job.state, pb::JobState::Completed as i32);
     assert_eq!(job.attempts_made, 1, "delivered exactly once");
@@ -91,7 +95,10 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
     // expires and the reaper puts it back (attempt 1 failed, LEASE_EXPIRED).
     let mut polls = 0;
     loop {
-        assert!(healthy.heartbeat_for(Duration::from_millis(200)).await.is_empty());
+        assert!(healthy
+            .heartbeat_for(Duration::from_millis(200))
+            .await
+            .is_empty());
         let job = get_job(&app, "hung", "j").await;
         if job.state != pb::JobState::Active as i32 {
             assert_eq!(job.errors[0].error_type, "LEASE_EXPIRED");
@@ -108,13 +115,26 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
     // The hung worker wakes up and acks with its old token.
     let before = job_hash(&redis, "hung", "j").await;
     let s = hung.ack(&stale).await;
-    assert_eq!(s.code, tonic::Code::FailedPrecondition as i32, "{}", s.message);
-    assert_eq!(job_hash(&redis, "hung", "j").await, before, "nothing changed");
+    assert_eq!(
+        s.code,
+        tonic::Code::FailedPrecondition as i32,
+        "{}",
+        s.message
+    );
+    assert_eq!(
+        job_hash(&redis, "hung", "j").await,
+        before,
+        "nothing changed"
+    );
 
     // The new holder keeps its lease (renewed) for 3 lease durations and acks.
     assert!(healthy.heartbeat_for(LEASE * 3).await.is_empty());
     let s = healthy.ack(&fresh).await;
-    assert_eq!(s.code, 0, "the new holder still holds the lease: {}", s.message);
+    assert_eq!(
+        s.code, 0,
+        "the new holder still holds the lease: {}",
+        s.message
+    );
     let job = get_job(&app, "hung", "j").await;
     assert_eq!(job.state, pb::JobState::Completed as i32);
     assert_eq!(job.attempts_made, 2);

@@ -12,5 +12,4 @@ mod killed_worker;
 mod leases;
 mod redis_outage;
 mod replicas;
-mod soak;
 mod startup;

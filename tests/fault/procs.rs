@@ -205,6 +205,17 @@ impl ServerProc {
         s
     }
 
+    /// Runs `jobwire serve <args>` expecting it to exit by itself; returns status and log.
+    pub async fn run_to_exit(args: Vec<String>, patience: Duration) -> (ExitStatus, String) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut child, _, log) = Self::launch(dir.path(), &args);
+        let status = tokio::time::timeout(patience, child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("jobwire did not exit:\n{}", tail(&log)))
+            .expect("wait");
+        (status, std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
     fn launch(dir: &Path, args: &[String]) -> (Child, String, PathBuf) {
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
@@ -264,6 +275,7 @@ impl ServerProc {
         JobServiceClient::new(self.channel.clone())
     }
 
+    #[allow(dead_code)]
     pub fn workers(&self) -> WorkerServiceClient<Channel> {
         WorkerServiceClient::new(self.channel.clone())
     }

@@ -239,6 +239,7 @@ pub fn ms(d: Duration) -> prost_types::Duration {
 
 /// What [`TestWorker::recv`] saw.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Recv {
     Msg(Out),
     End,
@@ -296,6 +297,15 @@ impl TestWorker {
         self.tx
             .send(pb::SubscribeRequest { message: Some(m) })
             .expect("stream open");
+    }
+
+    /// Sends a heartbeat; false when the stream is gone.
+    pub fn heartbeat(&self) -> bool {
+        self.tx
+            .send(pb::SubscribeRequest {
+                message: Some(In::Heartbeat(pb::Heartbeat {})),
+            })
+            .is_ok()
     }
 
     /// The next message, without panicking on the end of the stream or an error status.
