@@ -5,6 +5,7 @@ mod harness;
 
 mod core_flow;
 mod dead_letters;
+mod model;
 mod retries;
 mod shutdown;
 mod validation;
