@@ -12,4 +12,5 @@ mod killed_worker;
 mod leases;
 mod redis_outage;
 mod replicas;
+mod soak;
 mod startup;
