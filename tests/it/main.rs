@@ -3,6 +3,7 @@
 #[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
 
+mod bad_input;
 mod core_flow;
 mod dead_letters;
 mod model;
