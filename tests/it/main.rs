@@ -4,9 +4,11 @@
 mod harness;
 
 mod bad_input;
+mod bad_input_workers;
 mod core_flow;
 mod dead_letters;
 mod model;
+mod refusal;
 mod retries;
 mod shutdown;
 mod validation;
