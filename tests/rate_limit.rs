@@ -83,7 +83,7 @@ async fn fifty_per_second_across_two_replicas_and_eight_workers() {
                 let t = l
                     .job
                     .as_ref()
-                    .and_then(|j| j.lease_time.clone())
+                    .and_then(|j| j.lease_time)
                     .expect("lease time");
                 starts.push(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
                 assert_eq!(w.ack(&l).await.code, 0);

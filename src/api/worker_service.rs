@@ -229,7 +229,7 @@ impl WorkerApi {
             };
             for ((id, token), r) in items.into_iter().zip(results) {
                 let result = r.and_then(|r| settle_error(&queue, &id, r));
-                let span = self.hub.settled(&queue, &id);
+                let span = self.hub.settled(&queue, &id, &token);
                 if let Ok(o) = &result {
                     record_ack(&queue, &id, o, &span);
                 }
@@ -249,7 +249,7 @@ impl WorkerApi {
             };
             for (item, r) in items.into_iter().zip(results) {
                 let result = r.and_then(|r| settle_error(&queue, &item.id, r));
-                let span = self.hub.settled(&queue, &item.id);
+                let span = self.hub.settled(&queue, &item.id, &item.token);
                 if let Ok(o) = &result {
                     record_failure(&queue, &item, o, &session.worker_id, &span);
                 }
@@ -374,7 +374,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .0
             .hub
             .store()
-            .ack(&queue, &[(id.clone(), token)])
+            .ack(&queue, &[(id.clone(), token.clone())])
             .await
             .map_err(Error::from)?;
         let r = r
@@ -384,7 +384,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         let done = settle_error(&queue, &id, r);
         let span = match done {
             Err(Error::JobNotFound { .. }) => tracing::Span::none(),
-            _ => self.0.hub.settled(&queue, &id),
+            _ => self.0.hub.settled(&queue, &id, &token),
         };
         record_ack(&queue, &id, &done?, &span);
         Ok(Response::new(pb::AckResponse {}))
@@ -410,7 +410,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         let done = settle_error(&queue, &item.id, r);
         let span = match done {
             Err(Error::JobNotFound { .. }) => tracing::Span::none(),
-            _ => self.0.hub.settled(&queue, &item.id),
+            _ => self.0.hub.settled(&queue, &item.id, &item.token),
         };
         let o = done?;
         record_failure(&queue, &item, &o, "(unary)", &span);

@@ -141,16 +141,19 @@ impl Hub {
         session.draining.store(true, Ordering::Relaxed);
     }
 
-    /// A job was settled (acked or failed, by stream or unary call, applied or refused):
-    /// whichever local stream held it gets its credit back. Returns the attempt's span when
-    /// a local stream held it (`Span::none()` otherwise), to log the outcome in.
-    pub fn settled(&self, queue: &QueueName, id: &str) -> tracing::Span {
+    /// A job was settled with lease `token` (acked or failed, by stream or unary call,
+    /// applied or refused): the local stream that held it under that token gets its credit
+    /// back. Matching the token matters: a stale settle from a worker whose lease was lost
+    /// must not strip the job from the stream that holds it now (which would stop renewing
+    /// the live lease). Returns the attempt's span when a local stream held it
+    /// (`Span::none()` otherwise), to log the outcome in.
+    pub fn settled(&self, queue: &QueueName, id: &str, token: &str) -> tracing::Span {
         let sessions = match self.inner.loops.lock() {
             Ok(l) => l.get(queue).map(|lp| lp.sessions()),
             Err(_) => None,
         };
         for s in sessions.unwrap_or_default() {
-            if let Some(held) = s.forget(queue, id) {
+            if let Some(held) = s.forget_token(queue, id, token) {
                 s.add_credits(1);
                 self.notify_queues(&s.queues);
                 return held.span;

@@ -196,6 +196,17 @@ impl Session {
             .and_then(|mut h| h.remove(&(queue.clone(), id.to_owned())))
     }
 
+    /// Forgets a settled lease if this stream holds it under `token`; `Some` if so (a
+    /// credit is due).
+    pub(crate) fn forget_token(&self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
+        let mut held = self.held.lock().ok()?;
+        let key = (queue.clone(), id.to_owned());
+        if held.get(&key).is_some_and(|h| h.token == token) {
+            return held.remove(&key);
+        }
+        None
+    }
+
     /// How many leases it holds.
     pub fn held_count(&self) -> usize {
         self.held.lock().map(|h| h.len()).unwrap_or(0)

@@ -80,6 +80,7 @@ impl Drop for TestRedis {
 
 /// A jobwire server running in this process.
 pub struct TestApp {
+    pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub channel: Channel,
     stop: Option<oneshot::Sender<()>>,
@@ -117,6 +118,7 @@ impl TestApp {
             .await
             .expect("connect to jobwire");
         let app = TestApp {
+            grpc: grpc_addr,
             http: http_addr,
             channel,
             stop: Some(tx),
@@ -235,6 +237,16 @@ pub fn ms(d: Duration) -> prost_types::Duration {
     }
 }
 
+/// What [`TestWorker::recv`] saw.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Recv {
+    Msg(Out),
+    End,
+    Error(tonic::Status),
+    Timeout,
+}
+
 /// A worker holding a Subscribe stream.
 pub struct TestWorker {
     tx: mpsc::UnboundedSender<pb::SubscribeRequest>,
@@ -249,6 +261,16 @@ use pb::subscribe_response::Message as Out;
 
 impl TestWorker {
     pub async fn open(app: &TestApp, queues: &[&str], credits: u32, worker_id: &str) -> TestWorker {
+        TestWorker::open_on(app.channel.clone(), queues, credits, worker_id).await
+    }
+
+    /// Opens a stream on any server's channel (e.g. a jobwire child process).
+    pub async fn open_on(
+        channel: Channel,
+        queues: &[&str],
+        credits: u32,
+        worker_id: &str,
+    ) -> TestWorker {
         let (tx, rx) = mpsc::unbounded_channel();
         tx.send(pb::SubscribeRequest {
             message: Some(In::Open(pb::OpenStream {
@@ -258,8 +280,7 @@ impl TestWorker {
             })),
         })
         .expect("send");
-        let rx = app
-            .workers()
+        let rx = WorkerServiceClient::new(channel)
             .subscribe(UnboundedReceiverStream::new(rx))
             .await
             .expect("subscribe")
@@ -276,6 +297,43 @@ impl TestWorker {
         self.tx
             .send(pb::SubscribeRequest { message: Some(m) })
             .expect("stream open");
+    }
+
+    /// Sends a heartbeat; false when the stream is gone.
+    pub fn heartbeat(&self) -> bool {
+        self.tx
+            .send(pb::SubscribeRequest {
+                message: Some(In::Heartbeat(pb::Heartbeat {})),
+            })
+            .is_ok()
+    }
+
+    /// The next message, without panicking on the end of the stream or an error status.
+    pub async fn recv(&mut self, patience: Duration) -> Recv {
+        match tokio::time::timeout(patience, self.rx.message()).await {
+            Ok(Ok(Some(m))) => m.message.map_or(Recv::End, Recv::Msg),
+            Ok(Ok(None)) => Recv::End,
+            Ok(Err(status)) => Recv::Error(status),
+            Err(_) => Recv::Timeout,
+        }
+    }
+
+    /// Heartbeats every 200 ms for `period`, collecting any leases that arrive meanwhile
+    /// (a busy worker that keeps its stream alive).
+    pub async fn heartbeat_for(&mut self, period: Duration) -> Vec<pb::Lease> {
+        let deadline = tokio::time::Instant::now() + period;
+        let mut leases = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            self.send(In::Heartbeat(pb::Heartbeat {}));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if let Some(l) = self
+                .lease_within(left.min(Duration::from_millis(200)))
+                .await
+            {
+                leases.push(l);
+            }
+        }
+        leases
     }
 
     async fn read(&mut self, patience: Duration) -> Option<Out> {

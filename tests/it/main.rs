@@ -1,12 +1,17 @@
 //! jobwire's integration tests: one binary, real redis-server processes, real gRPC over TCP.
 
+#[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
 mod limits;
 mod logs;
 mod metrics;
 
+mod bad_input;
+mod bad_input_workers;
 mod core_flow;
 mod dead_letters;
+mod model;
+mod refusal;
 mod retries;
 mod shutdown;
 mod validation;

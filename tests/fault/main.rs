@@ -1,0 +1,16 @@
+//! jobwire's fault tests: real processes (redis-server, the `jobwire` binary, worker
+//! children) killed and restarted, each test a story. `procs.rs` is the process harness; the
+//! in-process harness of the `it` suite is shared for servers that need not die.
+
+#[allow(dead_code)]
+#[path = "../it/harness.rs"]
+mod harness;
+mod procs;
+
+mod durability;
+mod killed_worker;
+mod leases;
+mod redis_outage;
+mod replicas;
+mod soak;
+mod startup;

@@ -1,0 +1,152 @@
+//! Two jobwire replicas (real processes) on one Redis. SIGTERM one: it leases nothing new,
+//! sends Draining, waits its grace period, hands its leases back to waiting without
+//! consuming an attempt, and the other replica's worker takes them at once. SIGKILL one: its
+//! leases expire and the jobs come through the other replica as a new attempt.
+
+use std::time::{Duration, Instant};
+
+use jobwire::pb;
+use pb::subscribe_response::Message as Out;
+
+use crate::harness::*;
+use crate::procs::{server_args, RedisOpts, RedisProc, ServerProc};
+
+const GRACE: Duration = Duration::from_secs(2);
+
+async fn enqueue_on(server: &ServerProc, queue: &str, id: &str) {
+    server
+        .jobs()
+        .enqueue(pb::EnqueueRequest {
+            job: Some(pb::JobSpec {
+                max_attempts: Some(3),
+                ..spec(queue, id)
+            }),
+        })
+        .await
+        .expect("enqueue");
+}
+
+fn id_of(l: &pb::Lease) -> String {
+    l.job.as_ref().expect("job").job_id.clone()
+}
+
+#[tokio::test]
+async fn sigterm_drains_one_replica_and_the_other_takes_its_jobs_without_an_attempt() {
+    let redis = RedisProc::start(RedisOpts::default()).await;
+    let mut a = ServerProc::spawn(server_args(&redis.url)).await;
+    let b = ServerProc::spawn(server_args(&redis.url)).await;
+    let mut on_a = TestWorker::open_on(a.channel.clone(), &["rt"], 3, "on-a").await;
+    enqueue_on(&a, "rt", "j1").await;
+    enqueue_on(&a, "rt", "j2").await;
+    let mut held = vec![id_of(&on_a.lease().await), id_of(&on_a.lease().await)];
+    held.sort();
+    assert_eq!(held, ["j1", "j2"]);
+    let mut on_b = TestWorker::open_on(b.channel.clone(), &["rt"], 3, "on-b").await;
+
+    // The worker on A stays alive (heartbeats) and reports what A sends it.
+    let watch_a = tokio::spawn(async move {
+        let (mut draining, mut leased) = (None, Vec::new());
+        while on_a.heartbeat() {
+            match on_a.recv(Duration::from_millis(200)).await {
+                Recv::Msg(Out::Draining(d)) => draining = d.grace,
+                Recv::Msg(Out::Lease(l)) => leased.push(id_of(&l)),
+                Recv::Msg(_) | Recv::Timeout => {}
+                Recv::End | Recv::Error(_) => break,
+            }
+        }
+        (draining, leased)
+    });
+    let term = Instant::now();
+    a.sigterm();
+    // A draining replica leases nothing new, though its worker has a free credit.
+    enqueue_on(&b, "rt", "j3").await;
+    let j3 = on_b.lease().await;
+    assert_eq!(
+        id_of(&j3),
+        "j3",
+        "the new job goes through the other replica"
+    );
+    assert_eq!(on_b.ack(&j3).await.code, 0);
+
+    // After the grace period the unfinished leases come back, attempt not consumed.
+    let mut back = Vec::new();
+    for _ in 0..2 {
+        let l = on_b
+            .lease_within(GRACE + Duration::from_secs(10))
+            .await
+            .expect("handed back");
+        assert_eq!(l.attempt, 1, "the hand-back consumed no attempt");
+        back.push(id_of(&l));
+        assert_eq!(on_b.ack(&l).await.code, 0);
+    }
+    let took = term.elapsed();
+    println!("handed-back jobs delivered by the other replica {took:?} after SIGTERM");
+    assert!(
+        took >= GRACE,
+        "the replica waited its grace period: {took:?}"
+    );
+    back.sort();
+    assert_eq!(back, ["j1", "j2"]);
+    let status = a.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        status.success(),
+        "SIGTERM exits 0: {status}\n{}",
+        a.log_tail()
+    );
+    let (draining, leased) = watch_a.await.expect("join");
+    assert_eq!(
+        draining.map(|g| g.seconds),
+        Some(GRACE.as_secs() as i64),
+        "Draining sent with the grace period"
+    );
+    assert!(leased.is_empty(), "the draining replica leased {leased:?}");
+}
+
+#[tokio::test]
+async fn sigkill_of_a_replica_lets_its_leases_expire_into_the_other() {
+    let redis = RedisProc::start(RedisOpts::default()).await;
+    let mut a = ServerProc::spawn(server_args(&redis.url)).await;
+    let b = ServerProc::spawn(server_args(&redis.url)).await;
+    let on_a = TestWorker::open_on(a.channel.clone(), &["rk"], 1, "on-a").await;
+    enqueue_on(&a, "rk", "j").await;
+    let mut on_a = on_a;
+    let first = on_a.lease().await;
+    assert_eq!(first.attempt, 1);
+    let mut on_b = TestWorker::open_on(b.channel.clone(), &["rk"], 1, "on-b").await;
+    // The worker on A is alive and busy: only A's death can cost it the lease.
+    tokio::spawn(async move {
+        while on_a.heartbeat() {
+            if let Recv::End | Recv::Error(_) = on_a.recv(Duration::from_millis(200)).await {
+                break;
+            }
+        }
+    });
+
+    let killed = Instant::now();
+    a.sigkill().await;
+    // Lease 1 s + reaper 100 ms, with slack for a busy machine.
+    let again = on_b
+        .lease_within(Duration::from_secs(5))
+        .await
+        .expect("the job comes through the surviving replica");
+    println!(
+        "delivered by the other replica {:?} after SIGKILL",
+        killed.elapsed()
+    );
+    assert_eq!(id_of(&again), "j");
+    assert_eq!(again.attempt, 2, "an expired lease counts as an attempt");
+    assert_eq!(on_b.ack(&again).await.code, 0);
+    let job = b
+        .jobs()
+        .get_job(pb::GetJobRequest {
+            queue: "rk".into(),
+            job_id: "j".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_eq!(job.state, pb::JobState::Completed as i32);
+    assert_eq!(job.errors[0].error_type, "LEASE_EXPIRED");
+}

@@ -1,0 +1,403 @@
+//! A model-based property test of the Lua state machine against a real Redis: random
+//! sequences of enqueue / lease / ack / fail / expire / release / replay / delete, driven
+//! through `jobwire::store::Store`, are checked after every step against a small in-memory
+//! model. Invariants: every job is in exactly one state set and its hash agrees; the waiting
+//! order is priority then FIFO; counts are conserved; attempts never exceed the limit; a
+//! stale token changes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use jobwire::jobs::{Disposition, NewJob, QueueName};
+use jobwire::store::{DeadSelector, FailItem, Settle, Store};
+use proptest::prelude::*;
+
+use crate::harness::TestRedis;
+
+const SETS: [&str; 5] = ["waiting", "delayed", "active", "completed", "dead"];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue {
+        id: u8,
+        max: u32,
+        pri: i32,
+        delayed: bool,
+    },
+    Lease {
+        n: usize,
+    },
+    Ack {
+        pick: usize,
+        stale: bool,
+    },
+    Fail {
+        pick: usize,
+        how: u8,
+        stale: bool,
+    },
+    Expire {
+        pick: usize,
+    },
+    Release {
+        pick: usize,
+    },
+    Replay {
+        id: u8,
+    },
+    Delete {
+        id: u8,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1))
+            .prop_map(|(id, max, pri, delayed)| Op::Enqueue { id, max, pri, delayed }),
+        3 => (1usize..4).prop_map(|n| Op::Lease { n }),
+        2 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, stale)| Op::Ack { pick, stale }),
+        2 => (any::<usize>(), 0u8..3, prop::bool::weighted(0.2))
+            .prop_map(|(pick, how, stale)| Op::Fail { pick, how, stale }),
+        2 => any::<usize>().prop_map(|pick| Op::Expire { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
+        1 => (0u8..10).prop_map(|id| Op::Replay { id }),
+        1 => (0u8..10).prop_map(|id| Op::Delete { id }),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct MJob {
+    state: &'static str,
+    att: u32,
+    max: u32,
+    pri: i32,
+    token: String,
+    old_tokens: Vec<String>,
+}
+
+#[derive(Default)]
+struct Model {
+    jobs: BTreeMap<String, MJob>,
+    /// (priority, ready sequence, id): leased highest priority first, then FIFO.
+    waiting: Vec<(i32, u64, String)>,
+    seq: u64,
+    created: u32,
+    deleted: u32,
+}
+
+impl Model {
+    fn make_ready(&mut self, id: &str) {
+        let j = self.jobs.get_mut(id).expect("job");
+        j.state = "waiting";
+        self.seq += 1;
+        self.waiting.push((j.pri, self.seq, id.to_owned()));
+        self.waiting.sort_by_key(|(p, s, _)| (-p, *s));
+    }
+
+    /// The active job `pick` selects, with the token to present (current or stale).
+    fn pick_active(&self, pick: usize, stale: bool) -> Option<(String, String)> {
+        let active: Vec<(&String, &MJob)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == "active")
+            .collect();
+        if stale {
+            let with_old: Vec<(&String, &MJob)> = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| !j.old_tokens.is_empty())
+                .collect();
+            let (id, j) = with_old.get(pick % with_old.len().max(1))?;
+            return Some((
+                (*id).clone(),
+                j.old_tokens[pick % j.old_tokens.len()].clone(),
+            ));
+        }
+        let (id, j) = active.get(pick % active.len().max(1))?;
+        Some(((*id).clone(), j.token.clone()))
+    }
+
+    /// Ends the current attempt of `id` as failed (no backoff: straight back to waiting).
+    fn fail_attempt(&mut self, id: &str, how: u8) {
+        let j = self.jobs.get_mut(id).expect("job");
+        j.old_tokens.push(std::mem::take(&mut j.token));
+        match how {
+            1 => j.state = "dead",
+            2 => {
+                j.att -= 1;
+                self.make_ready(id);
+            }
+            _ if j.att >= j.max => j.state = "dead",
+            _ => self.make_ready(id),
+        }
+    }
+
+    /// What a settle with (id, token) must answer: Ok, or the LEASE_LOST state, or None
+    /// for NOT_FOUND.
+    fn expect_settle(&self, id: &str, token: &str) -> Option<Result<(), String>> {
+        let j = self.jobs.get(id)?;
+        if j.state == "active" && j.token == token {
+            Some(Ok(()))
+        } else {
+            Some(Err(j.state.to_owned()))
+        }
+    }
+}
+
+fn settled<T>(s: &Settle<T>) -> Option<Result<(), String>> {
+    match s {
+        Settle::Done(_) => Some(Ok(())),
+        Settle::LeaseLost(state) => Some(Err(state.clone())),
+        Settle::NotFound => None,
+    }
+}
+
+async fn apply(
+    store: &Store,
+    q: &QueueName,
+    redis: &mut redis::aio::MultiplexedConnection,
+    m: &mut Model,
+    op: &Op,
+) {
+    match op.clone() {
+        Op::Enqueue {
+            id,
+            max,
+            pri,
+            delayed,
+        } => {
+            let id = format!("j{id}");
+            let job = NewJob {
+                queue: q.clone(),
+                id: id.clone(),
+                name: "m".into(),
+                payload: Vec::new(),
+                content_type: String::new(),
+                metadata: BTreeMap::new(),
+                delay_ms: if delayed { 3_600_000 } else { 0 },
+                priority: pri,
+                max_attempts: Some(max),
+                backoff: None,
+                timeout_ms: None,
+                idempotency_key: id.clone(),
+            };
+            let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
+            assert_eq!(out[0].created, !m.jobs.contains_key(&id), "dedupe of {id}");
+            if out[0].created {
+                m.created += 1;
+                let j = MJob {
+                    state: "delayed",
+                    att: 0,
+                    max,
+                    pri,
+                    token: String::new(),
+                    old_tokens: vec![],
+                };
+                m.jobs.insert(id.clone(), j);
+                if !delayed {
+                    m.make_ready(&id);
+                }
+            }
+        }
+        Op::Lease { n } => {
+            let workers = vec!["w"; n];
+            let batch = store.lease(q, &workers, 60_000).await.expect("lease");
+            let take = n.min(m.waiting.len());
+            let expected: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
+            let got: Vec<&str> = batch.jobs.iter().map(|l| l.job.id.as_str()).collect();
+            let want: Vec<&str> = expected.iter().map(|(_, _, id)| id.as_str()).collect();
+            assert_eq!(got, want, "lease order: priority, then FIFO");
+            for l in batch.jobs {
+                let j = m.jobs.get_mut(&l.job.id).expect("job");
+                j.att += 1;
+                j.state = "active";
+                j.token = l.token.clone();
+                assert_eq!(l.attempt, j.att);
+            }
+        }
+        Op::Ack { pick, stale } => {
+            let Some((id, token)) = m.pick_active(pick, stale) else {
+                return;
+            };
+            let want = m.expect_settle(&id, &token);
+            let r = store.ack(q, &[(id.clone(), token)]).await.expect("ack");
+            assert_eq!(settled(&r[0]), want, "ack {id}");
+            if want == Some(Ok(())) {
+                let j = m.jobs.get_mut(&id).expect("job");
+                j.state = "completed";
+                j.old_tokens.push(std::mem::take(&mut j.token));
+            }
+        }
+        Op::Fail { pick, how, stale } => {
+            let Some((id, token)) = m.pick_active(pick, stale) else {
+                return;
+            };
+            let want = m.expect_settle(&id, &token);
+            let disposition = [
+                Disposition::Retry,
+                Disposition::NoRetry,
+                Disposition::RateLimited,
+            ][how as usize];
+            let item = FailItem {
+                id: id.clone(),
+                token,
+                disposition,
+                message: "boom".into(),
+                error_type: "E".into(),
+                details: String::new(),
+                retry_after_ms: (how == 2).then_some(0),
+                pause_queue: false,
+            };
+            let r = store.fail(q, &[item]).await.expect("fail");
+            assert_eq!(settled(&r[0]), want, "fail {id}");
+            if want == Some(Ok(())) {
+                m.fail_attempt(&id, how);
+            }
+        }
+        Op::Expire { pick } => {
+            let Some((id, _)) = m.pick_active(pick, false) else {
+                return;
+            };
+            let active = format!("jw:{{{q}}}:active");
+            let _: i64 = redis::cmd("ZADD")
+                .arg(&active)
+                .arg("XX")
+                .arg(1)
+                .arg(&id)
+                .query_async(redis)
+                .await
+                .expect("zadd");
+            let report = store.reap(q, 100).await.expect("reap");
+            assert_eq!(report.reaped.len(), 1, "only the expired lease is reaped");
+            m.fail_attempt(&id, 0);
+        }
+        Op::Release { pick } => {
+            let Some((id, token)) = m.pick_active(pick, false) else {
+                return;
+            };
+            assert_eq!(
+                store
+                    .release(q, &[(id.clone(), token)])
+                    .await
+                    .expect("release"),
+                1
+            );
+            let j = m.jobs.get_mut(&id).expect("job");
+            j.att -= 1;
+            j.old_tokens.push(std::mem::take(&mut j.token));
+            m.make_ready(&id);
+        }
+        Op::Replay { id } => {
+            let id = format!("j{id}");
+            let (done, _) = store
+                .replay(q, &DeadSelector::Ids(vec![id.clone()]))
+                .await
+                .expect("replay");
+            let dead = m.jobs.get(&id).is_some_and(|j| j.state == "dead");
+            assert_eq!(done.len(), usize::from(dead), "replay {id}");
+            if dead {
+                m.jobs.get_mut(&id).expect("job").att = 0;
+                m.make_ready(&id);
+            }
+        }
+        Op::Delete { id } => {
+            let id = format!("j{id}");
+            let (done, _) = store
+                .delete_dead(q, &DeadSelector::Ids(vec![id.clone()]))
+                .await
+                .expect("delete");
+            let dead = m.jobs.get(&id).is_some_and(|j| j.state == "dead");
+            assert_eq!(done.len(), usize::from(dead), "delete {id}");
+            if dead {
+                m.jobs.remove(&id);
+                m.deleted += 1;
+            }
+        }
+    }
+}
+
+async fn check(q: &QueueName, c: &mut redis::aio::MultiplexedConnection, m: &Model) {
+    let p = format!("jw:{{{q}}}:");
+    let mut members: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for set in SETS {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("{p}{set}"))
+            .arg(0)
+            .arg(-1)
+            .query_async(c)
+            .await
+            .expect("zrange");
+        members.insert(set, ids);
+    }
+    let total: usize = members.values().map(Vec::len).sum();
+    assert_eq!(
+        total,
+        m.jobs.len(),
+        "no job lost or in two sets: {members:?}"
+    );
+    assert_eq!(
+        m.jobs.len() as u32,
+        m.created - m.deleted,
+        "counts conserved"
+    );
+    for (id, j) in &m.jobs {
+        let holders: Vec<&str> = SETS
+            .iter()
+            .copied()
+            .filter(|s| members[s].contains(id))
+            .collect();
+        assert_eq!(holders, [j.state], "{id} is in exactly its state's set");
+        let (st, att): (String, u32) = redis::cmd("HMGET")
+            .arg(format!("{p}job:{id}"))
+            .arg("st")
+            .arg("att")
+            .query_async(c)
+            .await
+            .expect("hmget");
+        assert_eq!((st.as_str(), att), (j.state, j.att), "{id}'s hash");
+        assert!(att <= j.max, "{id}: {att} attempts of {}", j.max);
+    }
+    let order: Vec<&str> = m.waiting.iter().map(|(_, _, id)| id.as_str()).collect();
+    assert_eq!(members["waiting"], order, "waiting order");
+    let mut ready: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{p}ready"))
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .expect("zrange");
+    let mut waiting = members["waiting"].clone();
+    ready.sort();
+    waiting.sort();
+    assert_eq!(ready, waiting, "the ready-time index matches waiting");
+}
+
+static CASE: AtomicU32 = AtomicU32::new(0);
+
+#[test]
+fn the_scripts_agree_with_the_model_after_every_step() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let redis = rt.block_on(TestRedis::start());
+    let store = rt.block_on(async {
+        Store::connect(&redis.url, Duration::from_secs(5))
+            .await
+            .expect("store")
+    });
+    let config = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(ops in prop::collection::vec(op(), 1..60))| {
+        let q = QueueName::parse(&format!("m{}", CASE.fetch_add(1, Ordering::Relaxed))).expect("queue");
+        rt.block_on(async {
+            let mut conn = redis.conn().await;
+            let mut m = Model::default();
+            for op in &ops {
+                apply(&store, &q, &mut conn, &mut m, op).await;
+                check(&q, &mut conn, &m).await;
+            }
+        });
+    });
+}
