@@ -14,12 +14,17 @@ mkdir -p jobwire-data
 ./target/release/jobwire serve --data-dir jobwire-data >jobwire-data/server.log 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-.venv/bin/python - "$JOBWIRE_GRPC_ADDR" <<'PY'
-import sys, time, grpc
+.venv/bin/python - "$JOBWIRE_GRPC_ADDR" "$server" <<'PY'
+import os, sys, time, grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(sys.argv[1]))
 deadline = time.time() + 60
 while True:
+    try:
+        os.kill(int(sys.argv[2]), 0)
+    except ProcessLookupError:
+        log = open("jobwire-data/server.log").read()[-2000:]
+        sys.exit(f"jobwire exited before it was SERVING (port taken? set JOBWIRE_GRPC_ADDR / JOBWIRE_HTTP_ADDR):\n{log}")
     try:
         if stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
             print(f"jobwire is SERVING on {sys.argv[1]}")

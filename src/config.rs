@@ -217,6 +217,68 @@ impl ServeArgs {
     pub fn redacted_redis_url(&self) -> Option<String> {
         self.redis_url.as_deref().map(redact_url)
     }
+
+    /// The effective configuration as `JOBWIRE_*=value` lines (secrets redacted), in the
+    /// form the flags and variables take, for `--print-config`.
+    pub fn effective(&self) -> String {
+        use clap::ValueEnum;
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        let e = |v: &dyn Fn() -> Option<clap::builder::PossibleValue>| {
+            v().map(|p| p.get_name().to_owned()).unwrap_or_default()
+        };
+        let redis = match self.redacted_redis_url() {
+            Some(url) => url,
+            None => String::new(),
+        };
+        let lines = [
+            ("JOBWIRE_GRPC_ADDR", self.grpc_addr.to_string()),
+            ("JOBWIRE_HTTP_ADDR", self.http_addr.to_string()),
+            ("JOBWIRE_REDIS_URL", redis),
+            ("JOBWIRE_DATA_DIR", self.data_dir.display().to_string()),
+            (
+                "JOBWIRE_REDIS_FSYNC",
+                e(&|| self.redis_fsync.to_possible_value()),
+            ),
+            ("JOBWIRE_ALLOW_EVICTION", self.allow_eviction.to_string()),
+            ("JOBWIRE_SHUTDOWN_GRACE", d(self.shutdown_grace)),
+            ("JOBWIRE_LEASE_DURATION", d(self.lease_duration)),
+            ("JOBWIRE_HEARTBEAT_TIMEOUT", d(self.heartbeat_timeout)),
+            ("JOBWIRE_REAPER_INTERVAL", d(self.reaper_interval)),
+            ("JOBWIRE_REQUEST_TIMEOUT", d(self.request_timeout)),
+            (
+                "JOBWIRE_MAX_PAYLOAD_BYTES",
+                self.max_payload_bytes.to_string(),
+            ),
+            (
+                "JOBWIRE_DEFAULT_MAX_ATTEMPTS",
+                self.default_max_attempts.to_string(),
+            ),
+            (
+                "JOBWIRE_METRICS_MAX_JOB_NAMES",
+                self.metrics_max_job_names.to_string(),
+            ),
+            (
+                "JOBWIRE_CONFIG",
+                self.config
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "JOBWIRE_LOG_FORMAT",
+                e(&|| self.log_format.to_possible_value()),
+            ),
+        ];
+        let mut out = String::from(if self.redis_url.is_none() {
+            "# no JOBWIRE_REDIS_URL: an embedded redis-server runs in JOBWIRE_DATA_DIR\n"
+        } else {
+            "# JOBWIRE_REDIS_URL is set: JOBWIRE_DATA_DIR and JOBWIRE_REDIS_FSYNC are unused\n"
+        });
+        for (k, v) in lines {
+            out.push_str(&format!("{k}={v}\n"));
+        }
+        out
+    }
 }
 
 impl fmt::Debug for ServeArgs {

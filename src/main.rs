@@ -1,5 +1,6 @@
 //! The `jobwire` binary: parse flags, set up logging, bind, run until SIGTERM/SIGINT.
 
+use anyhow::Context;
 use clap::Parser;
 use jobwire::config::{Cli, Command};
 
@@ -9,7 +10,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(cfg) => {
             if cfg.print_config {
-                println!("{cfg:#?}");
+                print!("{}", cfg.effective());
                 return Ok(());
             }
             if let Err(e) = cfg.validate() {
@@ -17,8 +18,16 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(64);
             }
             jobwire::telemetry::init(cfg.log_format);
-            let grpc = tokio::net::TcpListener::bind(cfg.grpc_addr).await?;
-            let http = tokio::net::TcpListener::bind(cfg.http_addr).await?;
+            let grpc = tokio::net::TcpListener::bind(cfg.grpc_addr)
+                .await
+                .with_context(|| {
+                    format!("cannot listen for gRPC on --grpc-addr {}", cfg.grpc_addr)
+                })?;
+            let http = tokio::net::TcpListener::bind(cfg.http_addr)
+                .await
+                .with_context(|| {
+                    format!("cannot listen for HTTP on --http-addr {}", cfg.http_addr)
+                })?;
             let signal = async {
                 let which = jobwire::shutdown::signal().await;
                 tracing::info!(signal = which, "signal received");

@@ -110,6 +110,8 @@ pub async fn serve(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // google.rpc.ErrorInfo, BadRequest, ...: lets grpcurl decode the error details.
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1().context("reflection v1")?;
     let reflection_v1alpha = reflection().build_v1alpha().context("reflection v1alpha")?;

@@ -126,3 +126,30 @@ fn help_never_shows_the_redis_url_value() {
         .expect("redis_url");
     assert!(arg.is_hide_env_values_set());
 }
+
+#[test]
+fn print_config_lists_every_variable_with_secrets_redacted() {
+    let mut cfg = ServeArgs::for_tests("redis://user:hunter2@db:6379/0");
+    cfg.shutdown_grace = Duration::from_millis(1500);
+    let text = cfg.effective();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(
+        text.contains("JOBWIRE_REDIS_URL=redis://***@db:6379/0"),
+        "{text}"
+    );
+    assert!(text.contains("JOBWIRE_SHUTDOWN_GRACE=1s 500ms"), "{text}");
+    assert!(text.contains("JOBWIRE_LOG_FORMAT=pretty"), "{text}");
+    let help = Cli::command().render_long_help().to_string();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let var = line.split('=').next().unwrap_or_default();
+        assert!(
+            help.contains(var)
+                || Cli::command().find_subcommand("serve").is_some_and(|s| s
+                    .clone()
+                    .render_long_help()
+                    .to_string()
+                    .contains(var)),
+            "{var} is not a documented variable"
+        );
+    }
+}
