@@ -226,10 +226,7 @@ impl ServeArgs {
         let e = |v: &dyn Fn() -> Option<clap::builder::PossibleValue>| {
             v().map(|p| p.get_name().to_owned()).unwrap_or_default()
         };
-        let redis = match self.redacted_redis_url() {
-            Some(url) => url,
-            None => String::new(),
-        };
+        let redis = self.redacted_redis_url().unwrap_or_default();
         let lines = [
             ("JOBWIRE_GRPC_ADDR", self.grpc_addr.to_string()),
             ("JOBWIRE_HTTP_ADDR", self.http_addr.to_string()),
