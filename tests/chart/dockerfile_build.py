@@ -9,10 +9,12 @@ longer satisfy the manifest, and a cached stub build hiding the real sources.
 
   --full   run the RUN lines as written (`cargo build --release --locked`, own target dir):
            the real image build step, about as slow as a clean release build.
-  default  same steps, but `--release` is dropped and CARGO_TARGET_DIR is the repository's own
-           target/, so the dependencies the CI has just built are reused and only jobwire
-           itself compiles. A release-only failure is not something this crate has; the
-           missing-file and lock-file failures show up the same way in a debug build.
+  default  same steps, with `cargo check --locked` in place of the release build and the target
+           dir target/docker-check (kept between runs): build scripts run, so a missing proto
+           shows, and --locked checks the lock file; only code generation and linking are
+           skipped. Not the repository's own target/: cargo hashes path packages by their path
+           relative to the workspace, so a build from the clean copy would overwrite
+           target/debug/jobwire while cargo still thinks the repository's build is fresh.
 
 Only the instructions this Dockerfile uses are understood (ARG, FROM, WORKDIR, COPY, RUN,
 comments and continuation lines); anything else in the build stage is an error, so the check
@@ -121,7 +123,7 @@ def main():
         print(f"dockerfile_build: build context: {count} files from HEAD after .dockerignore")
         env = dict(os.environ)
         if not args.full:
-            env["CARGO_TARGET_DIR"] = str(REPO / "target")
+            env["CARGO_TARGET_DIR"] = str(REPO / "target" / "docker-check")
         stage = 0
         workdir = root
         release_runs = 0
@@ -148,7 +150,7 @@ def main():
                 if RELEASE_CMD in arg:
                     release_runs += 1
                     if not args.full:
-                        arg = arg.replace(RELEASE_CMD, "cargo build --locked")
+                        arg = arg.replace(RELEASE_CMD, "cargo check --locked")
                 print(f"dockerfile_build: RUN {arg}", flush=True)
                 subprocess.run(["bash", "-euo", "pipefail", "-c", arg], cwd=workdir, env=env, check=True)
             elif keyword == "ARG":
@@ -165,6 +167,9 @@ def main():
                     raise SystemExit(f"dockerfile_build: {path} missing after the build")
             binary = root / copied_out[0].lstrip("/")
             out = subprocess.run([str(binary), "--version"], check=True, capture_output=True, text=True)
+            if not out.stdout.startswith("jobwire "):
+                raise SystemExit(f"dockerfile_build: {binary} is not the real jobwire (a stub?): "
+                                 f"--version printed {out.stdout!r}")
             print(f"dockerfile_build: built {out.stdout.strip()}")
         print(f"dockerfile_build: build stage OK ({'full' if args.full else 'quick'}) "
               f"in {time.monotonic() - started:.0f} s")
