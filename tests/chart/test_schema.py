@@ -65,3 +65,24 @@ def test_render_refuses_what_the_schema_refuses():
         pytest.skip("helm-python-sdk is not installed")
     with pytest.raises(Exception, match="replicaCount"):
         render.render({"replicaCount": 0})
+
+
+def leaf_keys(values: dict, prefix="") -> list[str]:
+    keys = []
+    for k, v in values.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and v and k not in ("resources", "podSecurityContext", "securityContext", "labels"):
+            keys.extend(leaf_keys(v, path + "."))
+        else:
+            keys.append(path)
+    return keys
+
+
+def test_chart_readme_documents_every_value():
+    readme = (render.CHART / "README.md").read_text()
+    defaults = yaml.safe_load((render.CHART / "values.yaml").read_text())
+    schema = json.loads((render.CHART / "values.schema.json").read_text())
+    for key in leaf_keys(defaults):
+        short = key.rsplit(".", 1)[-1]
+        assert f"`{key}`" in readme or f"{short}`" in readme, f"helm/jobwire/README.md misses {key}"
+    assert set(defaults) == set(schema["properties"]), "values.yaml and values.schema.json differ"
