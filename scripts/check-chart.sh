@@ -7,7 +7,8 @@
 #   3. helm lint, and the chart rendered with the three values files in helm/jobwire/ci/
 #      (helm-python-sdk; without it, every template's YAML is only parsed);
 #   4. kubernetes-validate --strict on each render (CRDs such as ServiceMonitor only warn);
-#   5. yamllint on the renders and the chart's values files;
+#   5. yamllint on the renders and the chart's values files (and `promtool check rules` on the
+#      rendered alert rules when promtool is installed);
 #   6. the chart tests in tests/chart/ (pytest) against target/debug/jobwire.
 # Usage: bash scripts/check-chart.sh [--full-docker-build]
 set -euo pipefail
@@ -48,6 +49,13 @@ if $py -c 'import helm_python' >/dev/null 2>&1; then
     .venv/bin/kubernetes-validate --strict --quiet --no-warn -k 1.27.0 "$out/$name.yaml"
   done
   $py tests/chart/render.py rules -f helm/jobwire/ci/default-values.yaml >"$out/rules.yaml"
+  # promtool comes with Debian's `prometheus` package (the observability checks install it).
+  if command -v promtool >/dev/null 2>&1; then
+    echo "check-chart: promtool check rules (the PrometheusRule as a plain rule file)"
+    promtool check rules "$out/rules.yaml"
+  else
+    echo "check-chart: promtool not installed: rule syntax left to the observability checks"
+  fi
 else
   echo "check-chart: WARNING: helm-python-sdk is missing: parsing templates only, no render, no kubernetes-validate"
   $py tests/chart/render.py parse

@@ -149,3 +149,20 @@ def test_replicas_and_autoscaling_do_not_fight(rendered_all):
     assert "replicas" not in deployment["spec"], "with an HPA the Deployment must not set replicas"
     assert one(rendered_all["all-enabled"], "HorizontalPodAutoscaler")
     assert jobwire_deployment(rendered_all["defaults"])["spec"]["replicas"] == 2
+
+
+def test_binary_accepts_the_rendered_environment(rendered, serve_help):
+    """`jobwire serve --print-config` parses every JOBWIRE_* value the chart renders."""
+    import os
+    import subprocess
+
+    c = container(jobwire_deployment(rendered), "jobwire")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWIRE_")}
+    for name, entry in env_map(c).items():
+        if name.startswith("JOBWIRE_"):
+            # Secret references stand for a Redis URL.
+            env[name] = entry.get("value", "redis://:secret@redis:6379/0")
+    binary = os.environ.get("JOBWIRE_BIN", str(render.REPO / "target" / "debug" / "jobwire"))
+    out = subprocess.run([binary, "serve", "--print-config"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, f"jobwire refused the chart's environment: {out.stderr}"
+    assert "max_payload_bytes" in out.stdout
