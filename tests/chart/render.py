@@ -98,6 +98,18 @@ def lint(values: dict | None = None) -> list[str]:
     return found + list(report.get("errors") or [])
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings (PromQL) as `|` blocks, as people write rule files."""
+
+
+def _str(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
 # === the fallback: parse templates without Helm ===
 
 _COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.S)
@@ -135,7 +147,7 @@ def main() -> int:
     if args.what == "manifests":
         sys.stdout.write(manifest_stream(values))
     elif args.what == "rules":
-        sys.stdout.write(yaml.safe_dump(rule_groups(values), sort_keys=False, width=120))
+        sys.stdout.write(yaml.dump(rule_groups(values), Dumper=_BlockDumper, sort_keys=False, width=120))
     else:
         problems = lint(values)
         print("\n".join(problems) or "lint: no findings")
