@@ -1,0 +1,115 @@
+{{/* Chart name, cut to 63 characters (a DNS label). */}}
+{{- define "jobwire.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release-chart unless the release name already contains the chart's name. */}}
+{{- define "jobwire.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "jobwire.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "jobwire.commonLabels" -}}
+helm.sh/chart: {{ include "jobwire.chart" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "jobwire.labels" -}}
+{{ include "jobwire.commonLabels" . }}
+{{ include "jobwire.selectorLabels" . }}
+{{- end }}
+
+{{- define "jobwire.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jobwire.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/* The in-chart Redis. */}}
+{{- define "jobwire.redis.fullname" -}}
+{{- printf "%s-redis" (include "jobwire.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "jobwire.redis.labels" -}}
+{{ include "jobwire.commonLabels" . }}
+{{ include "jobwire.redis.selectorLabels" . }}
+{{- end }}
+
+{{- define "jobwire.redis.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jobwire.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "jobwire.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "jobwire.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the Redis URL. */}}
+{{- define "jobwire.redisSecretName" -}}
+{{- if .Values.redis.existingSecret.name }}
+{{- .Values.redis.existingSecret.name }}
+{{- else }}
+{{- include "jobwire.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "jobwire.redisSecretKey" -}}
+{{- if .Values.redis.existingSecret.name }}
+{{- .Values.redis.existingSecret.key }}
+{{- else }}
+{{- "redis-url" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Password of the in-chart Redis: the value if given, else the one already stored in the release's
+Secret (so upgrades keep it), else a new random one. Alphanumeric, so it needs no escaping in the
+URL.
+*/}}
+{{- define "jobwire.redis.password" -}}
+{{- if .Values.redis.inChart.password }}
+{{- .Values.redis.inChart.password }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "jobwire.fullname" .) }}
+{{- if and $existing $existing.data (index $existing.data "redis-password") }}
+{{- index $existing.data "redis-password" | b64dec }}
+{{- else }}
+{{- randAlphaNum 32 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: the explicit value, or shutdownGraceSeconds + 15. Kubernetes sends
+SIGKILL when it runs out; jobwire needs its shutdown grace plus up to about 10 s to hand the
+remaining leases back and close connections, so less than grace + 10 is refused.
+*/}}
+{{- define "jobwire.terminationGracePeriodSeconds" -}}
+{{- $grace := int .Values.config.shutdownGraceSeconds }}
+{{- $tgps := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $tgps }}
+{{- add $grace 15 }}
+{{- else if lt (int $tgps) (add $grace 10) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be at least config.shutdownGraceSeconds + 10 (%d): Kubernetes would kill jobwire before it hands the leases it still holds back" (int $tgps) (add $grace 10)) }}
+{{- else }}
+{{- int $tgps }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,89 @@
+"""values.schema.json refuses bad values before anything reaches a cluster.
+
+Checked through Helm's own validator when helm-python-sdk is there, else with the `jsonschema`
+package over the chart defaults merged with the values (what Helm validates)."""
+
+import json
+
+import pytest
+import yaml
+
+import render
+
+BAD = {
+    "replicas 0": {"replicaCount": 0},
+    "unknown top-level key": {"replicas": 3},
+    "unknown nested key": {"config": {"shutdownGrace": "25s"}},
+    "no Redis URL with the in-chart Redis off": {"redis": {"inChart": {"enabled": False}}},
+    "empty existing Secret with the in-chart Redis off": {
+        "redis": {"inChart": {"enabled": False}, "existingSecret": {"name": ""}}},
+    "URL and existing Secret both": {
+        "redis": {"inChart": {"enabled": False}, "url": "redis://redis:6379",
+                  "existingSecret": {"name": "s"}}},
+    "URL and the in-chart Redis both": {"redis": {"url": "redis://redis:6379"}},
+    "URL that is not Redis": {"redis": {"inChart": {"enabled": False}, "url": "http://redis"}},
+    "password needing escaping": {"redis": {"inChart": {"password": "p@ss/word"}}},
+    "unknown log format": {"config": {"logFormat": "xml"}},
+    "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
+    "duration without unit": {"config": {"leaseDuration": "30"}},
+    "liveness of an unknown type": {"livenessProbe": {"type": "tcp"}},
+    "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireNoWorkers": {"limit": 2}}}},
+    "alert threshold that is not a number": {"prometheusRule": {"alerts": {"JobwireNoWorkers": {"threshold": "2"}}}},
+}
+GOOD = {
+    "defaults": {},
+    "external URL": {"redis": {"inChart": {"enabled": False}, "url": "rediss://:pw@redis:6379"}},
+    "existing Secret": {"redis": {"inChart": {"enabled": False}, "existingSecret": {"name": "s"}}},
+    **{f"ci {name}": render.load_values(path) for name, path in render.CI_VALUES.items()},
+}
+
+
+def validate(values: dict):
+    if render.have_helm():
+        import helm_python as helm
+        with helm.Chart.load(str(render.CHART)) as chart:
+            chart.validate_schema(values)
+        return
+    import jsonschema
+    defaults = yaml.safe_load((render.CHART / "values.yaml").read_text())
+    schema = json.loads((render.CHART / "values.schema.json").read_text())
+    jsonschema.validate(render._merge(defaults, values), schema)
+
+
+@pytest.mark.parametrize("values", BAD.values(), ids=BAD.keys())
+def test_schema_rejects(values):
+    with pytest.raises(Exception):
+        validate(values)
+
+
+@pytest.mark.parametrize("values", GOOD.values(), ids=GOOD.keys())
+def test_schema_accepts(values):
+    validate(values)
+
+
+def test_render_refuses_what_the_schema_refuses():
+    if not render.have_helm():
+        pytest.skip("helm-python-sdk is not installed")
+    with pytest.raises(Exception, match="replicaCount"):
+        render.render({"replicaCount": 0})
+
+
+def leaf_keys(values: dict, prefix="") -> list[str]:
+    keys = []
+    for k, v in values.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and v and k not in ("resources", "podSecurityContext", "securityContext", "labels"):
+            keys.extend(leaf_keys(v, path + "."))
+        else:
+            keys.append(path)
+    return keys
+
+
+def test_chart_readme_documents_every_value():
+    readme = (render.CHART / "README.md").read_text()
+    defaults = yaml.safe_load((render.CHART / "values.yaml").read_text())
+    schema = json.loads((render.CHART / "values.schema.json").read_text())
+    for key in leaf_keys(defaults):
+        short = key.rsplit(".", 1)[-1]
+        assert f"`{key}`" in readme or f"{short}`" in readme, f"helm/jobwire/README.md misses {key}"
+    assert set(defaults) == set(schema["properties"]), "values.yaml and values.schema.json differ"
