@@ -20,6 +20,11 @@ if [ "${1:-}" = "--test" ] && { ! command -v promtool >/dev/null 2>&1 || ! comma
   # The package starts a system Prometheus on :9090; the tests run their own on free ports.
   (as_root systemctl disable --now prometheus || as_root service prometheus stop) >/dev/null 2>&1 || true
 fi
+if [ "${1:-}" = "--test" ] && ! command -v openssl >/dev/null 2>&1; then
+  echo "setup: installing openssl (certificates for the TLS test)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssl >/dev/null
+fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install the Rust toolchain (https://rustup.rs) and rerun" >&2
   exit 1

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 cargo test --locked
-promtool check rules deploy/prometheus/jobwire-alerts.yaml
-(cd deploy/prometheus && promtool test rules jobwire-alerts.test.yaml)
+promtool check rules helm/jobwire/files/alerts.yaml
+(cd tests/alerts && promtool test rules alerts.test.yaml)
 cargo build --locked
 JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q tests/python

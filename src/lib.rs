@@ -105,7 +105,20 @@ async fn wait_for_redis(store: &Store) -> anyhow::Result<()> {
 
 /// Refuses to run on a Redis that may evict keys: eviction silently deletes jobs and leases.
 async fn check_eviction(store: &Store, allow: bool) -> anyhow::Result<()> {
-    let policy = store.maxmemory_policy().await?;
+    let policy = match store.maxmemory_policy().await {
+        Ok(p) => p,
+        // Managed Redis services often disable CONFIG: the policy cannot be read there.
+        Err(e) if allow => {
+            tracing::warn!(error = %e, "cannot read redis maxmemory-policy (CONFIG disabled?); make sure it is noeviction (--allow-eviction)");
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(e).context(
+                "cannot read redis maxmemory-policy with CONFIG GET; if CONFIG is disabled, make sure the policy is \
+                 noeviction and pass --allow-eviction",
+            )
+        }
+    };
     if policy == "noeviction" {
         return Ok(());
     }

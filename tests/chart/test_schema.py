@@ -27,8 +27,8 @@ BAD = {
     "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
     "duration without unit": {"config": {"leaseDuration": "30"}},
     "liveness of an unknown type": {"livenessProbe": {"type": "tcp"}},
-    "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireNoWorkers": {"limit": 2}}}},
-    "alert threshold that is not a number": {"prometheusRule": {"alerts": {"JobwireNoWorkers": {"threshold": "2"}}}},
+    "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"limit": 2}}}},
+    "alert threshold that is not a number": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"threshold": "2"}}}},
 }
 GOOD = {
     "defaults": {},

@@ -75,4 +75,7 @@ async fn every_acknowledged_job_survives_sigkill_of_jobwire_and_its_redis() {
         "{} acknowledged jobs, all present after SIGKILL",
         acked.len()
     );
+    // An orderly stop also stops the embedded redis-server (a SIGKILL on drop would orphan it).
+    server.sigterm();
+    assert!(server.wait_exit(Duration::from_secs(30)).await.success());
 }

@@ -14,3 +14,4 @@ mod redis_outage;
 mod replicas;
 mod soak;
 mod startup;
+mod tls;

@@ -278,8 +278,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut used = BTreeSet::new();
     for file in [
-        "deploy/prometheus/jobwire-alerts.yaml",
-        "deploy/grafana/jobwire-dashboard.json",
+        "helm/jobwire/files/alerts.yaml",
+        "helm/jobwire/files/dashboard.json",
     ] {
         let text = std::fs::read_to_string(root.join(file)).expect(file);
         let code: String = text
@@ -302,6 +302,20 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     assert!(
         missing.is_empty(),
         "used but not exported: {missing:?}\nexported: {exported:?}"
+    );
+    // The chart's checks read the exported names from this list: it must be exactly what a
+    // live server exports.
+    let listed: BTreeSet<String> =
+        std::fs::read_to_string(root.join("tests/chart/exported_metrics.txt"))
+            .expect("exported_metrics.txt")
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
+    assert_eq!(
+        listed, exported,
+        "tests/chart/exported_metrics.txt is out of date"
     );
     // HELP on every jobwire metric.
     let text = scrape(&app).await;

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO_ROOT, JobwireProcess, _stop, free_port
 
-RULES = REPO_ROOT / "deploy" / "prometheus" / "jobwire-alerts.yaml"
+RULES = REPO_ROOT / "helm" / "jobwire" / "files" / "alerts.yaml"
 ALERT = "JobwireWaitingJobsNoWorkers"
 PATIENCE_S = 45
 
