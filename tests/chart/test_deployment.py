@@ -167,4 +167,7 @@ def test_binary_accepts_the_rendered_environment(rendered, serve_help):
     binary = os.environ.get("JOBWIRE_BIN", str(render.REPO / "target" / "debug" / "jobwire"))
     out = subprocess.run([binary, "serve", "--print-config"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, f"jobwire refused the chart's environment: {out.stderr}"
-    assert "max_payload_bytes" in out.stdout
+    printed = dict(line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#"))
+    for name, entry in env_map(c).items():
+        if name.startswith("JOBWIRE_") and "value" in entry and name != "JOBWIRE_REDIS_URL":
+            assert name in printed, f"{name} is not a setting jobwire knows"
