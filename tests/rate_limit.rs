@@ -12,28 +12,19 @@ use std::time::Duration;
 
 use harness::*;
 use jobwire::pb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MAX: usize = 50;
 const PERIOD_MS: i64 = 1000;
 const RUN: Duration = Duration::from_millis(5500);
 
 async fn lease_calls(app: &TestApp) -> f64 {
-    let mut s = tokio::net::TcpStream::connect(app.http)
-        .await
-        .expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.expect("read");
-    text.lines()
-        .find(|l| {
-            l.starts_with("jobwire_redis_script_seconds_count{") && l.contains("script=\"lease\"")
-        })
-        .and_then(|l| l.rsplit_once(' '))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0.0)
+    let text = http_get(app.http, "/metrics").await;
+    metric_value(
+        &text,
+        "jobwire_redis_script_seconds_count",
+        &[("script", "lease")],
+    )
+    .unwrap_or(0.0)
 }
 
 #[tokio::test]

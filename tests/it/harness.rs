@@ -393,6 +393,22 @@ impl TestWorker {
         out
     }
 
+    /// Leases `n` jobs, acks them all on the stream, and waits for every ack to be applied.
+    pub async fn ack_all(&mut self, n: usize) {
+        for _ in 0..n {
+            let l = self.lease().await;
+            let job = l.job.as_ref().expect("job");
+            self.send(In::Ack(pb::AckRequest {
+                queue: job.queue.clone(),
+                job_id: job.job_id.clone(),
+                lease_token: l.lease_token.clone(),
+            }));
+        }
+        for _ in 0..n {
+            assert_eq!(self.settled().await.code, 0);
+        }
+    }
+
     pub async fn ack(&mut self, l: &pb::Lease) -> pb::Settled {
         let job = l.job.as_ref().expect("job");
         self.send(In::Ack(pb::AckRequest {
@@ -433,4 +449,40 @@ impl TestWorker {
 #[allow(dead_code)]
 pub fn scratch() -> PathBuf {
     std::env::temp_dir()
+}
+
+/// GET `path` over plain HTTP/1.1; the status line must be 200; returns the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "{}",
+        out.lines().next().unwrap_or_default()
+    );
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// The value of the series `name{labels...}` in a Prometheus text page (all given labels
+/// must match).
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, v) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        if n != name
+            || !labels
+                .iter()
+                .all(|(k, val)| rest.contains(&format!("{k}=\"{val}\"")))
+        {
+            return None;
+        }
+        v.parse().ok()
+    })
 }

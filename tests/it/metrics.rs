@@ -7,43 +7,16 @@ use std::time::Duration;
 
 use jobwire::pb;
 use pb::FailDisposition as D;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::*;
 
 pub async fn scrape(app: &TestApp) -> String {
-    let mut s = tokio::net::TcpStream::connect(app.http)
-        .await
-        .expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
-    assert!(
-        out.starts_with("HTTP/1.1 200"),
-        "{}",
-        out.lines().next().unwrap_or_default()
-    );
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
+    http_get(app.http, "/metrics").await
 }
 
-/// The value of the series `name{labels...}` (all given labels must match).
+/// The value of a series (see [`metric_value`]).
 pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (series, v) = l.rsplit_once(' ')?;
-        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-        if n != name
-            || !labels
-                .iter()
-                .all(|(k, val)| rest.contains(&format!("{k}=\"{val}\"")))
-        {
-            return None;
-        }
-        v.parse().ok()
-    })
+    metric_value(text, name, labels)
 }
 
 /// Every metric family name in the exposition (histogram series folded into their family).
@@ -204,18 +177,7 @@ async fn ten_thousand_job_names_do_not_make_ten_thousand_series() {
             .expect("batch");
     }
     let mut w = TestWorker::open(&app, &["m-names"], 1000, "w").await;
-    for _ in 0..10_000 {
-        let l = w.lease().await;
-        let job = l.job.as_ref().expect("job");
-        w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
-            queue: job.queue.clone(),
-            job_id: job.job_id.clone(),
-            lease_token: l.lease_token.clone(),
-        }));
-    }
-    for _ in 0..10_000 {
-        assert_eq!(w.settled().await.code, 0);
-    }
+    w.ack_all(10_000).await;
     let text = scrape(&app).await;
     let series: Vec<&str> = text
         .lines()

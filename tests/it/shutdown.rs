@@ -5,19 +5,8 @@ use std::time::Duration;
 
 use jobwire::pb;
 use pb::subscribe_response::Message as Out;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::*;
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
-    out
-}
 
 #[tokio::test]
 async fn shutdown_drains_streams_and_hands_unfinished_leases_back() {

@@ -238,3 +238,22 @@ local function wake_if_concurrency_limited()
     redis.call('PUBLISH', WAKE, '1')
   end
 end
+
+-- The selection of replay.lua and delete_dead.lua: applies act(id, jk) to each listed id that
+-- is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the filter (ARGV[2]
+-- 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine). Returns the listed ids
+-- that were not dead, and the next cursor ('' = done).
+local function for_selected_dead(act)
+  local skipped, cursor = {}, ''
+  if ARGV[2] == 'ids' then
+    for i = 1, tonumber(ARGV[3]) do
+      local id = ARGV[3 + i]
+      local jk = job_key(id)
+      if redis.call('HGET', jk, 'st') == 'dead' then act(id, jk) else skipped[#skipped + 1] = id end
+    end
+  else
+    local budget = tonumber(ARGV[10])
+    cursor = scan_dead(ARGV[9], budget, budget, read_filter(3), act)
+  end
+  return skipped, cursor
+end

@@ -7,7 +7,7 @@
 --           '' / -1 = any), [9] cursor score ('' = start), [10] max entries to examine
 -- Reply: { replayed ids, skipped ids, next cursor ('' = done) }
 local now = now_ms()
-local replayed, skipped = {}, {}
+local replayed = {}
 local function replay(id, jk)
   redis.call('ZREM', K_DEAD, id)
   redis.call('HDEL', jk, 'dr', 'ft')
@@ -16,17 +16,6 @@ local function replay(id, jk)
   make_ready(id, jk, tonumber(redis.call('HGET', jk, 'pri')), now)
   replayed[#replayed + 1] = id
 end
-local cursor = ''
-if ARGV[2] == 'ids' then
-  for i = 1, tonumber(ARGV[3]) do
-    local id = ARGV[3 + i]
-    local jk = job_key(id)
-    if redis.call('HGET', jk, 'st') == 'dead' then replay(id, jk) else skipped[#skipped + 1] = id end
-  end
-else
-  local filter = read_filter(3)
-  local budget = tonumber(ARGV[10])
-  cursor = scan_dead(ARGV[9], budget, budget, filter, replay)
-end
+local skipped, cursor = for_selected_dead(replay)
 if #replayed > 0 then redis.call('PUBLISH', WAKE, '1') end
 return { replayed, skipped, cursor }
