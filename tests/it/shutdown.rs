@@ -11,9 +11,7 @@ use crate::harness::*;
 #[tokio::test]
 async fn shutdown_drains_streams_and_hands_unfinished_leases_back() {
     let (redis, app) = TestApp::with_redis().await;
-    assert!(http_get(app.http, "/readyz")
-        .await
-        .starts_with("HTTP/1.1 200"));
+    assert_eq!(http_get(app.http, "/readyz").await, "ready");
     enqueue(
         &app,
         pb::JobSpec {
