@@ -92,7 +92,7 @@ done
 merge() { # prefix -> file
   node -e '
     const fs = require("fs");
-    const docs = process.argv.slice(2).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
+    const docs = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
     const out = { meta: { ...docs[0].meta, runs: docs.length, label: "merged" }, scenarios: [] };
     for (const d of docs) for (const s of d.scenarios) {
       let t = out.scenarios.find((x) => x.name === s.name);
