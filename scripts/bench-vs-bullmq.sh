@@ -99,7 +99,7 @@ merge() { # prefix -> file
       if (!t) out.scenarios.push(t = { name: s.name, unit: s.unit, runs: [] });
       t.runs.push(...s.runs);
     }
-    out.meta.title = (out.meta.title || "").replace(/median of \d+ runs?/, `median of ${docs.length} run(s)`);
+    out.meta.title = (out.meta.title || "").replace(/median of \d+ run(\(s\)|s)?/, `median of ${docs.length} run(s)`);
     console.log(JSON.stringify(out, null, 2));' "$OUT/$1"-run*.json >"$OUT/$1.json"
 }
 merge bullmq
