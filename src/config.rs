@@ -32,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the gRPC job server (and the HTTP metrics/health port).
     Serve(ServeArgs),
+    /// Load a running server and report throughput, latency and CPU per job.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `appendfsync` policy for the embedded Redis: the durability/throughput trade-off.

@@ -9,9 +9,11 @@
 //! - [`api`]: the gRPC adapters and the one `Error -> Status` mapping.
 //! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
 //!   `main` and for the tests.
+//! - [`bench`]: `jobwire bench`, a load generator and BullMQ-comparable report.
 //! - [`config`], [`telemetry`], [`shutdown`], [`http`], [`redis_embedded`]: process plumbing.
 
 pub mod api;
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -35,5 +35,6 @@ async fn main() -> anyhow::Result<()> {
             };
             jobwire::run(cfg, grpc, http, signal).await
         }
+        Command::Bench(args) => jobwire::bench::run(args).await,
     }
 }

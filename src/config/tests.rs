@@ -7,7 +7,29 @@ fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     let argv = ["jobwire", "serve"].iter().chain(args).copied();
     Cli::try_parse_from(argv).map(|cli| match cli.command {
         Command::Serve(a) => a,
+        Command::Bench(_) => panic!("parsed `serve` as `bench`"),
     })
+}
+
+#[test]
+fn bench_parses_its_flags() {
+    let argv = [
+        "jobwire",
+        "bench",
+        "-n",
+        "100",
+        "--e2e",
+        "1x16,4x64",
+        "--only",
+        "e2e",
+    ];
+    let Command::Bench(b) = Cli::try_parse_from(argv).expect("parse").command else {
+        panic!("not bench");
+    };
+    assert_eq!(b.n, 100);
+    assert_eq!(b.e2e_configs(), Ok(vec![(1, 16), (4, 64)]));
+    assert!(b.wants("e2e") && !b.wants("rss"));
+    assert_eq!(b.server, "http://127.0.0.1:50051");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
-use super::codec::{array, bad, int, job_from_hash, next, string};
+use super::codec::{array, bad, int, job_from_hash, leased_job, next, string};
 use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
 use super::types::*;
@@ -256,24 +256,9 @@ impl Store {
             let attempt = int(next(&mut f)?)?;
             let token = string(next(&mut f)?)?;
             let deadline_ms = int(next(&mut f)?)? as u64;
-            let names = [
-                "n", "p", "ct", "md", "pri", "max", "bo", "to", "err", "c0", "rt", "ik", "rp",
-            ];
-            let mut flat = Vec::with_capacity(names.len() * 2 + 6);
-            for name in names {
-                flat.push(Value::SimpleString(name.into()));
-                flat.push(next(&mut f)?);
-            }
-            flat.extend([
-                Value::SimpleString("st".into()),
-                Value::SimpleString("active".into()),
-                Value::SimpleString("att".into()),
-                Value::Int(attempt),
-                Value::SimpleString("lt".into()),
-                Value::Int(now_ms as i64),
-            ]);
+            let job = leased_job(queue, id, attempt as u32, now_ms, &mut f)?;
             jobs.push(LeasedJob {
-                job: job_from_hash(queue, id, flat)?,
+                job,
                 attempt: attempt as u32,
                 token,
                 deadline_ms,

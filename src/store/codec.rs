@@ -121,6 +121,67 @@ pub(crate) fn job_from_hash(
     })
 }
 
+/// A number field of a script reply ('' or unparsable: the default).
+fn num_value<T: std::str::FromStr + Default>(v: Value) -> Result<T, StoreError> {
+    Ok(match v {
+        Value::Int(i) => i.to_string().parse().unwrap_or_default(),
+        other => string(other)?.parse().unwrap_or_default(),
+    })
+}
+
+/// Decodes the fields `lease.lua` returns for one leased job, in its reply order
+/// (n, p, ct, md, pri, max, bo, to, err, c0, rt, ik, rp), without building a field map:
+/// this runs once per delivered job.
+pub(crate) fn leased_job(
+    queue: &QueueName,
+    id: String,
+    attempt: u32,
+    now_ms: u64,
+    f: &mut std::vec::IntoIter<Value>,
+) -> Result<Job, StoreError> {
+    let name = string(next(f)?)?;
+    let payload = bytes(next(f)?)?;
+    let content_type = string(next(f)?)?;
+    let metadata_json = string(next(f)?)?;
+    let metadata = if metadata_json.is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_json::from_str(&metadata_json).map_err(|e| bad(&format!("metadata: {e}")))?
+    };
+    let priority = num_value(next(f)?)?;
+    let max_attempts = num_value(next(f)?)?;
+    let backoff = Backoff::decode(&string(next(f)?)?);
+    let timeout_ms = num_value(next(f)?)?;
+    let errors_json = string(next(f)?)?;
+    let errors: Vec<AttemptError> = if errors_json.is_empty() {
+        Vec::new()
+    } else {
+        serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
+    };
+    Ok(Job {
+        queue: queue.clone(),
+        id,
+        name,
+        payload,
+        content_type,
+        metadata,
+        state: JobState::Active,
+        priority,
+        max_attempts,
+        attempts_made: attempt,
+        backoff,
+        timeout_ms,
+        errors,
+        dead_reason: None,
+        create_ms: num_value(next(f)?)?,
+        ready_ms: num_value(next(f)?)?,
+        lease_ms: now_ms,
+        finish_ms: 0,
+        idempotency_key: string(next(f)?)?,
+        replays: num_value(next(f)?)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

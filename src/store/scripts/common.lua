@@ -20,7 +20,8 @@
 -- pri priority, max max attempts, att attempts made, bo backoff "kind,delay_ms,jitter,max_ms",
 -- to timeout ms, err attempt errors (JSON array), dr dead reason, c0 create ms, rt ready ms,
 -- lt lease ms, ft finish ms, tok lease token, wk worker id, ad attempt deadline ms,
--- ik idempotency key, rp replays.
+-- ik idempotency key, rp replays. enqueue.lua leaves out fields at their default (ct, md,
+-- bo, to empty; rp 0): every reader takes a missing field as its default.
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_READY, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -59,11 +60,16 @@ local function meta_number(field, default)
   return default
 end
 
--- Puts a job in waiting, after every job already ready at its priority.
-local function make_ready(id, jk, pri, now)
+-- Adds a job to the waiting and ready sets (its hash's st/rt are the caller's to set).
+local function enqueue_ready(id, pri, now)
   local seq = redis.call('HINCRBY', K_META, 'seq', 1) % PRIORITY_SPAN
   redis.call('ZADD', K_WAITING, int((1000 - pri) * PRIORITY_SPAN + seq), id)
   redis.call('ZADD', K_READY, now, id)
+end
+
+-- Puts a job in waiting, after every job already ready at its priority.
+local function make_ready(id, jk, pri, now)
+  enqueue_ready(id, pri, now)
   redis.call('HSET', jk, 'st', 'waiting', 'rt', now)
 end
 
@@ -145,7 +151,7 @@ end
 -- Returns state, time (ready or dead), dead reason ('' unless dead).
 local function fail_attempt(id, jk, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
   local f = redis.call('HMGET', jk, 'att', 'max', 'bo', 'wk', 'pri', 'err')
-  local att, max, bo, wk, pri = tonumber(f[1]), tonumber(f[2]), f[3], f[4] or '', tonumber(f[5])
+  local att, max, bo, wk, pri = tonumber(f[1]) or 0, tonumber(f[2]), f[3], f[4] or '', tonumber(f[5])
   local state, at, reason = '', now, ''
   local delay = 0
   if disposition == 'RATE_LIMITED' then

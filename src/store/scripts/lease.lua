@@ -54,22 +54,26 @@ for i = 1, #popped, 2 do
   local id = popped[i]
   local jk = job_key(id)
   redis.call('ZREM', K_READY, id)
-  if redis.call('EXISTS', jk) == 1 then
+  -- One read per job: 'n' is always set, so a missing name means the hash is gone.
+  local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'ik', 'rp', 'att')
+  if f[1] then
     slot = slot + 1
-    local att = redis.call('HINCRBY', jk, 'att', 1)
+    local att = (tonumber(f[14]) or 0) + 1
     local token = prefix .. slot
     local deadline = now + lease_ms
-    local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'ik', 'rp')
     local timeout = tonumber(f[8]) or 0
     if timeout > 0 then
-      redis.call('HSET', jk, 'ad', now + timeout)
       if now + timeout < deadline then deadline = now + timeout end
+      redis.call('HSET', jk, 'st', 'active', 'tok', token, 'lt', now, 'wk', ARGV[4 + slot], 'att', att,
+        'ad', now + timeout)
+    else
+      redis.call('HSET', jk, 'st', 'active', 'tok', token, 'lt', now, 'wk', ARGV[4 + slot], 'att', att)
     end
-    redis.call('HSET', jk, 'st', 'active', 'tok', token, 'lt', now, 'wk', ARGV[4 + slot])
     redis.call('ZADD', K_ACTIVE, deadline, id)
     if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
-    out[#out + 1] = { id, att, token, deadline, f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9] or '',
-      f[10], f[11], f[12], f[13] }
+    -- Fields a job was created without (defaults) read as ''.
+    out[#out + 1] = { id, att, token, deadline, f[1], f[2], f[3] or '', f[4] or '', f[5], f[6], f[7] or '',
+      f[8] or '', f[9] or '', f[10], f[11], f[12] or '', f[13] or '' }
   end
 end
 return out

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# jobwire vs BullMQ on the same box and the same Redis, in one run (not part of CI).
+#
+# Copies ../shared/bench (the BullMQ harness) to a scratch dir, runs `npm ci` there, starts
+# ONE redis-server on $PORT (--save "" --appendonly no), builds and starts `jobwire serve`
+# (release) against it, then alternates: BullMQ harness run 1, jobwire bench run 1, BullMQ
+# run 2, ... and prints
+#   - both tables and the jobwire/BullMQ ratio per scenario (report.mjs --compare);
+#   - Redis bytes per waiting job (100-byte payload), from INFO memory before/after
+#     filling $FILL jobs, for both;
+#   - Redis CPU µs per job lifecycle (enqueue in batches + lease/fetch + ack/complete) and
+#     the server's (Node's) own CPU µs per job, for both.
+#
+# Knobs (environment): RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
+# QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs).
+# The default finishes in about 5-8 minutes on a 2-core box.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+SRC="$ROOT/../shared/bench"
+RUNS="${RUNS:-1}"
+N="${N:-50000}"
+FILL="${FILL:-100000}"
+PORT="${PORT:-6390}"
+GRPC_PORT="${GRPC_PORT:-50151}"
+HTTP_PORT="${HTTP_PORT:-$((GRPC_PORT + 1))}"
+QUIET_WAIT="${QUIET_WAIT:-5}"
+RETRIES="${RETRIES:-0}"
+E2E="${E2E:-1x1,1x16,1x100,4x64}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-900}"
+
+[ -d "$SRC/bullmq" ] || { echo "no BullMQ harness at $SRC" >&2; exit 1; }
+command -v redis-server >/dev/null || { echo "redis-server is missing (apt-get install -y redis-server)" >&2; exit 1; }
+command -v node >/dev/null || { echo "node is missing" >&2; exit 1; }
+if redis-cli -p "$PORT" ping >/dev/null 2>&1; then
+  echo "something already answers on port $PORT; set PORT=..." >&2; exit 1
+fi
+
+SCRATCH="$(mktemp -d /tmp/jobwire-vs-bullmq.XXXXXX)"
+cp -r "$SRC" "$SCRATCH/bench"
+chmod -R u+w "$SCRATCH/bench"
+B="$SCRATCH/bench/bullmq"
+OUT="$SCRATCH/out"
+mkdir -p "$OUT"
+echo "scratch: $SCRATCH"
+
+SERVER_PID=""
+cleanup() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  if [ -f "$SCRATCH/bench/redis.pid" ]; then kill "$(cat "$SCRATCH/bench/redis.pid")" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+(cd "$B" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+(cd "$ROOT" && cargo build --release --locked --quiet)
+JOBWIRE="$ROOT/target/release/jobwire"
+
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+  --pidfile "$SCRATCH/bench/redis.pid" --logfile "$SCRATCH/redis.log" --maxmemory-policy noeviction
+for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do [ -s "$SCRATCH/bench/redis.pid" ] && break; sleep 0.1; done
+REDIS_PID="$(cat "$SCRATCH/bench/redis.pid")"
+
+# jobwire uses db 1: the harness FLUSHDBs db 0 before each of its scenarios.
+RUST_LOG=warn "$JOBWIRE" serve --redis-url "redis://127.0.0.1:$PORT/1" \
+  --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
+  >"$SCRATCH/jobwire.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1
+done
+curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null || { echo "jobwire did not become ready" >&2; cat "$SCRATCH/jobwire.log" >&2; exit 1; }
+
+bench_jobwire() { # extra args...
+  timeout "$STEP_TIMEOUT" "$JOBWIRE" bench --server "http://127.0.0.1:$GRPC_PORT" \
+    --server-pid "$SERVER_PID" --redis-pid "$REDIS_PID" --quiet-wait "$QUIET_WAIT" \
+    --retries "$RETRIES" "$@"
+}
+
+for run in $(seq "$RUNS"); do
+  echo "== run $run/$RUNS: BullMQ" >&2
+  (cd "$B" && timeout "$STEP_TIMEOUT" node bench.mjs --runs 1 --n "$N" --label "run$run" --port "$PORT" \
+    --quiet-wait "$QUIET_WAIT" --retries "$RETRIES" >/dev/null)
+  cp "$B/results/bullmq-run$run.json" "$OUT/bullmq-run$run.json"
+  echo "== run $run/$RUNS: jobwire" >&2
+  redis-cli -p "$PORT" -n 1 flushdb >/dev/null
+  bench_jobwire --only enqueue,e2e,latency,failure --runs 1 -n "$N" --in-flight 50 \
+    --e2e "$E2E" --with-retry-policy --label "run$run" --json "$OUT/jobwire-run$run.json" >/dev/null
+done
+
+# Merge the runs of each system into one document (runs side by side, as the harness does).
+merge() { # prefix -> file
+  node -e '
+    const fs = require("fs");
+    const docs = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
+    const out = { meta: { ...docs[0].meta, runs: docs.length, label: "merged" }, scenarios: [] };
+    for (const d of docs) for (const s of d.scenarios) {
+      let t = out.scenarios.find((x) => x.name === s.name);
+      if (!t) out.scenarios.push(t = { name: s.name, unit: s.unit, runs: [] });
+      t.runs.push(...s.runs);
+    }
+    out.meta.title = (out.meta.title || "").replace(/median of \d+ run(\(s\)|s)?/, `median of ${docs.length} run(s)`);
+    console.log(JSON.stringify(out, null, 2));' "$OUT/$1"-run*.json >"$OUT/$1.json"
+}
+merge bullmq
+merge jobwire
+
+# Redis bytes per waiting job, 100-byte payload.
+used() { redis-cli -p "$PORT" info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p' | tr -d '\r'; }
+redis-cli -p "$PORT" flushall >/dev/null; sleep 1
+m0=$(used)
+(cd "$B" && node --input-type=module -e "
+  import { Queue } from 'bullmq';
+  const q = new Queue('mem', { connection: { host: '127.0.0.1', port: $PORT } });
+  const data = { p: 'x'.repeat(92) }; // JSON of 100 bytes
+  for (let i = 0; i < $FILL; i += 1000) {
+    await q.addBulk(Array.from({ length: Math.min(1000, $FILL - i) }, () => ({ name: 'j', data })));
+  }
+  console.error('bullmq waiting:', await q.getWaitingCount());
+  await q.close();")
+sleep 1; m1=$(used)
+redis-cli -p "$PORT" flushall >/dev/null; sleep 1
+m2=$(used)
+bench_jobwire --only fill -n "$FILL" --payload 100 --queues 1 >/dev/null
+sleep 1; m3=$(used)
+redis-cli -p "$PORT" flushall >/dev/null
+
+RSS_TABLE=$(bench_jobwire --only rss --rss-streams 1000 --rss-credits 10 --payload 100)
+
+echo
+echo "## BullMQ (this run)"
+node "$B/report.mjs" "$OUT/bullmq.json"
+echo "## jobwire (this run; node CPU = jobwire server CPU)"
+node "$B/report.mjs" "$OUT/jobwire.json"
+echo "## jobwire / BullMQ"
+node "$B/report.mjs" --compare "$OUT/bullmq.json" "$OUT/jobwire.json"
+echo
+echo "## Server RSS"
+echo "$RSS_TABLE" | tail -n 1
+echo
+node --input-type=module -e "
+  import { readFileSync } from 'node:fs';
+  const load = (f) => JSON.parse(readFileSync(f, 'utf8'));
+  const med = (xs) => { const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
+    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+  const us = (s, k) => med(s.runs.map((r) => (r[k] * 1e4) / r.value));
+  const val = (s) => med(s.runs.map((r) => r.value));
+  const figures = (doc) => {
+    const bulk = doc.scenarios.find((s) => s.name.startsWith('enqueue: addBulk'));
+    const e2e = doc.scenarios.filter((s) => s.name.startsWith('e2e:') && !s.name.includes('attempts'));
+    const best = e2e.reduce((a, b) => (val(b) > val(a) ? b : a));
+    return { best, bestRate: val(best), add: us(bulk, 'redisCpu'), fetch: us(best, 'redisCpu'),
+      own: us(best, 'nodeCpu') + us(bulk, 'nodeCpu') };
+  };
+  const b = figures(load('$OUT/bullmq.json'));
+  const j = figures(load('$OUT/jobwire.json'));
+  const mem = { bullmq: ($m1 - $m0) / $FILL, jobwire: ($m3 - $m2) / $FILL };
+  const f = (x) => x.toFixed(1);
+  console.log('| figure | BullMQ | jobwire | jobwire/BullMQ |');
+  console.log('|---|---:|---:|---:|');
+  console.log('| best e2e configuration | ' + b.best.name + ' | ' + j.best.name + ' | |');
+  console.log('| best e2e jobs/s | ' + Math.round(b.bestRate) + ' | ' + Math.round(j.bestRate) + ' | ' + (j.bestRate / b.bestRate).toFixed(2) + 'x |');
+  const lc = (x) => x.add + x.fetch;
+  console.log('| Redis CPU µs per lifecycle (batched add + lease + ack) | ' + f(lc(b)) + ' (' + f(b.add) + ' + ' + f(b.fetch) + ') | ' + f(lc(j)) + ' (' + f(j.add) + ' + ' + f(j.fetch) + ') | ' + (lc(j) / lc(b)).toFixed(2) + 'x |');
+  console.log('| Node / jobwire server CPU µs per lifecycle | ' + f(b.own) + ' | ' + f(j.own) + ' | ' + (j.own / b.own).toFixed(2) + 'x |');
+  console.log('| Redis bytes per waiting job (100-byte payload, $FILL jobs) | ' + Math.round(mem.bullmq) + ' | ' + Math.round(mem.jobwire) + ' | ' + (mem.jobwire / mem.bullmq).toFixed(2) + 'x |');
+"
+echo
+echo "(results kept in $OUT)"

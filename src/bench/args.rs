@@ -1,0 +1,131 @@
+//! Flags of `jobwire bench`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Settings of `jobwire bench`: which scenarios, how big, and which processes to watch.
+#[derive(Clone, Debug, Args)]
+pub struct BenchArgs {
+    /// The jobwire server to load (gRPC endpoint).
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+
+    /// Pid of the server, for its CPU (utime+stime from /proc) and RSS.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+
+    /// Pid of the Redis the server uses, for its CPU.
+    #[arg(long)]
+    pub redis_pid: Option<u32>,
+
+    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "enqueue,e2e,latency,failure,rss"
+    )]
+    pub only: Vec<String>,
+
+    /// Rounds of every scenario (interleaved: round 1 of all, then round 2, ...).
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+
+    /// Jobs per enqueue and end-to-end scenario (N); also the jobs of `fill`.
+    #[arg(long, short = 'n', default_value_t = 50_000)]
+    pub n: usize,
+
+    /// End-to-end worker configurations, each WORKERSxCREDITS (W streams with C credits).
+    #[arg(long, value_delimiter = ',', default_value = "1x1,1x16,1x100,4x64")]
+    pub e2e: Vec<String>,
+
+    /// Also run each end-to-end configuration with jobs that carry max_attempts 3 and an
+    /// exponential backoff (no job fails: options only), as the BullMQ harness does.
+    #[arg(long)]
+    pub with_retry_policy: bool,
+
+    /// Unary Enqueue calls in flight in the concurrent enqueue scenario.
+    #[arg(long, default_value_t = 64)]
+    pub in_flight: usize,
+
+    /// Jobs per EnqueueBatch call.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+
+    /// Payload bytes per job.
+    #[arg(long, default_value_t = 16)]
+    pub payload: usize,
+
+    /// Queues the jobs of a scenario are spread over (round-robin); workers serve them all.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+
+    /// Jobs of the latency probe (enqueued one at a time with --gap-ms between).
+    #[arg(long, default_value_t = 2000)]
+    pub latency_jobs: usize,
+
+    /// Pause after each enqueue of the latency probe, ms.
+    #[arg(long, default_value_t = 2)]
+    pub gap_ms: u64,
+
+    /// Credits of the idle worker of the latency probe, and of each failure-path worker.
+    #[arg(long, default_value_t = 16)]
+    pub credits: u32,
+
+    /// Jobs of the failure path (each fails RETRY with zero backoff until dead, 3 attempts).
+    #[arg(long, default_value_t = 10_000)]
+    pub failure_jobs: usize,
+
+    /// Streams of the RSS scenario (jobs leased = streams x --rss-credits).
+    #[arg(long, default_value_t = 1000)]
+    pub rss_streams: usize,
+
+    /// Credits per stream of the RSS scenario.
+    #[arg(long, default_value_t = 10)]
+    pub rss_credits: u32,
+
+    /// Before each measurement, wait up to this many seconds for the box to be quiet.
+    #[arg(long, default_value_t = 0)]
+    pub quiet_wait: u64,
+
+    /// Redo a run when other tenants used more than this % of a core during it.
+    #[arg(long, default_value_t = 25.0)]
+    pub max_other: f64,
+
+    /// How many times a noisy run is redone.
+    #[arg(long, default_value_t = 0)]
+    pub retries: usize,
+
+    /// Label written into the JSON meta.
+    #[arg(long, default_value = "plain")]
+    pub label: String,
+
+    /// Write the results as JSON in the BullMQ harness's shape (for `report.mjs --compare`).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// Is scenario group `g` selected?
+    pub fn wants(&self, g: &str) -> bool {
+        self.only.iter().any(|o| o == g)
+    }
+
+    /// The parsed `--e2e` list: (workers, credits) pairs.
+    pub fn e2e_configs(&self) -> Result<Vec<(usize, u32)>, String> {
+        self.e2e
+            .iter()
+            .map(|c| {
+                let (w, k) = c
+                    .split_once('x')
+                    .ok_or_else(|| format!("--e2e {c}: expected WORKERSxCREDITS"))?;
+                let w: usize = w.parse().map_err(|_| format!("--e2e {c}: bad workers"))?;
+                let k: u32 = k.parse().map_err(|_| format!("--e2e {c}: bad credits"))?;
+                if w == 0 || !(1..=10_000).contains(&k) {
+                    return Err(format!("--e2e {c}: workers >= 1, credits 1..=10000"));
+                }
+                Ok((w, k))
+            })
+            .collect()
+    }
+}

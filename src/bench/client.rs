@@ -1,0 +1,181 @@
+//! The bench's side of the API: a gRPC channel to the server, job specs, fresh queue names,
+//! and worker streams (Subscribe with credits; acks and fails sent on the same stream).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
+
+use crate::pb;
+use crate::pb::job_service_client::JobServiceClient;
+use crate::pb::subscribe_request::Message as In;
+use crate::pb::worker_service_client::WorkerServiceClient;
+
+/// Connects one HTTP/2 connection to `server`, with wide flow-control windows so that many
+/// leases and acks fit in flight on one stream.
+pub async fn connect(server: &str) -> anyhow::Result<Channel> {
+    Endpoint::from_shared(server.to_owned())
+        .context("--server is not a valid URI")?
+        .tcp_nodelay(true)
+        .initial_stream_window_size(Some(4 << 20))
+        .initial_connection_window_size(Some(16 << 20))
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to {server}"))
+}
+
+static QUEUE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// `count` queue names no earlier scenario of this process (or another process) used.
+pub fn fresh_queues(count: usize) -> Vec<String> {
+    let seq = QUEUE_SEQ.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    (0..count.max(1))
+        .map(|q| format!("bench-{pid}-{seq}-{q}"))
+        .collect()
+}
+
+/// How the jobs of a scenario are built.
+#[derive(Clone, Debug, Default)]
+pub struct SpecOpts {
+    /// Payload size in bytes (filled with a repeating pattern; the first 8 bytes may carry
+    /// a timestamp).
+    pub payload: usize,
+    /// max_attempts (None: the server's default).
+    pub max_attempts: Option<u32>,
+    /// Backoff of the retry policy.
+    pub backoff: Option<pb::Backoff>,
+}
+
+/// Job `i` of a scenario: id `i`, on queue `i mod queues.len()`.
+pub fn spec(queues: &[String], i: usize, o: &SpecOpts) -> pb::JobSpec {
+    pb::JobSpec {
+        queue: queues[i % queues.len()].clone(),
+        job_id: i.to_string(),
+        name: "j".into(),
+        payload: vec![b'x'; o.payload],
+        max_attempts: o.max_attempts,
+        backoff: o.backoff,
+        ..Default::default()
+    }
+}
+
+/// A fixed backoff of `ms` milliseconds.
+pub fn fixed_backoff(ms: u64) -> pb::Backoff {
+    pb::Backoff {
+        kind: pb::BackoffKind::Fixed as i32,
+        delay: Some(prost_types::Duration {
+            seconds: (ms / 1000) as i64,
+            nanos: ((ms % 1000) * 1_000_000) as i32,
+        }),
+        ..Default::default()
+    }
+}
+
+/// An exponential backoff starting at 1 s (the BullMQ harness's option-cost variant).
+pub fn exponential_backoff() -> pb::Backoff {
+    pb::Backoff {
+        kind: pb::BackoffKind::Exponential as i32,
+        delay: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Enqueues `n` jobs in EnqueueBatch calls of `batch`; fails on any item error.
+pub async fn prefill(
+    ch: &Channel,
+    queues: &[String],
+    n: usize,
+    batch: usize,
+    o: &SpecOpts,
+) -> anyhow::Result<()> {
+    let mut jobs = JobServiceClient::new(ch.clone());
+    let mut i = 0;
+    while i < n {
+        let end = (i + batch.max(1)).min(n);
+        let specs = (i..end).map(|j| spec(queues, j, o)).collect();
+        let r = jobs
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs: specs })
+            .await?
+            .into_inner();
+        if let Some(e) = r.results.iter().find_map(|x| x.error.as_ref()) {
+            anyhow::bail!("enqueue failed: {}", e.message);
+        }
+        i = end;
+    }
+    Ok(())
+}
+
+/// One worker stream: the sender of its requests and the stream of its responses.
+pub struct Stream {
+    /// Requests (acks, fails) go here.
+    pub tx: mpsc::UnboundedSender<pb::SubscribeRequest>,
+    /// Leases and Settled replies come from here.
+    pub rx: Streaming<pb::SubscribeResponse>,
+}
+
+impl Stream {
+    /// Opens a Subscribe stream on `queues` with `credits`.
+    pub async fn open(ch: &Channel, queues: &[String], credits: u32) -> anyhow::Result<Stream> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(pb::SubscribeRequest {
+            message: Some(In::Open(pb::OpenStream {
+                queues: queues.to_vec(),
+                credits,
+                worker_id: String::new(),
+            })),
+        })?;
+        let rx = WorkerServiceClient::new(ch.clone())
+            .subscribe(UnboundedReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(Stream { tx, rx })
+    }
+
+    /// Acks `lease` on the stream.
+    pub fn ack(&self, lease: &pb::Lease) {
+        let (queue, job_id) = ids(lease);
+        let _ = self.tx.send(pb::SubscribeRequest {
+            message: Some(In::Ack(pb::AckRequest {
+                queue,
+                job_id,
+                lease_token: lease.lease_token.clone(),
+            })),
+        });
+    }
+
+    /// Fails `lease` with disposition RETRY on the stream.
+    pub fn fail_retry(&self, lease: &pb::Lease) {
+        let (queue, job_id) = ids(lease);
+        let _ = self.tx.send(pb::SubscribeRequest {
+            message: Some(In::Fail(pb::FailRequest {
+                queue,
+                job_id,
+                lease_token: lease.lease_token.clone(),
+                disposition: pb::FailDisposition::Retry as i32,
+                error: Some(pb::JobError {
+                    message: "boom".into(),
+                    error_type: "Bench".into(),
+                    details: String::new(),
+                }),
+                ..Default::default()
+            })),
+        });
+    }
+}
+
+fn ids(lease: &pb::Lease) -> (String, String) {
+    lease
+        .job
+        .as_ref()
+        .map(|j| (j.queue.clone(), j.job_id.clone()))
+        .unwrap_or_default()
+}

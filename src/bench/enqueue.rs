@@ -1,0 +1,79 @@
+//! Enqueue throughput: unary one at a time, unary with K in flight, EnqueueBatch of B.
+//! Window: first call sent to last reply received.
+
+use serde_json::{Map, Value};
+use tonic::transport::Channel;
+
+use super::client::{fresh_queues, prefill, spec, SpecOpts};
+use super::cpu::{measure, Pids};
+use crate::pb;
+use crate::pb::job_service_client::JobServiceClient;
+
+async fn unary(jobs: &mut JobServiceClient<Channel>, job: pb::JobSpec) -> anyhow::Result<()> {
+    jobs.enqueue(pb::EnqueueRequest { job: Some(job) }).await?;
+    Ok(())
+}
+
+/// `n` unary Enqueue calls, each awaited before the next.
+pub async fn sequential(
+    ch: &Channel,
+    pids: &Pids,
+    n: usize,
+    queues: usize,
+    o: &SpecOpts,
+) -> anyhow::Result<Map<String, Value>> {
+    let queues = fresh_queues(queues);
+    let mut jobs = JobServiceClient::new(ch.clone());
+    let a = pids.snap();
+    for i in 0..n {
+        unary(&mut jobs, spec(&queues, i, o)).await?;
+    }
+    Ok(measure(&a, &pids.snap(), n as f64))
+}
+
+/// `n` unary Enqueue calls from `producers` concurrent tasks sharing one connection, each
+/// sending its share one after another (so `producers` calls are in flight).
+pub async fn concurrent(
+    ch: &Channel,
+    pids: &Pids,
+    n: usize,
+    producers: usize,
+    queues: usize,
+    o: &SpecOpts,
+) -> anyhow::Result<Map<String, Value>> {
+    let queues = std::sync::Arc::new(fresh_queues(queues));
+    let producers = producers.max(1);
+    let per = n.div_ceil(producers);
+    let a = pids.snap();
+    let tasks: Vec<_> = (0..producers)
+        .map(|p| {
+            let (ch, queues, o) = (ch.clone(), queues.clone(), o.clone());
+            tokio::spawn(async move {
+                let mut jobs = JobServiceClient::new(ch);
+                for i in p * per..((p + 1) * per).min(n) {
+                    unary(&mut jobs, spec(&queues, i, &o)).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(measure(&a, &pids.snap(), n as f64))
+}
+
+/// `n` jobs in EnqueueBatch calls of `batch`, one call at a time.
+pub async fn batched(
+    ch: &Channel,
+    pids: &Pids,
+    n: usize,
+    batch: usize,
+    queues: usize,
+    o: &SpecOpts,
+) -> anyhow::Result<Map<String, Value>> {
+    let queues = fresh_queues(queues);
+    let a = pids.snap();
+    prefill(ch, &queues, n, batch, o).await?;
+    Ok(measure(&a, &pids.snap(), n as f64))
+}

@@ -1,0 +1,173 @@
+//! Results: the markdown table printed at the end, and the JSON document in the BullMQ
+//! harness's shape (`{ meta, scenarios: [{ name, unit, runs: [{ value, redisCpu, nodeCpu,
+//! ... }] }] }`) that its `report.mjs --compare` reads.
+
+use serde_json::{json, Map, Value};
+
+/// One scenario and its runs.
+pub struct Scenario {
+    /// The harness's scenario name where one corresponds.
+    pub name: String,
+    /// Unit of `value` (`jobs/s`, `ms p50`, `attempts/s`, `MB`).
+    pub unit: &'static str,
+    /// One object per run.
+    pub runs: Vec<Map<String, Value>>,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.retain(|x| x.is_finite());
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+fn field(r: &Map<String, Value>, k: &str) -> f64 {
+    r.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN)
+}
+
+/// Median of field `k` over the runs.
+pub fn med(runs: &[Map<String, Value>], k: &str) -> f64 {
+    median(runs.iter().map(|r| field(r, k)).collect())
+}
+
+/// Formats like the harness: thousands separators from 100 up, two decimals below.
+pub fn fmt(x: f64) -> String {
+    if !x.is_finite() {
+        return "–".into();
+    }
+    if x.abs() < 100.0 {
+        return format!("{x:.2}");
+    }
+    let s = format!("{}", x.round() as i64);
+    let (sign, digits) = s.split_at(if s.starts_with('-') { 1 } else { 0 });
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
+
+/// A CPU % as a whole number.
+fn pct0(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.0}")
+    } else {
+        "–".into()
+    }
+}
+
+/// CPU µs of one core per unit of work in run `r` (CPU % x 10^4 / units per second).
+fn us_per(r: &Map<String, Value>, k: &str) -> f64 {
+    field(r, k) * 1e4 / field(r, "value")
+}
+
+fn notes(s: &Scenario) -> String {
+    let r = &s.runs;
+    if s.name.starts_with("latency") {
+        return format!(
+            "p99 {} ms, max {} ms; from the Enqueue reply: p50 {} / p99 {} / max {} ms",
+            fmt(med(r, "p99")),
+            fmt(med(r, "max")),
+            fmt(med(r, "fromReturnP50")),
+            fmt(med(r, "fromReturnP99")),
+            fmt(med(r, "fromReturnMax"))
+        );
+    }
+    if s.name.starts_with("failure") {
+        let list = |k: &str| {
+            r.iter()
+                .map(|x| fmt(field(x, k)))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        return format!(
+            "{} jobs/s to final failure; attempts {}; dead count {}",
+            fmt(med(r, "jobsPerSec")),
+            list("attempts"),
+            list("failedCount")
+        );
+    }
+    if s.name.starts_with("server RSS") {
+        return format!(
+            "RSS before {} MB; {} leases held; {} bytes per lease",
+            fmt(med(r, "rssBeforeMB")),
+            fmt(med(r, "leased")),
+            fmt(med(r, "bytesPerLease"))
+        );
+    }
+    if s.name.starts_with("e2e") {
+        return format!("refused settles {}", fmt(med(r, "refused")));
+    }
+    String::new()
+}
+
+/// The markdown table of medians (server CPU in the harness's "node" column).
+pub fn render(title: &str, scenarios: &[Scenario]) -> String {
+    let mut lines = vec![
+        title.to_owned(),
+        String::new(),
+        "| scenario | median | unit | runs | redis CPU % | server CPU % | bench client CPU % | other load % | redis µs/job | server µs/job | notes |".to_owned(),
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|".to_owned(),
+    ];
+    for s in scenarios {
+        let cpu = !s.name.starts_with("latency") && !s.name.starts_with("server RSS");
+        let per = |k: &str| {
+            if cpu {
+                median(s.runs.iter().map(|r| us_per(r, k)).collect())
+            } else {
+                f64::NAN
+            }
+        };
+        let runs: Vec<String> = s.runs.iter().map(|r| fmt(field(r, "value"))).collect();
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.name,
+            fmt(med(&s.runs, "value")),
+            s.unit,
+            runs.join(", "),
+            pct0(med(&s.runs, "redisCpu")),
+            pct0(med(&s.runs, "nodeCpu")),
+            pct0(med(&s.runs, "clientCpu")),
+            pct0(med(&s.runs, "otherCpu")),
+            fmt(per("redisCpu")),
+            fmt(per("nodeCpu")),
+            notes(s)
+        ));
+    }
+    lines.join("\n")
+}
+
+/// The JSON document for `report.mjs`.
+pub fn document(meta: Value, scenarios: &[Scenario]) -> Value {
+    let list: Vec<Value> = scenarios
+        .iter()
+        .map(|s| json!({ "name": s.name, "unit": s.unit, "runs": s.runs }))
+        .collect();
+    json!({ "meta": meta, "scenarios": list })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_like_the_harness() {
+        assert_eq!(fmt(1234567.4), "1,234,567");
+        assert_eq!(fmt(100.0), "100");
+        assert_eq!(fmt(0.466), "0.47");
+        assert_eq!(fmt(-2500.0), "-2,500");
+        assert_eq!(fmt(f64::NAN), "–");
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

@@ -1,0 +1,208 @@
+//! `jobwire bench`: builds the plan from the flags, runs every scenario `--runs` times
+//! (interleaved), redoes noisy runs, prints the table and writes the JSON.
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::args::BenchArgs;
+use super::client::{connect, exponential_backoff, fresh_queues, prefill, SpecOpts};
+use super::cpu::{measure, wait_for_quiet, Pids};
+use super::report::{document, render, Scenario};
+use super::{enqueue, latency, workers};
+
+/// One entry of the plan.
+#[derive(Clone, Debug)]
+enum Plan {
+    Sequential,
+    Concurrent,
+    Batch,
+    EndToEnd(usize, u32, bool),
+    Latency,
+    Failure,
+    Rss,
+    Fill,
+}
+
+fn plan(a: &BenchArgs) -> Result<Vec<(String, &'static str, Plan)>, String> {
+    let mut p = Vec::new();
+    if a.wants("enqueue") {
+        p.push((
+            "enqueue: add() sequential".into(),
+            "jobs/s",
+            Plan::Sequential,
+        ));
+        let name = if a.in_flight == 50 {
+            "enqueue: add() x50 concurrent producers".to_owned()
+        } else {
+            format!("enqueue: unary x{} in flight", a.in_flight)
+        };
+        p.push((name, "jobs/s", Plan::Concurrent));
+        let name = format!("enqueue: addBulk({})", a.batch);
+        p.push((name, "jobs/s", Plan::Batch));
+    }
+    if a.wants("e2e") {
+        let configs = a.e2e_configs()?;
+        for policy in [false, true] {
+            if policy && !a.with_retry_policy {
+                continue;
+            }
+            for &(w, c) in &configs {
+                let name = match (w, policy) {
+                    (1, false) => format!("e2e: worker concurrency {c}"),
+                    (1, true) => format!("e2e: concurrency {c}, attempts 3 + exp backoff"),
+                    (_, false) => format!("e2e: {w} workers x {c} credits"),
+                    (_, true) => {
+                        format!("e2e: {w} workers x {c} credits, attempts 3 + exp backoff")
+                    }
+                };
+                p.push((name, "jobs/s", Plan::EndToEnd(w, c, policy)));
+            }
+        }
+    }
+    if a.wants("latency") {
+        let name = format!(
+            "latency: enqueue->handler start, idle worker c={}, {} jobs, {} ms gap",
+            a.credits, a.latency_jobs, a.gap_ms
+        );
+        p.push((name, "ms p50", Plan::Latency));
+    }
+    if a.wants("failure") {
+        let k = a.failure_jobs / 1000;
+        let name = format!(
+            "failure: {k}k jobs x 3 attempts, fixed backoff 0 ms, c={}",
+            a.credits
+        );
+        p.push((name, "attempts/s", Plan::Failure));
+    }
+    if a.wants("rss") {
+        let name = format!(
+            "server RSS: {} jobs leased across {} streams",
+            a.rss_streams * a.rss_credits as usize,
+            a.rss_streams
+        );
+        p.push((name, "MB", Plan::Rss));
+    }
+    if a.wants("fill") {
+        let name = format!("fill: {} waiting jobs, {}-byte payload", a.n, a.payload);
+        p.push((name, "jobs/s", Plan::Fill));
+    }
+    if p.is_empty() {
+        return Err("--only selects no scenario".into());
+    }
+    Ok(p)
+}
+
+async fn run_one(
+    a: &BenchArgs,
+    ch: &tonic::transport::Channel,
+    pids: &Pids,
+    what: &Plan,
+) -> anyhow::Result<Map<String, Value>> {
+    let o = SpecOpts {
+        payload: a.payload,
+        ..Default::default()
+    };
+    match *what {
+        Plan::Sequential => enqueue::sequential(ch, pids, a.n, a.queues, &o).await,
+        Plan::Concurrent => enqueue::concurrent(ch, pids, a.n, a.in_flight, a.queues, &o).await,
+        Plan::Batch => enqueue::batched(ch, pids, a.n, a.batch, a.queues, &o).await,
+        Plan::EndToEnd(w, c, policy) => {
+            let o = if policy {
+                SpecOpts {
+                    max_attempts: Some(3),
+                    backoff: Some(exponential_backoff()),
+                    ..o
+                }
+            } else {
+                o
+            };
+            workers::end_to_end(ch, pids, a.n, (w, c), a.queues, &o).await
+        }
+        Plan::Latency => {
+            let gap = Duration::from_millis(a.gap_ms);
+            latency::idle_pickup(ch, pids, a.latency_jobs, gap, a.credits, &o).await
+        }
+        Plan::Failure => {
+            workers::failure_path(ch, pids, a.failure_jobs, a.credits, a.queues, a.payload).await
+        }
+        Plan::Rss => workers::rss(&a.server, pids, a.rss_streams, a.rss_credits, a.payload).await,
+        Plan::Fill => {
+            // Waiting jobs left in place, for measuring Redis memory per waiting job.
+            let queues = fresh_queues(a.queues);
+            let s = pids.snap();
+            prefill(ch, &queues, a.n, a.batch, &o).await?;
+            Ok(measure(&s, &pids.snap(), a.n as f64))
+        }
+    }
+}
+
+/// Runs the bench described by `a` against a running server.
+pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let plan = plan(&a).map_err(anyhow::Error::msg)?;
+    if a.n == 0 || a.latency_jobs == 0 || a.failure_jobs == 0 || a.batch == 0 || a.queues == 0 {
+        anyhow::bail!("-n, --latency-jobs, --failure-jobs, --batch and --queues must be > 0");
+    }
+    let pids = Pids {
+        server: a.server_pid.map(|p| p.to_string()),
+        redis: a.redis_pid.map(|p| p.to_string()),
+    };
+    let ch = connect(&a.server).await?;
+    let mut results: Vec<Scenario> = plan
+        .iter()
+        .map(|(name, unit, _)| Scenario {
+            name: name.clone(),
+            unit,
+            runs: Vec::new(),
+        })
+        .collect();
+    for run in 1..=a.runs.max(1) {
+        for (i, (name, _, what)) in plan.iter().enumerate() {
+            let mut attempt = 0;
+            let r = loop {
+                wait_for_quiet(Duration::from_secs(a.quiet_wait)).await;
+                let mut r = run_one(&a, &ch, &pids, what).await?;
+                let other = r.get("otherCpu").and_then(Value::as_f64).unwrap_or(0.0);
+                let noisy = other > a.max_other;
+                r.insert("noisy".into(), json!(noisy));
+                let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                eprintln!(
+                    "[run {run}] {name}: {:.2} (redis {:.0}% server {:.0}% client {:.0}% other {:.0}%){}",
+                    f("value"),
+                    f("redisCpu"),
+                    f("nodeCpu"),
+                    f("clientCpu"),
+                    other,
+                    if noisy { " NOISY" } else { "" }
+                );
+                if !noisy || attempt >= a.retries {
+                    break r;
+                }
+                attempt += 1;
+            };
+            results[i].runs.push(r);
+        }
+    }
+    let title = format!(
+        "jobwire {} against {}, label \"{}\", N={}, payload {} B, {} queue(s), median of {} run(s); \
+         \"server\" = the jobwire server process (BullMQ's \"node\" column)",
+        env!("CARGO_PKG_VERSION"),
+        a.server,
+        a.label,
+        a.n,
+        a.payload,
+        a.queues,
+        a.runs.max(1)
+    );
+    println!("{}", render(&title, &results));
+    if let Some(path) = &a.json {
+        let meta = json!({
+            "label": a.label, "n": a.n, "runs": a.runs.max(1), "maxOther": a.max_other,
+            "system": "jobwire", "version": env!("CARGO_PKG_VERSION"), "payload": a.payload,
+            "queues": a.queues, "title": title,
+        });
+        let doc = document(meta, &results);
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+    }
+    Ok(())
+}
