@@ -1,5 +1,6 @@
 //! jobwire's integration tests: one binary, real redis-server processes, real gRPC over TCP.
 
+mod bench_smoke;
 #[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
 mod limits;
