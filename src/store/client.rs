@@ -21,6 +21,14 @@ pub struct Store {
     known_queues: Arc<Mutex<HashSet<QueueName>>>,
 }
 
+/// Appends (id, lease token) pairs as script arguments.
+fn push_pairs(args: &mut Vec<Vec<u8>>, items: &[(String, String)]) {
+    for (id, token) in items {
+        args.push(id.clone().into_bytes());
+        args.push(token.clone().into_bytes());
+    }
+}
+
 fn opt_ms(v: i64) -> Option<u64> {
     u64::try_from(v).ok()
 }
@@ -281,10 +289,7 @@ impl Store {
         items: &[(String, String)],
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
-        for (id, token) in items {
-            args.push(id.clone().into_bytes());
-            args.push(token.clone().into_bytes());
-        }
+        push_pairs(&mut args, items);
         let reply = array(
             self.run_script(&scripts::ACK, &Keys::new(queue), args)
                 .await?,
@@ -365,10 +370,7 @@ impl Store {
             lease_ms.to_string().into_bytes(),
             items.len().to_string().into_bytes(),
         ];
-        for (id, token) in items {
-            args.push(id.clone().into_bytes());
-            args.push(token.clone().into_bytes());
-        }
+        push_pairs(&mut args, items);
         let reply = array(
             self.run_script(&scripts::RENEW, &Keys::new(queue), args)
                 .await?,
@@ -387,10 +389,7 @@ impl Store {
         items: &[(String, String)],
     ) -> Result<usize, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
-        for (id, token) in items {
-            args.push(id.clone().into_bytes());
-            args.push(token.clone().into_bytes());
-        }
+        push_pairs(&mut args, items);
         let reply = array(
             self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
                 .await?,

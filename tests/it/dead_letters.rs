@@ -195,54 +195,40 @@ async fn list_pages_and_filters_and_filtered_replay_and_delete() {
     assert_eq!(seen[0], "outage-0");
     assert_eq!(seen[8], "invoice-0");
 
-    let by_type = list(
-        &app,
-        "f",
-        100,
-        "",
-        Some(pb::DeadLetterFilter {
-            error_type: "invalid_address".into(),
-            ..Default::default()
-        }),
-    )
-    .await;
-    assert_eq!(by_type.dead_letters.len(), 3);
-    let by_name = list(
-        &app,
-        "f",
-        100,
-        "",
-        Some(pb::DeadLetterFilter {
-            job_name: "invoice".into(),
-            ..Default::default()
-        }),
-    )
-    .await;
-    assert_eq!(by_name.dead_letters.len(), 1);
-    let by_prefix = list(
-        &app,
-        "f",
-        100,
-        "",
-        Some(pb::DeadLetterFilter {
-            error_message_prefix: "503".into(),
-            ..Default::default()
-        }),
-    )
-    .await;
-    assert_eq!(by_prefix.dead_letters.len(), 6);
-    let by_reason = list(
-        &app,
-        "f",
-        100,
-        "",
-        Some(pb::DeadLetterFilter {
-            reason: pb::DeadReason::NoRetry as i32,
-            ..Default::default()
-        }),
-    )
-    .await;
-    assert!(by_reason.dead_letters.is_empty());
+    let filters = [
+        (
+            pb::DeadLetterFilter {
+                error_type: "invalid_address".into(),
+                ..Default::default()
+            },
+            3,
+        ),
+        (
+            pb::DeadLetterFilter {
+                job_name: "invoice".into(),
+                ..Default::default()
+            },
+            1,
+        ),
+        (
+            pb::DeadLetterFilter {
+                error_message_prefix: "503".into(),
+                ..Default::default()
+            },
+            6,
+        ),
+        (
+            pb::DeadLetterFilter {
+                reason: pb::DeadReason::NoRetry as i32,
+                ..Default::default()
+            },
+            0,
+        ),
+    ];
+    for (filter, want) in filters {
+        let page = list(&app, "f", 100, "", Some(filter.clone())).await;
+        assert_eq!(page.dead_letters.len(), want, "{filter:?}");
+    }
 
     // Replay the welcome outages only.
     let r = app
