@@ -180,7 +180,6 @@ pub(crate) fn new_job(
         ));
     }
     Ok(NewJob {
-        idempotency_key: format!("{queue}/{id}/{}", uuid::Uuid::new_v4().simple()),
         queue,
         id,
         name: spec.name.clone(),

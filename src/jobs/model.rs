@@ -227,8 +227,6 @@ pub struct NewJob {
     pub backoff: Option<Backoff>,
     /// Per-attempt timeout, ms (0 = none); `None`: the queue's default.
     pub timeout_ms: Option<u64>,
-    /// Stable across attempts and replays.
-    pub idempotency_key: String,
 }
 
 /// A stored job.

@@ -157,7 +157,7 @@ impl Store {
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
         self.remember_queue(queue).await?;
         let keys = Keys::new(queue);
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 11);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 10);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
         for j in jobs {
@@ -184,7 +184,6 @@ impl Store {
                     .map(|t| t.to_string())
                     .unwrap_or_default()
                     .into_bytes(),
-                j.idempotency_key.clone().into_bytes(),
             ]);
         }
         let mut reply = array(self.run_script(&scripts::ENQUEUE, &keys, args).await?)?.into_iter();
@@ -467,7 +466,7 @@ fn created_job(
         ready_ms: now + j.delay_ms,
         lease_ms: 0,
         finish_ms: 0,
-        idempotency_key: j.idempotency_key.clone(),
+        idempotency_key: super::codec::idempotency_key(&j.queue, &j.id, now),
         replays: 0,
     }
 }

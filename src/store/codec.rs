@@ -97,6 +97,8 @@ pub(crate) fn job_from_hash(
     } else {
         serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
     };
+    let create_ms = num(&fields, "c0");
+    let id_for_key = id.clone();
     Ok(Job {
         queue: queue.clone(),
         id,
@@ -112,13 +114,20 @@ pub(crate) fn job_from_hash(
         timeout_ms: num(&fields, "to"),
         errors,
         dead_reason: DeadReason::parse(&text(&mut fields, "dr")?),
-        create_ms: num(&fields, "c0"),
+        create_ms,
         ready_ms: num(&fields, "rt"),
         lease_ms: num(&fields, "lt"),
         finish_ms: num(&fields, "ft"),
-        idempotency_key: text(&mut fields, "ik")?,
+        idempotency_key: idempotency_key(queue, &id_for_key, create_ms),
         replays: num(&fields, "rp"),
     })
+}
+
+/// A job's idempotency key: `<queue>/<id>/<create time ms>`. Stable across attempts and
+/// replays (they keep the create time), different for a new job that reuses an id after
+/// retention removed the old one; derived, so it costs no memory per job.
+pub(crate) fn idempotency_key(queue: &QueueName, id: &str, create_ms: u64) -> String {
+    format!("{queue}/{id}/{create_ms}")
 }
 
 /// A number field of a script reply ('' or unparsable: the default).
@@ -130,7 +139,7 @@ fn num_value<T: std::str::FromStr + Default>(v: Value) -> Result<T, StoreError> 
 }
 
 /// Decodes the fields `lease.lua` returns for one leased job, in its reply order
-/// (n, p, ct, md, pri, max, bo, to, err, c0, rt, ik, rp), without building a field map:
+/// (n, p, ct, md, pri, max, bo, to, err, c0, rt, rp), without building a field map:
 /// this runs once per delivered job.
 pub(crate) fn leased_job(
     queue: &QueueName,
@@ -158,6 +167,8 @@ pub(crate) fn leased_job(
     } else {
         serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
     };
+    let create_ms = num_value(next(f)?)?;
+    let key_id = id.clone();
     Ok(Job {
         queue: queue.clone(),
         id,
@@ -173,11 +184,11 @@ pub(crate) fn leased_job(
         timeout_ms,
         errors,
         dead_reason: None,
-        create_ms: num_value(next(f)?)?,
+        create_ms,
         ready_ms: num_value(next(f)?)?,
         lease_ms: now_ms,
         finish_ms: 0,
-        idempotency_key: string(next(f)?)?,
+        idempotency_key: idempotency_key(queue, &key_id, create_ms),
         replays: num_value(next(f)?)?,
     })
 }

@@ -180,7 +180,6 @@ async fn apply(
                 max_attempts: Some(max),
                 backoff: None,
                 timeout_ms: None,
-                idempotency_key: id.clone(),
             };
             let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
             assert_eq!(out[0].created, !m.jobs.contains_key(&id), "dedupe of {id}");

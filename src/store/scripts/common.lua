@@ -20,7 +20,7 @@
 -- pri priority, max max attempts, att attempts made, bo backoff "kind,delay_ms,jitter,max_ms",
 -- to timeout ms, err attempt errors (JSON array), dr dead reason, c0 create ms, rt ready ms,
 -- lt lease ms, ft finish ms, tok lease token, wk worker id, ad attempt deadline ms,
--- ik idempotency key, rp replays. enqueue.lua leaves out fields at their default (ct, md,
+-- rp replays (the idempotency key is derived: queue/id/c0). enqueue.lua leaves out fields at their default (ct, md,
 -- bo, to empty; rp 0): every reader takes a missing field as its default.
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_READY, K_META =

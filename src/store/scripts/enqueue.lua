@@ -2,9 +2,9 @@
 -- that is taken (the id is the dedupe key: nothing about the existing job changes). Options a
 -- job leaves unset ('') take the queue's defaults (meta d_max, d_bo, d_to), then the server's.
 -- Job hashes hold only non-default fields (see common.lua).
--- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 11 per job: id, name,
+-- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 10 per job: id, name,
 --       payload, content type, metadata JSON, delay ms, priority, max attempts, backoff,
---       timeout ms, idempotency key.
+--       timeout ms. (The idempotency key is derived from queue, id and create time: not stored.)
 -- Reply: { now_ms, per job: {'C', max attempts, backoff, timeout ms} created
 --          | {'E', field, value, ...} existing job's hash }.
 local now = now_ms()
@@ -18,7 +18,7 @@ local function opt(fields, k, v, default)
 end
 local woke = false
 for j = 0, n - 1 do
-  local b = 4 + j * 11
+  local b = 4 + j * 10
   local id = ARGV[b]
   local jk = job_key(id)
   local existing = redis.call('HGETALL', jk)
@@ -35,7 +35,7 @@ for j = 0, n - 1 do
     -- replays) are not stored: readers take a missing field as its default, and every field
     -- saved is memory per waiting job.
     local fields = { 'n', ARGV[b + 1], 'p', ARGV[b + 2], 'pri', pri, 'max', max, 'att', 0,
-      'ik', ARGV[b + 10], 'c0', now }
+      'c0', now }
     opt(fields, 'ct', ARGV[b + 3], '')
     opt(fields, 'md', ARGV[b + 4], '{}')
     opt(fields, 'bo', bo, '')

@@ -9,7 +9,7 @@
 --          limited ('' | 'rate' | 'throttle' | 'concurrency': jobs were left waiting because
 --          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
 --          per leased job:
---          { id, attempt, token, deadline, n, p, ct, md, pri, max, bo, to, err, c0, rt, ik, rp } }
+--          { id, attempt, token, deadline, n, p, ct, md, pri, max, bo, to, err, c0, rt, rp } }
 local now = now_ms()
 local n, lease_ms, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 promote_due(now, 1000)
@@ -55,10 +55,10 @@ for i = 1, #popped, 2 do
   local jk = job_key(id)
   redis.call('ZREM', K_READY, id)
   -- One read per job: 'n' is always set, so a missing name means the hash is gone.
-  local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'ik', 'rp', 'att')
+  local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'rp', 'att')
   if f[1] then
     slot = slot + 1
-    local att = (tonumber(f[14]) or 0) + 1
+    local att = (tonumber(f[13]) or 0) + 1
     local token = prefix .. slot
     local deadline = now + lease_ms
     local timeout = tonumber(f[8]) or 0
@@ -73,7 +73,7 @@ for i = 1, #popped, 2 do
     if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
     -- Fields a job was created without (defaults) read as ''.
     out[#out + 1] = { id, att, token, deadline, f[1], f[2], f[3] or '', f[4] or '', f[5], f[6], f[7] or '',
-      f[8] or '', f[9] or '', f[10], f[11], f[12] or '', f[13] or '' }
+      f[8] or '', f[9] or '', f[10], f[11], f[12] or '' }
   end
 end
 return out
