@@ -15,10 +15,10 @@ pub fn wake_channel(queue: &QueueName) -> String {
     format!("jw:wake:{queue}")
 }
 
-/// The nine keys every script takes, in the order `scripts/common.lua` documents.
+/// The eight keys every script takes, in the order `scripts/common.lua` documents.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) all: [String; 9],
+    pub(crate) all: [String; 8],
     pub(crate) wake: String,
 }
 
@@ -33,7 +33,6 @@ impl Keys {
                 format!("{p}active"),
                 format!("{p}completed"),
                 format!("{p}dead"),
-                format!("{p}ready"),
                 format!("{p}meta"),
                 format!("{p}job:"),
                 format!("{p}limiter"),
@@ -44,7 +43,7 @@ impl Keys {
 
     /// The hash of one job.
     pub(crate) fn job(&self, id: &str) -> String {
-        format!("{}{id}", self.all[7])
+        format!("{}{id}", self.all[6])
     }
 }
 

@@ -16,7 +16,7 @@ impl Store {
     pub async fn queue_config(&self, queue: &QueueName) -> Result<QueueConfig, StoreError> {
         let mut conn = self.conn.clone();
         let meta: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(&Keys::new(queue).all[6])
+            .arg(&Keys::new(queue).all[5])
             .query_async(&mut conn)
             .await?;
         Ok(QueueConfig::from_meta(&meta))

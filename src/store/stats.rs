@@ -6,7 +6,7 @@ use redis::Value;
 use super::client::Store;
 use super::codec::{array, int, string};
 use super::keys::Keys;
-use super::StoreError;
+use super::{scripts, StoreError};
 use crate::jobs::QueueName;
 
 /// One queue's numbers, read at `now_ms` (Redis's clock).
@@ -33,7 +33,7 @@ pub struct QueueStats {
 }
 
 /// Commands per queue in the stats pipeline.
-const PER_QUEUE: usize = 8;
+const PER_QUEUE: usize = 7;
 
 fn first_score(v: Value) -> Result<Option<f64>, StoreError> {
     let items = array(v)?;
@@ -54,19 +54,23 @@ impl Store {
                 pipe.cmd("ZCARD").arg(&k.all[i]);
             }
             pipe.cmd("ZRANGE")
-                .arg(&k.all[5])
-                .arg(0)
-                .arg(0)
-                .arg("WITHSCORES");
-            pipe.cmd("ZRANGE")
                 .arg(&k.all[4])
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
-            pipe.cmd("HGET").arg(&k.all[6]).arg("paused");
+            pipe.cmd("HGET").arg(&k.all[5]).arg("paused");
         }
         let mut conn = self.conn.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        // The oldest-waiting scripts go out together with the pipeline: the connection is
+        // multiplexed, so they share its round trip.
+        let oldest = futures::future::try_join_all(queues.iter().map(|q| async move {
+            let keys = Keys::new(q);
+            self.run_script(&scripts::OLDEST_WAITING, &keys, Vec::new())
+                .await
+        }));
+        let (replies, oldest): (Vec<Value>, Vec<Value>) =
+            futures::future::try_join(async { Ok(pipe.query_async(&mut conn).await?) }, oldest)
+                .await?;
         if replies.len() != 1 + queues.len() * PER_QUEUE {
             return Err(StoreError::Decode("stats pipeline reply length".into()));
         }
@@ -77,12 +81,12 @@ impl Store {
         let micros = int(t.next().unwrap_or_default())?;
         let now_ms = (secs * 1000 + micros / 1000) as f64;
         let mut out = Vec::with_capacity(queues.len());
-        for q in queues {
+        for (q, ready) in queues.iter().zip(oldest) {
+            let ready = Some(int(ready)?).filter(|r| *r >= 0).map(|r| r as f64);
             let mut n = [0u64; 5];
             for slot in &mut n {
                 *slot = int(it.next().unwrap_or_default())? as u64;
             }
-            let ready = first_score(it.next().unwrap_or_default())?;
             let dead = first_score(it.next().unwrap_or_default())?;
             let paused = string(it.next().unwrap_or_default())? == "1";
             let age = |since: Option<f64>| since.map_or(0, |s| (now_ms - s).max(0.0) as u64);

@@ -43,14 +43,13 @@ async fn a_scripted_scenario_gives_exact_counters_and_gauges() {
         s * 1000 + us / 1000
     };
     for i in 0..3 {
-        let _: i64 = redis::cmd("ZADD")
-            .arg("jw:{m-wait}:ready")
-            .arg("XX")
-            .arg(now_ms - 10_000)
-            .arg(format!("w{i}"))
+        let _: i64 = redis::cmd("HSET")
+            .arg(format!("jw:{{m-wait}}:job:w{i}"))
+            .arg("rt")
+            .arg(now_ms - 10_000 - i)
             .query_async(&mut c)
             .await
-            .expect("zadd");
+            .expect("hset");
     }
     // One job failed 3 times (max_attempts 3): failures 3, retries 2, dead-lettered 1.
     enqueue(
@@ -284,4 +283,58 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     for f in exported.iter().filter(|f| f.starts_with("jobwire_")) {
         assert!(text.contains(&format!("# HELP {f} ")), "no HELP for {f}");
     }
+}
+
+#[tokio::test]
+async fn the_oldest_waiting_age_looks_across_priority_levels() {
+    let (redis, app) = TestApp::with_redis().await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            priority: -5,
+            ..spec("m-levels", "old-low")
+        },
+    )
+    .await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            priority: 7,
+            ..spec("m-levels", "new-high")
+        },
+    )
+    .await;
+    enqueue(
+        &app,
+        pb::JobSpec {
+            priority: 7,
+            ..spec("m-levels", "newer-high")
+        },
+    )
+    .await;
+    // The low-priority job became ready 20 s ago; the high-priority ones just now.
+    let mut c = redis.conn().await;
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.expect("time");
+    let _: i64 = redis::cmd("HSET")
+        .arg("jw:{m-levels}:job:old-low")
+        .arg("rt")
+        .arg(s * 1000 + us / 1000 - 20_000)
+        .query_async(&mut c)
+        .await
+        .expect("hset");
+    let stats = pb::queue_service_client::QueueServiceClient::new(app.channel.clone())
+        .get_queue_stats(pb::GetQueueStatsRequest {
+            queue: "m-levels".into(),
+        })
+        .await
+        .expect("stats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    let age = stats.oldest_waiting_age.expect("age");
+    assert!(
+        (20..22).contains(&age.seconds),
+        "oldest waiting age {age:?}"
+    );
+    assert_eq!(stats.waiting, 3);
 }

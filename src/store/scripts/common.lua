@@ -6,14 +6,13 @@
 --   3 active     zset  id -> min(lease deadline, attempt deadline) (ms)
 --   4 completed  zset  id -> finish time (ms)
 --   5 dead       zset  id -> dead time (ms)
---   6 ready      zset  id -> time the job became ready (ms), for the oldest-waiting age
---   7 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
+--   6 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
 --                      keep_dead, dead_age_ms, rate_max, rate_ms, max_active), state (paused,
 --                      throttle_until) and the sequence counters (seq, dseq)
---   8 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
+--   7 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
 --                scripts address jobs whose ids they only learn inside the script; the prefix
 --                carries the queue's hash tag, so every job key is in the same cluster slot.
---   9 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
+--   8 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
 -- ARGV[1] is always the queue's wake-up channel (PUBLISHed when a job becomes ready).
 --
 -- Job hash fields: n name, p payload, ct content type, md metadata (JSON), st state,
@@ -23,10 +22,10 @@
 -- rp replays (the idempotency key is derived: queue/id/c0). enqueue.lua leaves out fields at their default (ct, md,
 -- bo, to empty; rp 0): every reader takes a missing field as its default.
 
-local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_READY, K_META =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local JOB_PREFIX = KEYS[8]
-local K_LIMITER = KEYS[9]
+local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local JOB_PREFIX = KEYS[7]
+local K_LIMITER = KEYS[8]
 local WAKE = ARGV[1]
 
 local PRIORITY_SPAN = 4398046511104 -- 2^42: room for the sequence under each priority level
@@ -60,11 +59,10 @@ local function meta_number(field, default)
   return default
 end
 
--- Adds a job to the waiting and ready sets (its hash's st/rt are the caller's to set).
+-- Adds a job to the waiting set (its hash's st/rt are the caller's to set).
 local function enqueue_ready(id, pri, now)
   local seq = redis.call('HINCRBY', K_META, 'seq', 1) % PRIORITY_SPAN
   redis.call('ZADD', K_WAITING, int((1000 - pri) * PRIORITY_SPAN + seq), id)
-  redis.call('ZADD', K_READY, now, id)
 end
 
 -- Puts a job in waiting, after every job already ready at its priority.

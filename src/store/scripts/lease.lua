@@ -53,7 +53,6 @@ local slot = 0
 for i = 1, #popped, 2 do
   local id = popped[i]
   local jk = job_key(id)
-  redis.call('ZREM', K_READY, id)
   -- One read per job: 'n' is always set, so a missing name means the hash is gone.
   local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'rp', 'att')
   if f[1] then

@@ -13,7 +13,6 @@ for _, key in ipairs(sets) do
   local ids = redis.call('ZRANGE', key, 0, budget - deleted - 1)
   for _, id in ipairs(ids) do
     redis.call('ZREM', key, id)
-    redis.call('ZREM', K_READY, id)
     redis.call('DEL', job_key(id))
     deleted = deleted + 1
   end
