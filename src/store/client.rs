@@ -92,6 +92,22 @@ impl Store {
         result
     }
 
+    /// Runs a settle-type script (ack, fail, renew) and decodes its per-job replies, each
+    /// `{'OK', ...}` (decoded by `done`), `{'NOT_FOUND'}` or `{'LEASE_LOST', state}`.
+    async fn settle_call<T>(
+        &self,
+        script: &NamedScript,
+        queue: &QueueName,
+        args: Vec<Vec<u8>>,
+        done: impl Fn(std::vec::IntoIter<Value>) -> Result<T, StoreError>,
+    ) -> Result<Vec<Settle<T>>, StoreError> {
+        let reply = array(self.run_script(script, &Keys::new(queue), args).await?)?;
+        reply
+            .into_iter()
+            .map(|item| settle_status(item, &done))
+            .collect()
+    }
+
     /// PING: is Redis answering?
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
@@ -289,22 +305,14 @@ impl Store {
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
         push_pairs(&mut args, items);
-        let reply = array(
-            self.run_script(&scripts::ACK, &Keys::new(queue), args)
-                .await?,
-        )?;
-        reply
-            .into_iter()
-            .map(|item| {
-                settle_status(item, |mut it| {
-                    Ok(AckOutcome {
-                        lease_ms: int(next(&mut it)?)? as u64,
-                        name: string(next(&mut it)?)?,
-                        now_ms: int(next(&mut it)?)? as u64,
-                    })
-                })
+        self.settle_call(&scripts::ACK, queue, args, |mut it| {
+            Ok(AckOutcome {
+                lease_ms: int(next(&mut it)?)? as u64,
+                name: string(next(&mut it)?)?,
+                now_ms: int(next(&mut it)?)? as u64,
             })
-            .collect()
+        })
+        .await
     }
 
     /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
@@ -335,26 +343,18 @@ impl Store {
                 },
             ]);
         }
-        let reply = array(
-            self.run_script(&scripts::FAIL, &Keys::new(queue), args)
-                .await?,
-        )?;
-        reply
-            .into_iter()
-            .map(|item| {
-                settle_status(item, |mut it| {
-                    Ok(FailOutcome {
-                        state: state(&string(next(&mut it)?)?)?,
-                        at_ms: int(next(&mut it)?)? as u64,
-                        dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
-                        lease_ms: int(next(&mut it)?)? as u64,
-                        name: string(next(&mut it)?)?,
-                        attempt: int(next(&mut it)?)? as u32,
-                        now_ms: int(next(&mut it)?)? as u64,
-                    })
-                })
+        self.settle_call(&scripts::FAIL, queue, args, |mut it| {
+            Ok(FailOutcome {
+                state: state(&string(next(&mut it)?)?)?,
+                at_ms: int(next(&mut it)?)? as u64,
+                dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
+                lease_ms: int(next(&mut it)?)? as u64,
+                name: string(next(&mut it)?)?,
+                attempt: int(next(&mut it)?)? as u32,
+                now_ms: int(next(&mut it)?)? as u64,
             })
-            .collect()
+        })
+        .await
     }
 
     /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
@@ -370,14 +370,10 @@ impl Store {
             items.len().to_string().into_bytes(),
         ];
         push_pairs(&mut args, items);
-        let reply = array(
-            self.run_script(&scripts::RENEW, &Keys::new(queue), args)
-                .await?,
-        )?;
-        reply
-            .into_iter()
-            .map(|item| settle_status(item, |mut it| Ok(int(next(&mut it)?)? as u64)))
-            .collect()
+        self.settle_call(&scripts::RENEW, queue, args, |mut it| {
+            Ok(int(next(&mut it)?)? as u64)
+        })
+        .await
     }
 
     /// Hands leased jobs back to waiting without consuming the attempt (`release.lua`);

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tonic::transport::Channel;
 
-use crate::harness::eventually;
+use crate::harness::wait_for_redis;
 
 /// A loopback TCP port that is free right now.
 pub fn free_port() -> u16 {
@@ -125,17 +125,7 @@ impl RedisProc {
             .spawn()
             .expect("redis-server must be on the PATH (apt-get install redis-server)");
         self.child = Some(child);
-        let client = redis::Client::open(self.url.as_str()).expect("url");
-        eventually(Duration::from_secs(20), || async {
-            match client.get_multiplexed_async_connection().await {
-                Ok(mut c) => redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok(),
-                Err(_) => false,
-            }
-        })
-        .await;
+        wait_for_redis(&self.url, Duration::from_secs(20)).await;
     }
 
     /// SIGKILL: an outage or a crash; nothing is flushed beyond what appendfsync did.

@@ -44,17 +44,7 @@ impl TestRedis {
             .spawn()
             .expect("redis-server must be on the PATH (apt-get install redis-server)");
         let url = format!("redis+unix://{}", sock.display());
-        let client = redis::Client::open(url.as_str()).expect("url");
-        eventually(Duration::from_secs(10), || async {
-            match client.get_multiplexed_async_connection().await {
-                Ok(mut c) => redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok(),
-                Err(_) => false,
-            }
-        })
-        .await;
+        wait_for_redis(&url, Duration::from_secs(10)).await;
         TestRedis {
             child,
             _dir: dir,
@@ -177,6 +167,21 @@ impl Drop for TestApp {
             t.abort();
         }
     }
+}
+
+/// Waits until the Redis at `url` answers PING, failing the test after `patience`.
+pub async fn wait_for_redis(url: &str, patience: Duration) {
+    let client = redis::Client::open(url).expect("url");
+    eventually(patience, || async {
+        match client.get_multiplexed_async_connection().await {
+            Ok(mut c) => redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
 }
 
 /// Polls `probe` until it is true, failing the test after `patience`.
