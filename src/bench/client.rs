@@ -89,6 +89,31 @@ pub fn exponential_backoff() -> pb::Backoff {
     }
 }
 
+/// Sets keep_completed 0 on `queues`: a completed job is deleted at its ack, as the BullMQ
+/// harness's `removeOnComplete: true` does, so both keep the same data.
+pub async fn remove_on_complete(ch: &Channel, queues: &[String]) -> anyhow::Result<()> {
+    let mut client = pb::queue_service_client::QueueServiceClient::new(ch.clone());
+    for q in queues {
+        client
+            .update_queue_config(pb::UpdateQueueConfigRequest {
+                queue: q.clone(),
+                config: Some(pb::QueueConfig {
+                    retention: Some(pb::Retention {
+                        keep_completed: Some(0),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["retention".into()],
+                }),
+            })
+            .await
+            .with_context(|| format!("UpdateQueueConfig {q}"))?;
+    }
+    Ok(())
+}
+
 /// Enqueues `n` jobs in EnqueueBatch calls of `batch`; fails on any item error.
 pub async fn prefill(
     ch: &Channel,

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-use super::client::{connect, fresh_queues, prefill, SpecOpts, Stream};
+use super::client::{connect, fresh_queues, prefill, remove_on_complete, SpecOpts, Stream};
 use super::cpu::{measure, rss_bytes, Pids, Snap};
 use crate::pb;
 use crate::pb::subscribe_response::Message as Out;
@@ -116,7 +116,8 @@ fn patience(n: usize) -> Duration {
     Duration::from_secs(60 + n as u64 / 500)
 }
 
-/// Pre-fills `n` jobs, then `workers` streams with `credits` each lease and ack them.
+/// Pre-fills `n` jobs on queues with keep_completed 0 (the harness's removeOnComplete),
+/// then `workers` streams with `credits` each lease and ack them.
 /// Window: first lease received to the n-th successful Settled.
 pub async fn end_to_end(
     ch: &Channel,
@@ -127,6 +128,7 @@ pub async fn end_to_end(
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
     let queues = fresh_queues(queues);
+    remove_on_complete(ch, &queues).await?;
     prefill(ch, &queues, n, 1000, o).await?;
     let shared = Shared::new(pids, n);
     let mut tasks = Vec::new();

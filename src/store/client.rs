@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
-use super::codec::{array, bad, int, job_from_hash, leased_job, next, string};
+use super::codec::{array, bad, bytes, encode_body, int, job_from_record, next, string};
 use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
 use super::types::*;
@@ -173,18 +173,20 @@ impl Store {
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
         self.remember_queue(queue).await?;
         let keys = Keys::new(queue);
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 10);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 8);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
         for j in jobs {
-            let metadata = serde_json::to_string(&j.metadata)
-                .map_err(|e| StoreError::Decode(format!("metadata: {e}")))?;
+            let metadata = if j.metadata.is_empty() {
+                String::new()
+            } else {
+                serde_json::to_string(&j.metadata)
+                    .map_err(|e| StoreError::Decode(format!("metadata: {e}")))?
+            };
             args.extend([
                 j.id.clone().into_bytes(),
                 j.name.clone().into_bytes(),
-                j.payload.clone(),
-                j.content_type.clone().into_bytes(),
-                metadata.into_bytes(),
+                encode_body(&j.payload, &j.content_type, &metadata),
                 j.delay_ms.to_string().into_bytes(),
                 j.priority.to_string().into_bytes(),
                 j.max_attempts
@@ -204,24 +206,28 @@ impl Store {
         }
         let mut reply = array(self.run_script(&scripts::ENQUEUE, &keys, args).await?)?.into_iter();
         let now = int(next(&mut reply)?)? as u64;
+        let default_max = int(next(&mut reply)?)? as u32;
+        let default_backoff = Backoff::decode(&string(next(&mut reply)?)?);
+        let default_timeout = int(next(&mut reply)?)? as u64;
         jobs.iter()
             .map(|j| {
-                let mut item = array(next(&mut reply)?)?.into_iter();
-                match string(next(&mut item)?)?.as_str() {
-                    "C" => {
-                        let max = int(next(&mut item)?)? as u32;
-                        let backoff = Backoff::decode(&string(next(&mut item)?)?);
-                        let timeout = int(next(&mut item)?)? as u64;
-                        Ok(EnqueueOutcome {
-                            job: created_job(j, now, max, backoff, timeout),
-                            created: true,
-                        })
-                    }
-                    "E" => Ok(EnqueueOutcome {
-                        job: job_from_hash(queue, j.id.clone(), item.collect())?,
+                let item = bytes(next(&mut reply)?)?;
+                if item == b"C" {
+                    let job = Job {
+                        max_attempts: j.max_attempts.unwrap_or(default_max),
+                        backoff: match &j.backoff {
+                            Some(b) => Some(b.clone()),
+                            None => default_backoff.clone(),
+                        },
+                        timeout_ms: j.timeout_ms.unwrap_or(default_timeout),
+                        ..created_job(j, now)
+                    };
+                    Ok(EnqueueOutcome { job, created: true })
+                } else {
+                    Ok(EnqueueOutcome {
+                        job: job_from_record(queue, j.id.clone(), &item)?,
                         created: false,
-                    }),
-                    _ => Err(bad("enqueue status")),
+                    })
                 }
             })
             .collect()
@@ -230,18 +236,12 @@ impl Store {
     /// Reads one job (`None` if there is none with that id).
     pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
         let mut conn = self.conn.clone();
-        let flat: Value = redis::cmd("HGETALL")
+        let rec: Option<Vec<u8>> = redis::cmd("GET")
             .arg(Keys::new(queue).job(id))
             .query_async(&mut conn)
             .await?;
-        let flat = match flat {
-            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-            other => array(other)?,
-        };
-        if flat.is_empty() {
-            return Ok(None);
-        }
-        job_from_hash(queue, id.to_owned(), flat).map(Some)
+        rec.map(|r| job_from_record(queue, id.to_owned(), &r))
+            .transpose()
     }
 
     /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
@@ -254,12 +254,14 @@ impl Store {
     ) -> Result<LeaseBatch, StoreError> {
         let keys = Keys::new(queue);
         let prefix = format!("{:032x}-", rand::random::<u128>());
-        let mut args = vec![
-            worker_ids.len().to_string().into_bytes(),
-            lease_ms.to_string().into_bytes(),
-            prefix.into_bytes(),
-        ];
+        let tokens: Vec<String> = (1..=worker_ids.len())
+            .map(|i| format!("{prefix}{i}"))
+            .collect();
+        let mut args = Vec::with_capacity(2 + 2 * worker_ids.len());
+        args.push(worker_ids.len().to_string().into_bytes());
+        args.push(lease_ms.to_string().into_bytes());
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
+        args.extend(tokens.iter().map(|t| t.clone().into_bytes()));
         let mut reply = array(self.run_script(&scripts::LEASE, &keys, args).await?)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
@@ -273,16 +275,14 @@ impl Store {
         };
         let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
         let mut jobs = Vec::new();
-        for item in reply {
-            let mut f = array(item)?.into_iter();
-            let id = string(next(&mut f)?)?;
-            let attempt = int(next(&mut f)?)?;
-            let token = string(next(&mut f)?)?;
-            let deadline_ms = int(next(&mut f)?)? as u64;
-            let job = leased_job(queue, id, attempt as u32, now_ms, &mut f)?;
+        for token in tokens {
+            let Some(id) = reply.next() else { break };
+            let id = string(id)?;
+            let deadline_ms = int(next(&mut reply)?)? as u64;
+            let job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
             jobs.push(LeasedJob {
+                attempt: job.attempts_made,
                 job,
-                attempt: attempt as u32,
                 token,
                 deadline_ms,
             });
@@ -305,14 +305,29 @@ impl Store {
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
         push_pairs(&mut args, items);
-        self.settle_call(&scripts::ACK, queue, args, |mut it| {
-            Ok(AckOutcome {
-                lease_ms: int(next(&mut it)?)? as u64,
-                name: string(next(&mut it)?)?,
-                now_ms: int(next(&mut it)?)? as u64,
+        let reply = self
+            .run_script(&scripts::ACK, &Keys::new(queue), args)
+            .await?;
+        let mut reply = array(reply)?.into_iter();
+        let now_ms = int(next(&mut reply)?)? as u64;
+        items
+            .iter()
+            .map(|_| {
+                let status = string(next(&mut reply)?)?;
+                let lease_ms = int(next(&mut reply)?)? as u64;
+                let text = string(next(&mut reply)?)?;
+                Ok(match status.as_str() {
+                    "OK" => Settle::Done(AckOutcome {
+                        lease_ms,
+                        name: text,
+                        now_ms,
+                    }),
+                    "NOT_FOUND" => Settle::NotFound,
+                    "LEASE_LOST" => Settle::LeaseLost(text),
+                    _ => return Err(bad("unknown settle status")),
+                })
             })
-        })
-        .await
+            .collect()
     }
 
     /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
@@ -431,14 +446,9 @@ impl Store {
     }
 }
 
-/// The stored form of a job `enqueue.lua` just created at `now` (ms).
-fn created_job(
-    j: &NewJob,
-    now: u64,
-    max_attempts: u32,
-    backoff: Option<Backoff>,
-    timeout_ms: u64,
-) -> Job {
+/// The stored form of a job `enqueue.lua` just created at `now` (ms), with the job's own
+/// max attempts, backoff and timeout (the caller puts in the defaults it left unset).
+fn created_job(j: &NewJob, now: u64) -> Job {
     Job {
         queue: j.queue.clone(),
         id: j.id.clone(),
@@ -452,10 +462,10 @@ fn created_job(
             JobState::Waiting
         },
         priority: j.priority,
-        max_attempts,
+        max_attempts: j.max_attempts.unwrap_or_default(),
         attempts_made: 0,
-        backoff,
-        timeout_ms,
+        backoff: j.backoff.clone(),
+        timeout_ms: j.timeout_ms.unwrap_or_default(),
         errors: Vec::new(),
         dead_reason: None,
         create_ms: now,

@@ -54,72 +54,124 @@ pub(crate) fn next(items: &mut std::vec::IntoIter<Value>) -> Result<Value, Store
     items.next().ok_or_else(|| bad("reply too short"))
 }
 
-fn num<T: std::str::FromStr + Default>(fields: &BTreeMap<String, Vec<u8>>, k: &str) -> T {
-    fields
-        .get(k)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_default()
+/// Positions of the header values of a job record (the order of `scripts/common.lua`).
+mod h {
+    pub const ST: usize = 0;
+    pub const ATT: usize = 1;
+    pub const TO: usize = 2;
+    pub const NAME: usize = 3;
+    pub const LT: usize = 4;
+    pub const MAX: usize = 8;
+    pub const PRI: usize = 9;
+    pub const BO: usize = 10;
+    pub const C0: usize = 11;
+    pub const RT: usize = 12;
+    pub const FT: usize = 13;
+    pub const RP: usize = 14;
+    pub const DR: usize = 15;
+    pub const ERR: usize = 16;
+    /// Values a header has.
+    pub const LEN: usize = 17;
 }
 
-fn text(fields: &mut BTreeMap<String, Vec<u8>>, k: &str) -> Result<String, StoreError> {
-    match fields.remove(k) {
-        Some(v) => String::from_utf8(v).map_err(|_| bad("job field is not UTF-8")),
-        None => Ok(String::new()),
+/// The body of a job record: the MessagePack array [payload (bin), content type (str),
+/// metadata JSON (str, "" for none)], which the scripts store after the header unread.
+pub(crate) fn encode_body(payload: &[u8], content_type: &str, metadata_json: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + content_type.len() + metadata_json.len() + 12);
+    // Writes into a Vec cannot fail.
+    let _ = rmp::encode::write_array_len(&mut out, 3);
+    let _ = rmp::encode::write_bin(&mut out, payload);
+    let _ = rmp::encode::write_str(&mut out, content_type);
+    let _ = rmp::encode::write_str(&mut out, metadata_json);
+    out
+}
+
+/// A number of a record (an integer, or a float where Lua wrote one; anything else: 0).
+fn number(v: &rmpv::Value) -> f64 {
+    match v {
+        rmpv::Value::Integer(i) => i.as_f64().unwrap_or_default(),
+        rmpv::Value::F64(f) => *f,
+        rmpv::Value::F32(f) => f64::from(*f),
+        _ => 0.0,
     }
 }
 
-/// Decodes a job from its hash fields (HGETALL's flat field/value list).
-pub(crate) fn job_from_hash(
+/// A text field of a record (str or bin, UTF-8).
+fn text_of(v: rmpv::Value) -> Result<String, StoreError> {
+    let raw = match v {
+        rmpv::Value::String(s) => s.into_bytes(),
+        rmpv::Value::Binary(b) => b,
+        rmpv::Value::Nil => Vec::new(),
+        _ => return Err(bad("job record: expected text")),
+    };
+    String::from_utf8(raw).map_err(|_| bad("job record: text is not UTF-8"))
+}
+
+/// Decodes a job record (`scripts/common.lua`: 17 header values, then the body array).
+pub(crate) fn job_from_record(
     queue: &QueueName,
     id: String,
-    flat: Vec<Value>,
+    rec: &[u8],
 ) -> Result<Job, StoreError> {
-    let mut fields = BTreeMap::new();
-    let mut it = flat.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        fields.insert(string(k)?, bytes(v)?);
-    }
-    let state = fields
-        .get("st")
-        .and_then(|s| std::str::from_utf8(s).ok())
-        .and_then(JobState::parse)
-        .ok_or_else(|| StoreError::Decode(format!("job {id:?} has no valid state")))?;
-    let metadata_json = text(&mut fields, "md")?;
-    let metadata = if metadata_json.is_empty() {
-        BTreeMap::new()
-    } else {
-        serde_json::from_str(&metadata_json).map_err(|e| bad(&format!("metadata: {e}")))?
+    let mut rest = rec;
+    let read = |r: &mut &[u8]| {
+        rmpv::decode::read_value(r)
+            .map_err(|e| StoreError::Decode(format!("job record {id:?}: {e}")))
     };
-    let errors_json = text(&mut fields, "err")?;
+    let mut hv = Vec::with_capacity(h::LEN);
+    for _ in 0..h::LEN {
+        hv.push(read(&mut rest)?);
+    }
+    let body = match read(&mut rest)? {
+        rmpv::Value::Array(items) if items.len() == 3 => items,
+        _ => return Err(StoreError::Decode(format!("job record {id:?}: bad body"))),
+    };
+    let mut take = |i: usize| std::mem::replace(&mut hv[i], rmpv::Value::Nil);
+    let n = |v: rmpv::Value| number(&v);
+    let state_text = text_of(take(h::ST))?;
+    let state = JobState::parse(&state_text)
+        .ok_or_else(|| StoreError::Decode(format!("job {id:?} has no valid state")))?;
+    let errors_json = text_of(take(h::ERR))?;
     let errors: Vec<AttemptError> = if errors_json.is_empty() {
         Vec::new()
     } else {
         serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
     };
-    let create_ms = num(&fields, "c0");
-    let id_for_key = id.clone();
+    let create_ms = n(take(h::C0)) as u64;
+    let mut body = body.into_iter();
+    let payload = match body.next() {
+        Some(rmpv::Value::Binary(b)) => b,
+        Some(other) => text_of(other)?.into_bytes(),
+        None => Vec::new(),
+    };
+    let content_type = text_of(body.next().unwrap_or(rmpv::Value::Nil))?;
+    let metadata_json = text_of(body.next().unwrap_or(rmpv::Value::Nil))?;
+    let metadata = if metadata_json.is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_json::from_str(&metadata_json).map_err(|e| bad(&format!("metadata: {e}")))?
+    };
     Ok(Job {
+        idempotency_key: idempotency_key(queue, &id, create_ms),
         queue: queue.clone(),
         id,
-        name: text(&mut fields, "n")?,
-        payload: fields.remove("p").unwrap_or_default(),
-        content_type: text(&mut fields, "ct")?,
+        name: text_of(take(h::NAME))?,
+        payload,
+        content_type,
         metadata,
         state,
-        priority: num(&fields, "pri"),
-        max_attempts: num(&fields, "max"),
-        attempts_made: num(&fields, "att"),
-        backoff: Backoff::decode(&text(&mut fields, "bo")?),
-        timeout_ms: num(&fields, "to"),
+        priority: n(take(h::PRI)) as i32,
+        max_attempts: n(take(h::MAX)) as u32,
+        attempts_made: n(take(h::ATT)) as u32,
+        backoff: Backoff::decode(&text_of(take(h::BO))?),
+        timeout_ms: n(take(h::TO)) as u64,
         errors,
-        dead_reason: DeadReason::parse(&text(&mut fields, "dr")?),
+        dead_reason: DeadReason::parse(&text_of(take(h::DR))?),
         create_ms,
-        ready_ms: num(&fields, "rt"),
-        lease_ms: num(&fields, "lt"),
-        finish_ms: num(&fields, "ft"),
-        idempotency_key: idempotency_key(queue, &id_for_key, create_ms),
-        replays: num(&fields, "rp"),
+        ready_ms: n(take(h::RT)) as u64,
+        lease_ms: n(take(h::LT)) as u64,
+        finish_ms: n(take(h::FT)) as u64,
+        replays: n(take(h::RP)) as u32,
     })
 }
 
@@ -130,104 +182,71 @@ pub(crate) fn idempotency_key(queue: &QueueName, id: &str, create_ms: u64) -> St
     format!("{queue}/{id}/{create_ms}")
 }
 
-/// A number field of a script reply ('' or unparsable: the default).
-fn num_value<T: std::str::FromStr + Default>(v: Value) -> Result<T, StoreError> {
-    Ok(match v {
-        Value::Int(i) => i.to_string().parse().unwrap_or_default(),
-        other => string(other)?.parse().unwrap_or_default(),
-    })
-}
-
-/// Decodes the fields `lease.lua` returns for one leased job, in its reply order
-/// (n, p, ct, md, pri, max, bo, to, err, c0, rt, rp), without building a field map:
-/// this runs once per delivered job.
-pub(crate) fn leased_job(
-    queue: &QueueName,
-    id: String,
-    attempt: u32,
-    now_ms: u64,
-    f: &mut std::vec::IntoIter<Value>,
-) -> Result<Job, StoreError> {
-    let name = string(next(f)?)?;
-    let payload = bytes(next(f)?)?;
-    let content_type = string(next(f)?)?;
-    let metadata_json = string(next(f)?)?;
-    let metadata = if metadata_json.is_empty() {
-        BTreeMap::new()
-    } else {
-        serde_json::from_str(&metadata_json).map_err(|e| bad(&format!("metadata: {e}")))?
-    };
-    let priority = num_value(next(f)?)?;
-    let max_attempts = num_value(next(f)?)?;
-    let backoff = Backoff::decode(&string(next(f)?)?);
-    let timeout_ms = num_value(next(f)?)?;
-    let errors_json = string(next(f)?)?;
-    let errors: Vec<AttemptError> = if errors_json.is_empty() {
-        Vec::new()
-    } else {
-        serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
-    };
-    let create_ms = num_value(next(f)?)?;
-    let key_id = id.clone();
-    Ok(Job {
-        queue: queue.clone(),
-        id,
-        name,
-        payload,
-        content_type,
-        metadata,
-        state: JobState::Active,
-        priority,
-        max_attempts,
-        attempts_made: attempt,
-        backoff,
-        timeout_ms,
-        errors,
-        dead_reason: None,
-        create_ms,
-        ready_ms: num_value(next(f)?)?,
-        lease_ms: now_ms,
-        finish_ms: 0,
-        idempotency_key: idempotency_key(queue, &key_id, create_ms),
-        replays: num_value(next(f)?)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bs(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    /// A header as the scripts write it (cmsgpack: numbers as integers, strings as str).
+    fn header(st: &str, att: i64, dr: &str, err: &str) -> Vec<u8> {
+        let values = [
+            st.into(),
+            att.into(),
+            0.into(),
+            "send".into(),
+            rmpv::Value::F64(1_733_040_001_000.0),
+            "".into(),
+            "".into(),
+            0.into(),
+            3.into(),
+            5.into(),
+            "exponential,1000,0,0".into(),
+            1_733_040_000_000i64.into(),
+            1_733_040_000_500i64.into(),
+            0.into(),
+            2.into(),
+            dr.into(),
+            err.into(),
+        ];
+        let mut out = Vec::new();
+        for v in &values {
+            rmpv::encode::write_value(&mut out, v).expect("encode");
+        }
+        out
     }
 
     #[test]
-    fn decodes_a_job_hash() {
+    fn decodes_a_job_record() {
         let q = QueueName::parse("q").expect("valid");
-        let flat = vec![
-            bs("n"),
-            bs("send"),
-            bs("st"),
-            bs("dead"),
-            bs("dr"),
-            bs("NO_RETRY"),
-            bs("att"),
-            bs("1"),
-            bs("md"),
-            bs(r#"{"tenant":"t1"}"#),
-            bs("err"),
-            bs(r#"[{"a":1,"m":"400 bad","t":"invalid","ts":5}]"#),
-        ];
-        let job = job_from_hash(&q, "id:1".into(), flat).expect("decodes");
+        let mut rec = header(
+            "dead",
+            1,
+            "NO_RETRY",
+            r#"[{"a":1,"m":"400 bad","t":"invalid","ts":5}]"#,
+        );
+        rec.extend(encode_body(
+            b"\x00\xffbin",
+            "application/json",
+            r#"{"tenant":"t1"}"#,
+        ));
+        let job = job_from_record(&q, "id:1".into(), &rec).expect("decodes");
         assert_eq!(job.state, JobState::Dead);
         assert_eq!(job.dead_reason, Some(DeadReason::NoRetry));
         assert_eq!(job.metadata["tenant"], "t1");
         assert_eq!(job.errors[0].message, "400 bad");
+        assert_eq!(job.payload, b"\x00\xffbin");
+        assert_eq!(job.content_type, "application/json");
+        assert_eq!((job.priority, job.max_attempts, job.replays), (5, 3, 2));
+        assert_eq!(job.lease_ms, 1_733_040_001_000);
+        assert_eq!(job.idempotency_key, "q/id:1/1733040000000");
     }
 
     #[test]
-    fn refuses_a_hash_without_state() {
+    fn refuses_a_record_without_state_or_body() {
         let q = QueueName::parse("q").expect("valid");
-        assert!(job_from_hash(&q, "x".into(), vec![bs("n"), bs("a")]).is_err());
+        let mut bad_state = header("gone", 0, "", "");
+        bad_state.extend(encode_body(b"", "", ""));
+        assert!(job_from_record(&q, "x".into(), &bad_state).is_err());
+        assert!(job_from_record(&q, "x".into(), &header("waiting", 0, "", "")).is_err());
+        assert!(job_from_record(&q, "x".into(), b"\xc1").is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! script call, and the calls follow each other until the set is exhausted.
 
 use super::client::Store;
-use super::codec::{array, job_from_hash, next, string};
+use super::codec::{array, bytes, job_from_record, next, string};
 use super::keys::Keys;
 use super::{scripts, StoreError};
 use crate::jobs::{DeadFilter, Job, QueueName};
@@ -80,7 +80,7 @@ impl Store {
         for item in reply {
             let mut f = array(item)?.into_iter();
             let id = string(next(&mut f)?)?;
-            jobs.push(job_from_hash(queue, id, f.collect())?);
+            jobs.push(job_from_record(queue, id, &bytes(next(&mut f)?)?)?);
         }
         Ok(DeadPage { jobs, next_cursor })
     }

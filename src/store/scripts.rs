@@ -38,4 +38,4 @@ script!(DELETE_DEAD, "delete_dead");
 script!(LIST_DEAD, "list_dead");
 script!(SET_META, "set_meta");
 script!(PURGE, "purge");
-script!(OLDEST_WAITING, "oldest_waiting");
+script!(WAITING_STATS, "waiting_stats");

@@ -4,7 +4,7 @@
 use redis::Value;
 
 use super::client::Store;
-use super::codec::{array, int, string};
+use super::codec::{array, int, next, string};
 use super::keys::Keys;
 use super::{scripts, StoreError};
 use crate::jobs::QueueName;
@@ -33,7 +33,7 @@ pub struct QueueStats {
 }
 
 /// Commands per queue in the stats pipeline.
-const PER_QUEUE: usize = 7;
+const PER_QUEUE: usize = 6;
 
 fn first_score(v: Value) -> Result<Option<f64>, StoreError> {
     let items = array(v)?;
@@ -50,7 +50,7 @@ impl Store {
         pipe.cmd("TIME");
         for q in queues {
             let k = Keys::new(q);
-            for i in 0..5 {
+            for i in 1..5 {
                 pipe.cmd("ZCARD").arg(&k.all[i]);
             }
             pipe.cmd("ZRANGE")
@@ -61,15 +61,15 @@ impl Store {
             pipe.cmd("HGET").arg(&k.all[5]).arg("paused");
         }
         let mut conn = self.conn.clone();
-        // The oldest-waiting scripts go out together with the pipeline: the connection is
+        // The waiting-stats scripts go out together with the pipeline: the connection is
         // multiplexed, so they share its round trip.
-        let oldest = futures::future::try_join_all(queues.iter().map(|q| async move {
+        let waiting = futures::future::try_join_all(queues.iter().map(|q| async move {
             let keys = Keys::new(q);
-            self.run_script(&scripts::OLDEST_WAITING, &keys, Vec::new())
+            self.run_script(&scripts::WAITING_STATS, &keys, Vec::new())
                 .await
         }));
-        let (replies, oldest): (Vec<Value>, Vec<Value>) =
-            futures::future::try_join(async { Ok(pipe.query_async(&mut conn).await?) }, oldest)
+        let (replies, waiting): (Vec<Value>, Vec<Value>) =
+            futures::future::try_join(async { Ok(pipe.query_async(&mut conn).await?) }, waiting)
                 .await?;
         if replies.len() != 1 + queues.len() * PER_QUEUE {
             return Err(StoreError::Decode("stats pipeline reply length".into()));
@@ -81,10 +81,14 @@ impl Store {
         let micros = int(t.next().unwrap_or_default())?;
         let now_ms = (secs * 1000 + micros / 1000) as f64;
         let mut out = Vec::with_capacity(queues.len());
-        for (q, ready) in queues.iter().zip(oldest) {
-            let ready = Some(int(ready)?).filter(|r| *r >= 0).map(|r| r as f64);
+        for (q, w) in queues.iter().zip(waiting) {
+            let mut w = array(w)?.into_iter();
             let mut n = [0u64; 5];
-            for slot in &mut n {
+            n[0] = int(next(&mut w)?)? as u64;
+            let ready = Some(int(next(&mut w)?)?)
+                .filter(|r| *r >= 0)
+                .map(|r| r as f64);
+            for slot in &mut n[1..] {
                 *slot = int(it.next().unwrap_or_default())? as u64;
             }
             let dead = first_score(it.next().unwrap_or_default())?;
@@ -104,5 +108,31 @@ impl Store {
             });
         }
         Ok(out)
+    }
+}
+
+impl Store {
+    /// The ids of `queue`'s waiting jobs in lease order (highest priority first, FIFO within
+    /// a priority). Reads every waiting id: for inspection and tests, not for hot paths.
+    pub async fn waiting_ids(&self, queue: &QueueName) -> Result<Vec<String>, StoreError> {
+        let keys = Keys::new(queue);
+        let mut conn = self.conn.clone();
+        let levels: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&keys.all[0])
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await?;
+        let mut ids = Vec::new();
+        for level in levels {
+            let chunk: Vec<String> = redis::cmd("LRANGE")
+                .arg(format!("{}:{level}", keys.all[0]))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await?;
+            ids.extend(chunk);
+        }
+        Ok(ids)
     }
 }

@@ -24,17 +24,6 @@ fn job_of(l: &pb::Lease) -> &pb::Job {
     l.job.as_ref().expect("job")
 }
 
-async fn job_hash(redis: &TestRedis, queue: &str, id: &str) -> Vec<(String, String)> {
-    let mut c = redis.conn().await;
-    let mut h: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(format!("jw:{{{queue}}}:job:{id}"))
-        .query_async(&mut c)
-        .await
-        .expect("hgetall");
-    h.sort();
-    h
-}
-
 #[tokio::test]
 async fn a_job_running_three_lease_durations_on_a_live_stream_is_delivered_once() {
     let (_redis, app) = app().await;
@@ -113,7 +102,7 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
     assert_eq!(fresh.attempt, 2);
 
     // The hung worker wakes up and acks with its old token.
-    let before = job_hash(&redis, "hung", "j").await;
+    let before = redis.record("hung", "j").await;
     let s = hung.ack(&stale).await;
     assert_eq!(
         s.code,
@@ -121,11 +110,7 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
         "{}",
         s.message
     );
-    assert_eq!(
-        job_hash(&redis, "hung", "j").await,
-        before,
-        "nothing changed"
-    );
+    assert_eq!(redis.record("hung", "j").await, before, "nothing changed");
 
     // The new holder keeps its lease (renewed) for 3 lease durations and acks.
     assert!(healthy.heartbeat_for(LEASE * 3).await.is_empty());

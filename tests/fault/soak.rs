@@ -291,14 +291,22 @@ async fn soak(jobs: usize, drain_patience: Duration) {
     // Every job in exactly one state set, and that one terminal.
     let mut c = redis.conn().await;
     let mut where_: HashMap<String, Vec<&str>> = HashMap::new();
+    let store = jobwire::store::Store::connect(&redis.url, Duration::from_secs(5))
+        .await
+        .expect("store");
+    let queue = jobwire::jobs::QueueName::parse(QUEUE).expect("queue");
     for set in ["waiting", "delayed", "active", "completed", "dead"] {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(format!("jw:{{{QUEUE}}}:{set}"))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut c)
-            .await
-            .expect("zrange");
+        let members: Vec<String> = if set == "waiting" {
+            store.waiting_ids(&queue).await.expect("waiting ids")
+        } else {
+            redis::cmd("ZRANGE")
+                .arg(format!("jw:{{{QUEUE}}}:{set}"))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut c)
+                .await
+                .expect("zrange")
+        };
         for m in members {
             where_.entry(m).or_default().push(set);
         }

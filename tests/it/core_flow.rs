@@ -76,13 +76,9 @@ async fn a_duplicate_id_returns_the_existing_job_and_creates_nothing() {
         existing.idempotency_key,
         first.job.expect("job").idempotency_key
     );
-    let mut c = redis.conn().await;
-    let waiting: i64 = redis::cmd("ZCARD")
-        .arg("jw:{q}:waiting")
-        .query_async(&mut c)
-        .await
-        .expect("zcard");
-    assert_eq!(waiting, 1);
+    let q = jobwire::jobs::QueueName::parse("q").expect("queue");
+    let waiting = redis.store().await.waiting_ids(&q).await.expect("waiting");
+    assert_eq!(waiting, ["order:42/{x}"]);
 
     let mut w = TestWorker::open(&app, &["q"], 10, "w").await;
     let l = w.lease().await;

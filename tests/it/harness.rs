@@ -59,6 +59,51 @@ impl TestRedis {
             .await
             .expect("connect")
     }
+
+    /// A store on this redis, for reading jobs as the server stored them.
+    pub async fn store(&self) -> jobwire::store::Store {
+        jobwire::store::Store::connect(&self.url, Duration::from_secs(5))
+            .await
+            .expect("store")
+    }
+
+    /// The stored job `id` of `queue` (panics if there is none).
+    pub async fn job(&self, queue: &str, id: &str) -> jobwire::jobs::Job {
+        let q = jobwire::jobs::QueueName::parse(queue).expect("queue");
+        self.store()
+            .await
+            .get_job(&q, id)
+            .await
+            .expect("get_job")
+            .unwrap_or_else(|| panic!("no job {id:?} in {queue}"))
+    }
+
+    /// The raw record of job `id` of `queue` (None if there is none).
+    pub async fn record(&self, queue: &str, id: &str) -> Option<Vec<u8>> {
+        redis::cmd("GET")
+            .arg(format!("jw:{{{queue}}}:job:{id}"))
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("get")
+    }
+
+    /// Sets the ready time of waiting job `id` of `queue`, ms (the 13th header value of the
+    /// job record, see src/store/scripts/common.lua), as if it had waited since then.
+    pub async fn set_ready_ms(&self, queue: &str, id: &str, ready_ms: i64) {
+        let _: () = redis::cmd("EVAL")
+            .arg(
+                "local rec = redis.call('GET', KEYS[1]) \
+                 local h = { cmsgpack.unpack_limit(rec, 17, 0) } \
+                 h[14] = tonumber(ARGV[1]) \
+                 redis.call('SET', KEYS[1], cmsgpack.pack(unpack(h, 2, 18)) .. string.sub(rec, h[1] + 1))",
+            )
+            .arg(1)
+            .arg(format!("jw:{{{queue}}}:job:{id}"))
+            .arg(ready_ms)
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("set ready time");
+    }
 }
 
 impl Drop for TestRedis {

@@ -15,4 +15,5 @@ mod model;
 mod refusal;
 mod retries;
 mod shutdown;
+mod storage;
 mod validation;

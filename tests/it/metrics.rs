@@ -43,13 +43,9 @@ async fn a_scripted_scenario_gives_exact_counters_and_gauges() {
         s * 1000 + us / 1000
     };
     for i in 0..3 {
-        let _: i64 = redis::cmd("HSET")
-            .arg(format!("jw:{{m-wait}}:job:w{i}"))
-            .arg("rt")
-            .arg(now_ms - 10_000 - i)
-            .query_async(&mut c)
-            .await
-            .expect("hset");
+        redis
+            .set_ready_ms("m-wait", &format!("w{i}"), now_ms - 10_000 - i)
+            .await;
     }
     // One job failed 3 times (max_attempts 3): failures 3, retries 2, dead-lettered 1.
     enqueue(
@@ -315,13 +311,9 @@ async fn the_oldest_waiting_age_looks_across_priority_levels() {
     // The low-priority job became ready 20 s ago; the high-priority ones just now.
     let mut c = redis.conn().await;
     let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await.expect("time");
-    let _: i64 = redis::cmd("HSET")
-        .arg("jw:{m-levels}:job:old-low")
-        .arg("rt")
-        .arg(s * 1000 + us / 1000 - 20_000)
-        .query_async(&mut c)
-        .await
-        .expect("hset");
+    redis
+        .set_ready_ms("m-levels", "old-low", s * 1000 + us / 1000 - 20_000)
+        .await;
     let stats = pb::queue_service_client::QueueServiceClient::new(app.channel.clone())
         .get_queue_stats(pb::GetQueueStatsRequest {
             queue: "m-levels".into(),

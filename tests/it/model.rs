@@ -1,7 +1,7 @@
 //! A model-based property test of the Lua state machine against a real Redis: random
 //! sequences of enqueue / lease / ack / fail / expire / release / replay / delete, driven
 //! through `jobwire::store::Store`, are checked after every step against a small in-memory
-//! model. Invariants: every job is in exactly one state set and its hash agrees; the waiting
+//! model. Invariants: every job is in exactly one state set and its record agrees; the waiting
 //! order is priority then FIFO; counts are conserved; attempts never exceed the limit; a
 //! stale token changes nothing.
 
@@ -316,17 +316,21 @@ async fn apply(
     }
 }
 
-async fn check(q: &QueueName, c: &mut redis::aio::MultiplexedConnection, m: &Model) {
+async fn check(store: &Store, q: &QueueName, c: &mut redis::aio::MultiplexedConnection, m: &Model) {
     let p = format!("jw:{{{q}}}:");
     let mut members: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for set in SETS {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(format!("{p}{set}"))
-            .arg(0)
-            .arg(-1)
-            .query_async(c)
-            .await
-            .expect("zrange");
+        let ids: Vec<String> = if set == "waiting" {
+            store.waiting_ids(q).await.expect("waiting ids")
+        } else {
+            redis::cmd("ZRANGE")
+                .arg(format!("{p}{set}"))
+                .arg(0)
+                .arg(-1)
+                .query_async(c)
+                .await
+                .expect("zrange")
+        };
         members.insert(set, ids);
     }
     let total: usize = members.values().map(Vec::len).sum();
@@ -347,14 +351,13 @@ async fn check(q: &QueueName, c: &mut redis::aio::MultiplexedConnection, m: &Mod
             .filter(|s| members[s].contains(id))
             .collect();
         assert_eq!(holders, [j.state], "{id} is in exactly its state's set");
-        let (st, att): (String, u32) = redis::cmd("HMGET")
-            .arg(format!("{p}job:{id}"))
-            .arg("st")
-            .arg("att")
-            .query_async(c)
+        let job = store
+            .get_job(q, id)
             .await
-            .expect("hmget");
-        assert_eq!((st.as_str(), att), (j.state, j.att), "{id}'s hash");
+            .expect("get_job")
+            .expect("stored");
+        let (st, att) = (job.state.as_str(), job.attempts_made);
+        assert_eq!((st, att), (j.state, j.att), "{id}'s record");
         assert!(att <= j.max, "{id}: {att} attempts of {}", j.max);
     }
     let order: Vec<&str> = m.waiting.iter().map(|(_, _, id)| id.as_str()).collect();
@@ -384,7 +387,7 @@ fn the_scripts_agree_with_the_model_after_every_step() {
             let mut m = Model::default();
             for op in &ops {
                 apply(&store, &q, &mut conn, &mut m, op).await;
-                check(&q, &mut conn, &m).await;
+                check(&store, &q, &mut conn, &m).await;
             }
         });
     });

@@ -267,12 +267,7 @@ async fn a_stale_token_is_refused_and_changes_nothing() {
     let first = w.lease().await;
     w.fail(&first, D::Retry, "x", "t", None).await;
     let second = w.lease().await;
-    let mut c = redis.conn().await;
-    let before: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("jw:{stale}:job:j")
-        .query_async(&mut c)
-        .await
-        .expect("hgetall");
+    let before = redis.record("stale", "j").await;
     // Ack, fail and extend with the first (stale) token: all refused.
     let s = w.ack(&first).await;
     assert_eq!(s.code, tonic::Code::FailedPrecondition as i32);
@@ -297,12 +292,9 @@ async fn a_stale_token_is_refused_and_changes_nothing() {
         .await
         .expect_err("stale extend");
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
-    let after: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("jw:{stale}:job:j")
-        .query_async(&mut c)
-        .await
-        .expect("hgetall");
-    assert_eq!(before, after, "the job hash is untouched");
+    let after = redis.record("stale", "j").await;
+    assert!(before.is_some());
+    assert_eq!(before, after, "the job record is untouched");
     // The current token still works.
     assert_eq!(w.ack(&second).await.code, 0);
     // Ack twice: the second is refused.

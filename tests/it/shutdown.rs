@@ -53,21 +53,16 @@ async fn shutdown_drains_streams_and_hands_unfinished_leases_back() {
     let _ = unfinished;
     stopping.await.expect("join").expect("run returns Ok");
 
-    let mut c = redis.conn().await;
-    let (st, att): (String, String) = redis::cmd("HMGET")
-        .arg("jw:{sd}:job:unfinished")
-        .arg("st")
-        .arg("att")
-        .query_async(&mut c)
-        .await
-        .expect("hmget");
-    assert_eq!(st, "waiting", "handed back at once");
-    assert_eq!(att, "0", "the hand-back consumed no attempt");
-    let done_state: String = redis::cmd("HGET")
-        .arg("jw:{sd}:job:done")
-        .arg("st")
-        .query_async(&mut c)
-        .await
-        .expect("hget");
-    assert_eq!(done_state, "completed");
+    let unfinished = redis.job("sd", "unfinished").await;
+    assert_eq!(
+        unfinished.state,
+        jobwire::jobs::JobState::Waiting,
+        "handed back at once"
+    );
+    assert_eq!(
+        unfinished.attempts_made, 0,
+        "the hand-back consumed no attempt"
+    );
+    let done_state = redis.job("sd", "done").await.state;
+    assert_eq!(done_state, jobwire::jobs::JobState::Completed);
 }

@@ -1,29 +1,55 @@
--- ack.lua: completes leased jobs whose lease token matches; trims completed per retention.
+-- ack.lua: completes leased jobs whose lease token matches, then applies the completed
+-- retention: with keep_completed 0 a completed job is deleted at once (BullMQ's
+-- removeOnComplete), otherwise it joins the completed set, trimmed to keep_completed entries
+-- and completed_age_ms.
 -- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
--- Reply: per job { 'OK', lease ms, name, now ms } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
+-- Reply: { now ms, then three values per job: 'OK', lease ms, name
+--                                           | 'NOT_FOUND', 0, ''
+--                                           | 'LEASE_LOST', 0, state } (flat: no table a job)
 local now = now_ms()
 local n = tonumber(ARGV[2])
-local out = {}
-local done = 0
+local keep, max_age_ms = completed_retention()
+local out = { now }
+local done, finished = {}, {}
 for j = 0, n - 1 do
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
   local jk = job_key(id)
-  local f = redis.call('HMGET', jk, 'st', 'tok', 'lt', 'n')
-  if not f[1] then
-    out[#out + 1] = { 'NOT_FOUND' }
-  elseif f[1] ~= 'active' or f[2] ~= token then
-    out[#out + 1] = { 'LEASE_LOST', f[1] }
+  if finished[id] then
+    push3(out, 'LEASE_LOST', 0, 'completed')
   else
-    redis.call('ZREM', K_ACTIVE, id)
-    redis.call('HDEL', jk, 'tok', 'ad')
-    redis.call('HSET', jk, 'st', 'completed', 'ft', now)
-    redis.call('ZADD', K_COMPLETED, now, id)
-    out[#out + 1] = { 'OK', tonumber(f[3]) or now, f[4] or '', now }
-    done = done + 1
+    local rec = redis.call('GET', jk)
+    local st, lt, name, tok
+    if rec then st, lt, name, tok = lease_fields(rec) end
+    if not rec then
+      push3(out, 'NOT_FOUND', 0, '')
+    elseif st ~= 'active' or tok ~= token then
+      push3(out, 'LEASE_LOST', 0, st)
+    else
+      finished[id] = true
+      done[#done + 1] = id
+      if keep > 0 then
+        local h, body = split_record(rec)
+        h[ST], h[FT], h[TOK], h[AD] = 'completed', now, '', 0
+        save_job(jk, h, body)
+      end
+      push3(out, 'OK', lt, name)
+    end
   end
 end
-if done > 0 then
-  trim_completed(now, done)
+local now_s = int(now)
+for i = 1, #done, 1000 do
+  local ids = { unpack(done, i, math.min(i + 999, #done)) }
+  redis.call('ZREM', K_ACTIVE, unpack(ids))
+  if keep > 0 then
+    local scored = {}
+    for _, id in ipairs(ids) do scored[#scored + 1] = now_s; scored[#scored + 1] = id end
+    redis.call('ZADD', K_COMPLETED, unpack(scored))
+  else
+    delete_jobs(ids)
+  end
+end
+if #done > 0 then
+  trim_completed(now, #done, keep, max_age_ms)
   wake_if_concurrency_limited()
 end
 return out

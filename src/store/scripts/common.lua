@@ -1,26 +1,39 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time).
 --
 -- KEYS, the same eight for every script, all under one hash tag {queue}:
---   1 waiting    zset  id -> (1000 - priority) * 2^42 + seq   (priority first, FIFO by ready order)
+--   1 waiting    zset  priority level -> -priority: the levels that may have waiting jobs,
+--                      highest priority first. The jobs of level p wait in the list
+--                      KEYS[1] .. ':' .. p, in the order they became ready (FIFO).
 --   2 delayed    zset  id -> due time (ms)
 --   3 active     zset  id -> min(lease deadline, attempt deadline) (ms)
 --   4 completed  zset  id -> finish time (ms)
 --   5 dead       zset  id -> dead time (ms)
 --   6 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
 --                      keep_dead, dead_age_ms, rate_max, rate_ms, max_active), state (paused,
---                      throttle_until) and the sequence counters (seq, dseq)
+--                      throttle_until) and the dead-set sequence (dseq)
 --   7 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
 --                scripts address jobs whose ids they only learn inside the script; the prefix
 --                carries the queue's hash tag, so every job key is in the same cluster slot.
 --   8 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
 -- ARGV[1] is always the queue's wake-up channel (PUBLISHed when a job becomes ready).
 --
--- Job hash fields: n name, p payload, ct content type, md metadata (JSON), st state,
--- pri priority, max max attempts, att attempts made, bo backoff "kind,delay_ms,jitter,max_ms",
--- to timeout ms, err attempt errors (JSON array), dr dead reason, c0 create ms, rt ready ms,
--- lt lease ms, ft finish ms, tok lease token, wk worker id, ad attempt deadline ms,
--- rp replays (the idempotency key is derived: queue/id/c0). enqueue.lua leaves out fields at their default (ct, md,
--- bo, to empty; rp 0): every reader takes a missing field as its default.
+-- A job is one string key holding MessagePack values back to back:
+--   the header, 17 values the scripts read and write: first the lease part (LEASE_VALUES:
+--     state, attempts made, timeout ms (0 none), name, lease ms, lease token, worker id,
+--     attempt deadline ms), which a lease rewrites without decoding the rest; then max
+--     attempts, priority, backoff "kind,delay_ms,jitter,max_ms" ('' none), create ms,
+--     ready ms, finish ms, replays, dead reason, attempt errors (JSON array, '' none);
+--     unset strings are '' and unset numbers 0;
+--   then the body, the array [payload, content type, metadata JSON], written by the server
+--     at enqueue and copied unread by the scripts.
+-- Unpacked (split_record), the header is a table whose first slot is the body's offset and
+-- whose fields sit at the positions ST .. ERR below. Separate values rather than one array:
+-- cmsgpack decodes values onto the stack (one table, presized) and a script that needs only
+-- the lease part stops there (lease_fields, lease.lua). In this Lua every value decoded or
+-- encoded costs some hundreds of instructions, so the hot paths touch as few as they can.
+-- One string instead of a hash of fields: a 100-byte payload would push a hash past
+-- hash-max-listpack-value (64) into a hashtable, about 760 bytes a job against about 280.
+-- (The idempotency key is derived: queue/id/c0.)
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -28,7 +41,9 @@ local JOB_PREFIX = KEYS[7]
 local K_LIMITER = KEYS[8]
 local WAKE = ARGV[1]
 
-local PRIORITY_SPAN = 4398046511104 -- 2^42: room for the sequence under each priority level
+local ST, ATT, TO, NAME, LT, TOK, WK, AD, MAX, PRI, BO, C0, RT, FT, RP, DR, ERR =
+  2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
+local HEADER_VALUES, LEASE_VALUES = 17, 8
 
 -- A whole number as an exact decimal string: Lua's own number-to-string keeps only 14
 -- significant digits, too few for scores past 10^14.
@@ -53,27 +68,96 @@ local function job_key(id)
   return JOB_PREFIX .. id
 end
 
+-- A job's record split into its header (a table, see above) and its body (a string).
+local function split_record(rec)
+  local h = { cmsgpack.unpack_limit(rec, HEADER_VALUES, 0) }
+  if h[1] < 0 then return h, '' end
+  return h, string.sub(rec, h[1] + 1)
+end
+
+-- The job's header and body, or nil when the job does not exist.
+local function load_job(jk)
+  local rec = redis.call('GET', jk)
+  if not rec then return nil end
+  return split_record(rec)
+end
+
+local function job_record(h, body)
+  return cmsgpack.pack(unpack(h, ST, ERR)) .. body
+end
+
+local function save_job(jk, h, body)
+  redis.call('SET', jk, job_record(h, body))
+end
+
+-- The lease part of a record, decoded without building its header table:
+-- state, lease ms, name, lease token, attempt deadline ms.
+local function lease_fields(rec)
+  local _, st, _, _, name, lt, tok, _, ad = cmsgpack.unpack_limit(rec, LEASE_VALUES, 0)
+  return st, lt, name, tok, ad
+end
+
+-- Appends three values to a flat reply list.
+local function push3(t, a, b, c)
+  local k = #t
+  t[k + 1], t[k + 2], t[k + 3] = a, b, c
+end
+
 local function meta_number(field, default)
   local v = redis.call('HGET', K_META, field)
   if v then return tonumber(v) end
   return default
 end
 
--- Adds a job to the waiting set (its hash's st/rt are the caller's to set).
-local function enqueue_ready(id, pri, now)
-  local seq = redis.call('HINCRBY', K_META, 'seq', 1) % PRIORITY_SPAN
-  redis.call('ZADD', K_WAITING, int((1000 - pri) * PRIORITY_SPAN + seq), id)
+-- The list of waiting jobs of priority level `pri`.
+local function level_key(pri)
+  return K_WAITING .. ':' .. pri
 end
 
--- Puts a job in waiting, after every job already ready at its priority.
-local function make_ready(id, jk, pri, now)
-  enqueue_ready(id, pri, now)
-  redis.call('HSET', jk, 'st', 'waiting', 'rt', now)
+-- Appends ids (a list) to the waiting jobs of priority `pri`, after every job already ready
+-- there.
+local function push_ready(ids, pri)
+  redis.call('RPUSH', level_key(pri), unpack(ids))
+  redis.call('ZADD', K_WAITING, -pri, pri)
 end
 
-local function schedule(id, jk, due)
+-- Puts job `id` (header h, body) in waiting at `now`, after every job ready at its priority.
+local function make_ready(id, jk, h, body, now)
+  h[ST], h[RT] = 'waiting', now
+  save_job(jk, h, body)
+  push_ready({ id }, h[PRI])
+end
+
+local function schedule(id, jk, h, body, due)
+  h[ST], h[RT] = 'delayed', due
+  save_job(jk, h, body)
   redis.call('ZADD', K_DELAYED, due, id)
-  redis.call('HSET', jk, 'st', 'delayed', 'rt', due)
+end
+
+-- Pops up to n waiting ids, highest priority first, FIFO within a level. A level whose
+-- list ran dry leaves the level set (lazily: a level may outlive its list by one call).
+local function pop_ready(n)
+  local ids = {}
+  while #ids < n do
+    local level = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
+    if not level then break end
+    local want = n - #ids
+    local got = redis.call('LPOP', level_key(level), want)
+    if got then
+      for _, id in ipairs(got) do ids[#ids + 1] = id end
+    end
+    if not got or #got < want then redis.call('ZREM', K_WAITING, level) end
+  end
+  return ids
+end
+
+-- The number of waiting jobs, summed over the levels.
+local function waiting_count()
+  local n = 0
+  for _, level in ipairs(redis.call('ZRANGE', K_WAITING, 0, -1)) do
+    n = n + redis.call('LLEN', level_key(level))
+  end
+  return n
 end
 
 -- Moves up to `limit` due delayed jobs to waiting, in due order. Returns how many.
@@ -84,9 +168,9 @@ local function promote_due(now, limit)
     local id = due[i]
     local jk = job_key(id)
     redis.call('ZREM', K_DELAYED, id)
-    local pri = redis.call('HGET', jk, 'pri')
-    if pri then
-      make_ready(id, jk, tonumber(pri), tonumber(due[i + 1]))
+    local h, body = load_job(jk)
+    if h and h[ST] == 'delayed' then
+      make_ready(id, jk, h, body, tonumber(due[i + 1]))
       n = n + 1
     end
   end
@@ -99,6 +183,15 @@ local function next_score(key)
   return -1
 end
 
+-- Deletes the jobs of a list of ids, in one DEL per chunk.
+local function delete_jobs(ids)
+  for i = 1, #ids, 1000 do
+    local keys = {}
+    for j = i, math.min(i + 999, #ids) do keys[#keys + 1] = job_key(ids[j]) end
+    redis.call('DEL', unpack(keys))
+  end
+end
+
 -- Deletes the oldest entries of a finished-jobs set past `keep` entries or `max_age_ms`
 -- (bounded: at most `budget` jobs per call, so eviction is lazy but never unbounded).
 local function trim(key, keep, max_age_ms, now, budget, scale)
@@ -106,22 +199,30 @@ local function trim(key, keep, max_age_ms, now, budget, scale)
   local excess = redis.call('ZCARD', key) - keep
   if excess > 0 then
     local gone = redis.call('ZPOPMIN', key, math.min(excess, budget))
-    for i = 1, #gone, 2 do redis.call('DEL', job_key(gone[i])) end
-    removed = #gone / 2
+    local ids = {}
+    for i = 1, #gone, 2 do ids[#ids + 1] = gone[i] end
+    delete_jobs(ids)
+    removed = #ids
   end
   if max_age_ms > 0 and removed < budget then
     local old = redis.call('ZRANGE', key, '-inf', int((now - max_age_ms) * scale), 'BYSCORE', 'LIMIT', 0, budget - removed)
-    for _, id in ipairs(old) do
-      redis.call('ZREM', key, id)
-      redis.call('DEL', job_key(id))
+    if #old > 0 then
+      redis.call('ZREM', key, unpack(old))
+      delete_jobs(old)
     end
   end
 end
 
+-- Retention of completed jobs: {keep, max age ms} from the queue's meta.
+local function completed_retention()
+  local m = redis.call('HMGET', K_META, 'keep_completed', 'completed_age_ms')
+  return tonumber(m[1]) or 1000, tonumber(m[2]) or 0
+end
+
 -- `added` jobs were just completed: the budget covers them, so the set cannot outgrow its
 -- limit however large the ack batches are.
-local function trim_completed(now, added)
-  trim(K_COMPLETED, meta_number('keep_completed', 1000), meta_number('completed_age_ms', 0), now, 100 + added, 1)
+local function trim_completed(now, added, keep, max_age_ms)
+  trim(K_COMPLETED, keep, max_age_ms, now, 100 + added, 1)
 end
 
 local function trim_dead(now)
@@ -142,62 +243,81 @@ local function backoff_delay(bo, att, r)
   return math.floor(d)
 end
 
--- Ends a job's current attempt as failed: records the error, then retries (delayed or
--- waiting), returns the job without consuming the attempt (RATE_LIMITED), or dead-letters it,
--- all in this one script. `disposition` is RETRY, NO_RETRY or RATE_LIMITED; `exhausted_reason`
--- is the dead reason when no attempt remains (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
+-- Ends the current attempt of leased job `id` (header h, body) as failed: records the
+-- error, then retries (delayed or waiting), returns the job without consuming the attempt
+-- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
+-- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
+-- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
 -- Returns state, time (ready or dead), dead reason ('' unless dead).
-local function fail_attempt(id, jk, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
-  local f = redis.call('HMGET', jk, 'att', 'max', 'bo', 'wk', 'pri', 'err')
-  local att, max, bo, wk, pri = tonumber(f[1]) or 0, tonumber(f[2]), f[3], f[4] or '', tonumber(f[5])
-  local state, at, reason = '', now, ''
+local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
+  local att = h[ATT]
+  local reason = ''
   local delay = 0
   if disposition == 'RATE_LIMITED' then
     if retry_after < 0 then retry_after = 1000 end
     delay = retry_after
-    redis.call('HINCRBY', jk, 'att', -1)
+    h[ATT] = att - 1
   elseif disposition == 'NO_RETRY' then
     reason = 'NO_RETRY'
-  elseif att >= max then
+  elseif att >= h[MAX] then
     reason = exhausted_reason
   elseif retry_after >= 0 then
     delay = retry_after
   else
-    delay = backoff_delay(bo, att, r)
+    delay = backoff_delay(h[BO], att, r)
   end
 
   local errors = {}
-  if f[6] and f[6] ~= '' then errors = cjson.decode(f[6]) end
-  errors[#errors + 1] = { a = att, m = message, t = etype, d = details, w = wk, ts = now, x = disposition, rd = delay }
+  if h[ERR] ~= '' then errors = cjson.decode(h[ERR]) end
+  errors[#errors + 1] = { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay }
   while #errors > 1000 do table.remove(errors, 1) end
-  redis.call('HSET', jk, 'err', cjson.encode(errors))
+  h[ERR] = cjson.encode(errors)
+  h[TOK], h[AD] = '', 0
   redis.call('ZREM', K_ACTIVE, id)
-  redis.call('HDEL', jk, 'tok', 'ad')
 
   if reason ~= '' then
+    h[ST], h[DR], h[FT] = 'dead', reason, now
+    save_job(jk, h, body)
     redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
-    redis.call('HSET', jk, 'st', 'dead', 'dr', reason, 'ft', now)
     trim_dead(now)
     return { 'dead', now, reason }
   elseif delay > 0 then
-    schedule(id, jk, now + delay)
+    schedule(id, jk, h, body, now + delay)
     return { 'delayed', now + delay, '' }
   end
-  make_ready(id, jk, pri, now)
+  make_ready(id, jk, h, body, now)
   redis.call('PUBLISH', WAKE, '1')
   return { 'waiting', now, '' }
 end
 
--- Does dead job `jk` (dead at `dead_ms`) match the filter
+-- Checks the lease token of a settle-type call (ack, fail, renew) against the record
+-- `rec` of job `id`. Returns nil when the job is active under `token`; otherwise the reply
+-- for the job: { 'NOT_FOUND' } or { 'LEASE_LOST', state }.
+local function lease_refusal(rec, token)
+  if not rec then return { 'NOT_FOUND' } end
+  local st, _, _, tok = lease_fields(rec)
+  if st ~= 'active' or tok ~= token then return { 'LEASE_LOST', st } end
+  return nil
+end
+
+-- The job of a settle-type call when it is active under `token`: its record; otherwise nil
+-- and the refusal (see lease_refusal).
+local function leased_record(id, token)
+  local rec = redis.call('GET', job_key(id))
+  local refusal = lease_refusal(rec, token)
+  if refusal then return nil, refusal end
+  return rec
+end
+
+-- Does dead job header h (dead at `dead_ms`) match the filter
 -- {name, error type, reason, message prefix, after ms, before ms} ('' or -1 = any)?
-local function matches(jk, dead_ms, filter)
+local function matches(h, dead_ms, filter)
   if filter[5] >= 0 and dead_ms < filter[5] then return false end
   if filter[6] >= 0 and dead_ms >= filter[6] then return false end
-  local f = redis.call('HMGET', jk, 'n', 'dr', 'err')
-  if filter[1] ~= '' and f[1] ~= filter[1] then return false end
-  if filter[3] ~= '' and f[2] ~= filter[3] then return false end
+  if filter[1] ~= '' and h[NAME] ~= filter[1] then return false end
+  if filter[3] ~= '' and h[DR] ~= filter[3] then return false end
   if filter[2] ~= '' or filter[4] ~= '' then
-    local errors = f[3] and cjson.decode(f[3]) or {}
+    local errors = h[ERR] ~= '' and cjson.decode(h[ERR]) or {}
     local last = errors[#errors]
     if not last then return false end
     if filter[2] ~= '' and last.t ~= filter[2] then return false end
@@ -212,9 +332,9 @@ local function read_filter(i)
 end
 
 -- Walks the dead set in dead-time order after the cursor score (exclusive; '-inf' = from the
--- start), calling visit(id, jk) for each matching entry, until `want` matched or `budget`
--- entries were examined. visit may remove the entry. Returns the cursor score of the last
--- entry examined, or '' when the set is exhausted.
+-- start), calling visit(id, jk, h, body, rec) for each matching entry, until `want` matched
+-- or `budget` entries were examined. visit may remove the entry. Returns the cursor score of
+-- the last entry examined, or '' when the set is exhausted.
 local function scan_dead(cursor, want, budget, filter, visit)
   local examined, matched = 0, 0
   local from = '-inf'
@@ -227,9 +347,13 @@ local function scan_dead(cursor, want, budget, filter, visit)
       examined = examined + 1
       from = '(' .. score
       local jk = job_key(id)
-      if matches(jk, math.floor(tonumber(score) / DEAD_SCALE), filter) then
-        visit(id, jk)
-        matched = matched + 1
+      local rec = redis.call('GET', jk)
+      if rec then
+        local h, body = split_record(rec)
+        if matches(h, math.floor(tonumber(score) / DEAD_SCALE), filter) then
+          visit(id, jk, h, body, rec)
+          matched = matched + 1
+        end
       end
       if examined >= budget or matched >= want then return score end
     end
@@ -243,17 +367,18 @@ local function wake_if_concurrency_limited()
   end
 end
 
--- The selection of replay.lua and delete_dead.lua: applies act(id, jk) to each listed id that
--- is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the filter (ARGV[2]
--- 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine). Returns the listed ids
--- that were not dead, and the next cursor ('' = done).
+-- The selection of replay.lua and delete_dead.lua: applies act(id, jk, h, body) to each
+-- listed id that is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the
+-- filter (ARGV[2] 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine).
+-- Returns the listed ids that were not dead, and the next cursor ('' = done).
 local function for_selected_dead(act)
   local skipped, cursor = {}, ''
   if ARGV[2] == 'ids' then
     for i = 1, tonumber(ARGV[3]) do
       local id = ARGV[3 + i]
       local jk = job_key(id)
-      if redis.call('HGET', jk, 'st') == 'dead' then act(id, jk) else skipped[#skipped + 1] = id end
+      local h, body = load_job(jk)
+      if h and h[ST] == 'dead' then act(id, jk, h, body) else skipped[#skipped + 1] = id end
     end
   else
     local budget = tonumber(ARGV[10])

@@ -1,59 +1,47 @@
 -- enqueue.lua: creates jobs in waiting (or delayed), or reports the existing job for an id
 -- that is taken (the id is the dedupe key: nothing about the existing job changes). Options a
 -- job leaves unset ('') take the queue's defaults (meta d_max, d_bo, d_to), then the server's.
--- Job hashes hold only non-default fields (see common.lua).
--- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 10 per job: id, name,
---       payload, content type, metadata JSON, delay ms, priority, max attempts, backoff,
---       timeout ms. (The idempotency key is derived from queue, id and create time: not stored.)
--- Reply: { now_ms, per job: {'C', max attempts, backoff, timeout ms} created
---          | {'E', field, value, ...} existing job's hash }.
+-- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 8 per job: id, name,
+--       body (the record body, see common.lua), delay ms, priority, max attempts, backoff,
+--       timeout ms.
+-- Reply: { now ms, default max attempts, default backoff, default timeout ms (the queue's,
+--          else the server's: what a created job left unset took), then per job 'C'
+--          (created) or the existing job's record (the id was taken) }.
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local d = redis.call('HMGET', K_META, 'd_max', 'd_bo', 'd_to')
-local d_max, d_bo, d_to = d[1] or ARGV[3], d[2] or '', d[3] or '0'
-local out = { now }
--- Appends field k = v to an HSET argument list unless v is the default.
-local function opt(fields, k, v, default)
-  if v ~= default then fields[#fields + 1] = k; fields[#fields + 1] = v end
-end
-local woke = false
+local d_max, d_bo, d_to = tonumber(d[1] or ARGV[3]), d[2] or '', tonumber(d[3]) or 0
+local out = { now, d_max, d_bo, d_to }
+-- Ready ids by priority level, pushed once per level after the loop (keeps their order).
+local ready, levels = {}, {}
 for j = 0, n - 1 do
-  local b = 4 + j * 10
+  local b = 4 + j * 8
   local id = ARGV[b]
   local jk = job_key(id)
-  local existing = redis.call('HGETALL', jk)
-  if #existing > 0 then
-    table.insert(existing, 1, 'E')
-    out[#out + 1] = existing
-  else
-    local delay, pri = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-    local max, bo, to = ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
-    if max == '' then max = d_max end
-    if bo == '' then bo = d_bo end
-    if to == '' then to = d_to end
-    -- Fields left at their default (empty content type, metadata, backoff; no timeout; no
-    -- replays) are not stored: readers take a missing field as its default, and every field
-    -- saved is memory per waiting job.
-    local fields = { 'n', ARGV[b + 1], 'p', ARGV[b + 2], 'pri', pri, 'max', max, 'att', 0,
-      'c0', now }
-    opt(fields, 'ct', ARGV[b + 3], '')
-    opt(fields, 'md', ARGV[b + 4], '{}')
-    opt(fields, 'bo', bo, '')
-    opt(fields, 'to', to, '0')
+  local delay, pri = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local max, bo, to = tonumber(ARGV[b + 5]) or d_max, ARGV[b + 6], tonumber(ARGV[b + 7]) or d_to
+  if bo == '' then bo = d_bo end
+  local st, rt = 'waiting', now
+  if delay > 0 then st, rt = 'delayed', now + delay end
+  -- The header values in common.lua's order, then the body.
+  local rec = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '') .. ARGV[b + 2]
+  if redis.call('SET', jk, rec, 'NX') then
     if delay > 0 then
-      fields[#fields + 1] = 'st'; fields[#fields + 1] = 'delayed'
-      fields[#fields + 1] = 'rt'; fields[#fields + 1] = now + delay
-      redis.call('HSET', jk, unpack(fields))
-      redis.call('ZADD', K_DELAYED, now + delay, id)
+      redis.call('ZADD', K_DELAYED, rt, id)
     else
-      fields[#fields + 1] = 'st'; fields[#fields + 1] = 'waiting'
-      fields[#fields + 1] = 'rt'; fields[#fields + 1] = now
-      redis.call('HSET', jk, unpack(fields))
-      enqueue_ready(id, pri, now)
-      woke = true
+      if not ready[pri] then ready[pri] = {}; levels[#levels + 1] = pri end
+      local ids = ready[pri]
+      ids[#ids + 1] = id
     end
-    out[#out + 1] = { 'C', max, bo, to }
+    out[#out + 1] = 'C'
+  else
+    -- Taken (also by an earlier job of this batch: it stands, this one is a duplicate).
+    out[#out + 1] = redis.call('GET', jk)
   end
 end
-if woke then redis.call('PUBLISH', WAKE, '1') end
+for _, pri in ipairs(levels) do
+  local ids = ready[pri]
+  for i = 1, #ids, 1000 do push_ready({ unpack(ids, i, math.min(i + 999, #ids)) }, pri) end
+end
+if #levels > 0 then redis.call('PUBLISH', WAKE, '1') end
 return out

@@ -14,22 +14,21 @@ local out = {}
 for j = 0, n - 1 do
   local b = 3 + j * 9
   local id, token = ARGV[b], ARGV[b + 1]
-  local jk = job_key(id)
-  local f = redis.call('HMGET', jk, 'st', 'tok', 'lt', 'n', 'att')
-  if not f[1] then
-    out[#out + 1] = { 'NOT_FOUND' }
-  elseif f[1] ~= 'active' or f[2] ~= token then
-    out[#out + 1] = { 'LEASE_LOST', f[1] }
+  local rec, refusal = leased_record(id, token)
+  if not rec then
+    out[#out + 1] = refusal
   else
-    local r = fail_attempt(id, jk, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3], ARGV[b + 4],
-      ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
+    local h, body = split_record(rec)
+    local lt, name, att = h[LT], h[NAME], h[ATT]
+    local r = fail_attempt(id, job_key(id), h, body, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
+      ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
     if ARGV[b + 2] == 'RATE_LIMITED' and ARGV[b + 8] == '1' then
       local until_ms = tonumber(r[2])
       if until_ms > (tonumber(redis.call('HGET', K_META, 'throttle_until')) or 0) then
         redis.call('HSET', K_META, 'throttle_until', until_ms)
       end
     end
-    out[#out + 1] = { 'OK', r[1], r[2], r[3], tonumber(f[3]) or now, f[4] or '', tonumber(f[5]) or 0, now }
+    out[#out + 1] = { 'OK', r[1], r[2], r[3], lt, name, att, now }
   end
 end
 wake_if_concurrency_limited()

@@ -3,15 +3,15 @@
 -- paused leases nothing; a worker-reported throttle (throttle_until) leases nothing until
 -- then; max_active caps the leased jobs; the rate limit allows at most rate_max starts in
 -- any window of rate_ms (a sliding window over the limiter set of start times).
--- ARGV: [1] wake channel, [2] n, [3] lease ms, [4] token prefix (random per call; the
---       token of the i-th job is prefix .. i), [5 .. 4+n] worker id of each slot.
+-- ARGV: [1] wake channel, [2] n, [3] lease ms, [4 .. 3+n] worker id of each slot,
+--       [4+n .. 3+2n] lease token of each slot (random, made by the server).
 -- Reply: { now_ms, next delayed due ms or -1, paused 0|1,
 --          limited ('' | 'rate' | 'throttle' | 'concurrency': jobs were left waiting because
 --          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
---          per leased job:
---          { id, attempt, token, deadline, n, p, ct, md, pri, max, bo, to, err, c0, rt, rp } }
+--          then three values per leased job: id, deadline, record (as saved); the i-th
+--          job leased has the i-th token (flat: no table a job) }
 local now = now_ms()
-local n, lease_ms, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local n, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 promote_due(now, 1000)
 local out = { now, next_score(K_DELAYED), 0, '', -1 }
 local m = redis.call('HMGET', K_META, 'paused', 'throttle_until', 'max_active', 'rate_max', 'rate_ms')
@@ -19,8 +19,7 @@ if m[1] == '1' then
   out[3] = 1
   return out
 end
-local waiting = redis.call('ZCARD', K_WAITING)
-if waiting == 0 then return out end
+if redis.call('EXISTS', K_WAITING) == 0 then return out end
 local throttle_until = tonumber(m[2]) or 0
 if throttle_until > now then
   out[4], out[5] = 'throttle', throttle_until
@@ -39,7 +38,7 @@ if max_active then
   local free = max_active - redis.call('ZCARD', K_ACTIVE)
   if free < allowed then allowed, limited_by = free, 'concurrency' end
 end
-if allowed < n and allowed < waiting then
+if allowed < n and allowed < waiting_count() then
   out[4] = limited_by
   if limited_by == 'rate' then
     local oldest = redis.call('ZRANGE', K_LIMITER, 0, 0, 'WITHSCORES')
@@ -48,31 +47,34 @@ if allowed < n and allowed < waiting then
   end
 end
 if allowed <= 0 then return out end
-local popped = redis.call('ZPOPMIN', K_WAITING, allowed)
 local slot = 0
-for i = 1, #popped, 2 do
-  local id = popped[i]
+-- Numbers passed to redis.call are formatted with sprintf (about 1 µs each): the common
+-- deadline is formatted once.
+local deadline = now + lease_ms
+local deadline_s = int(deadline)
+local active = {}
+for _, id in ipairs(pop_ready(allowed)) do
   local jk = job_key(id)
-  -- One read per job: 'n' is always set, so a missing name means the hash is gone.
-  local f = redis.call('HMGET', jk, 'n', 'p', 'ct', 'md', 'pri', 'max', 'bo', 'to', 'err', 'c0', 'rt', 'rp', 'att')
-  if f[1] then
+  local rec = redis.call('GET', jk)
+  -- Only the lease part is decoded and written anew; the rest is copied as it is.
+  local off, st, att, to, name
+  if rec then off, st, att, to, name = cmsgpack.unpack_limit(rec, LEASE_VALUES, 0) end
+  -- A list entry whose job is gone or has moved on (never expected) is dropped.
+  if st == 'waiting' then
     slot = slot + 1
-    local att = (tonumber(f[13]) or 0) + 1
-    local token = prefix .. slot
-    local deadline = now + lease_ms
-    local timeout = tonumber(f[8]) or 0
-    if timeout > 0 then
-      if now + timeout < deadline then deadline = now + timeout end
-      redis.call('HSET', jk, 'st', 'active', 'tok', token, 'lt', now, 'wk', ARGV[4 + slot], 'att', att,
-        'ad', now + timeout)
-    else
-      redis.call('HSET', jk, 'st', 'active', 'tok', token, 'lt', now, 'wk', ARGV[4 + slot], 'att', att)
+    local token = ARGV[3 + n + slot]
+    local due, due_s, ad = deadline, deadline_s, 0
+    if to > 0 then
+      ad = now + to
+      if ad < deadline then due, due_s = ad, int(ad) end
     end
-    redis.call('ZADD', K_ACTIVE, deadline, id)
+    rec = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[3 + slot], ad) .. string.sub(rec, off + 1)
+    redis.call('SET', jk, rec)
+    active[#active + 1] = due_s
+    active[#active + 1] = id
     if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
-    -- Fields a job was created without (defaults) read as ''.
-    out[#out + 1] = { id, att, token, deadline, f[1], f[2], f[3] or '', f[4] or '', f[5], f[6], f[7] or '',
-      f[8] or '', f[9] or '', f[10], f[11], f[12] or '' }
+    push3(out, id, due, rec)
   end
 end
+if slot > 0 then redis.call('ZADD', K_ACTIVE, unpack(active)) end
 return out

@@ -1,13 +1,11 @@
 -- list_dead.lua: reads a page of dead jobs in dead-time order, filtered. Read-only.
 -- ARGV: [1] wake channel (unused), [2 .. 7] filter, [8] cursor score ('' = start),
 --       [9] page size, [10] max entries to examine
--- Reply: { next cursor ('' = done), per job: { id, field, value, ... } }
+-- Reply: { next cursor ('' = done), per job: { id, record } }
 local filter = read_filter(2)
 local out = { '' }
-local function collect(id, jk)
-  local h = redis.call('HGETALL', jk)
-  table.insert(h, 1, id)
-  out[#out + 1] = h
+local function collect(id, jk, h, body, rec)
+  out[#out + 1] = { id, rec }
 end
 out[1] = scan_dead(ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), filter, collect)
 return out

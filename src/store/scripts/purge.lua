@@ -5,16 +5,19 @@
 -- Reply: the number of jobs deleted (less than the budget: nothing is left to purge).
 local budget = tonumber(ARGV[4])
 local deleted = 0
-local sets = { K_WAITING, K_DELAYED }
+local waiting = pop_ready(budget)
+delete_jobs(waiting)
+deleted = #waiting
+local sets = { K_DELAYED }
 if ARGV[2] == '1' then sets[#sets + 1] = K_COMPLETED end
 if ARGV[3] == '1' then sets[#sets + 1] = K_DEAD end
 for _, key in ipairs(sets) do
   if deleted >= budget then break end
   local ids = redis.call('ZRANGE', key, 0, budget - deleted - 1)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', key, id)
-    redis.call('DEL', job_key(id))
-    deleted = deleted + 1
+  if #ids > 0 then
+    redis.call('ZREM', key, unpack(ids))
+    delete_jobs(ids)
+    deleted = deleted + #ids
   end
 end
 return deleted

@@ -14,17 +14,17 @@ local out = { promoted, -1, -1 }
 local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 for i, id in ipairs(expired) do
   local jk = job_key(id)
-  local f = redis.call('HMGET', jk, 'ad', 'n', 'att')
-  if not f[2] then
+  local h, body = load_job(jk)
+  if not h or h[ST] ~= 'active' then
     redis.call('ZREM', K_ACTIVE, id)
   else
-    local ad = tonumber(f[1]) or 0
     local etype, message = 'LEASE_EXPIRED', 'lease expired before the job was acked'
-    if ad > 0 and now >= ad then
+    if h[AD] > 0 and now >= h[AD] then
       etype, message = 'TIMED_OUT', 'attempt ran past the job timeout'
     end
-    local r = fail_attempt(id, jk, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[2 + i]) or 0)
-    out[#out + 1] = { id, f[2], etype, r[1], r[3], tonumber(f[3]) }
+    local name, att = h[NAME], h[ATT]
+    local r = fail_attempt(id, jk, h, body, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[2 + i]) or 0)
+    out[#out + 1] = { id, name, etype, r[1], r[3], att }
   end
 end
 if #expired > 0 then wake_if_concurrency_limited() end

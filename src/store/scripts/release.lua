@@ -8,13 +8,12 @@ local out = {}
 local any = false
 for j = 0, n - 1 do
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
-  local jk = job_key(id)
-  local f = redis.call('HMGET', jk, 'st', 'tok', 'pri')
-  if f[1] == 'active' and f[2] == token then
+  local rec = leased_record(id, token)
+  if rec then
+    local h, body = split_record(rec)
     redis.call('ZREM', K_ACTIVE, id)
-    redis.call('HDEL', jk, 'tok', 'ad')
-    redis.call('HINCRBY', jk, 'att', -1)
-    make_ready(id, jk, tonumber(f[3]), now)
+    h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
+    make_ready(id, job_key(id), h, body, now)
     out[#out + 1] = 1
     any = true
   else

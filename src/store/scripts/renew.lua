@@ -1,25 +1,29 @@
 -- renew.lua: pushes the deadlines of leases whose token still matches to now + lease ms,
 -- capped by each attempt's timeout deadline. Used for the batched renewal of live streams'
--- leases and for ExtendLease.
+-- leases and for ExtendLease. The job record is read, not written.
 -- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
 -- Reply: per job { 'OK', deadline } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
 local now = now_ms()
 local lease_ms, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
+local deadlines = {}
+local default_s = int(now + lease_ms)
 for j = 0, n - 1 do
   local id, token = ARGV[4 + j * 2], ARGV[5 + j * 2]
-  local jk = job_key(id)
-  local f = redis.call('HMGET', jk, 'st', 'tok', 'ad')
-  if not f[1] then
-    out[#out + 1] = { 'NOT_FOUND' }
-  elseif f[1] ~= 'active' or f[2] ~= token then
-    out[#out + 1] = { 'LEASE_LOST', f[1] }
+  local rec = redis.call('GET', job_key(id))
+  local refusal = lease_refusal(rec, token)
+  if refusal then
+    out[#out + 1] = refusal
   else
-    local deadline = now + lease_ms
-    local ad = tonumber(f[3]) or 0
-    if ad > 0 and ad < deadline then deadline = ad end
-    redis.call('ZADD', K_ACTIVE, deadline, id)
+    local _, _, _, _, ad = lease_fields(rec)
+    local deadline, deadline_s = now + lease_ms, default_s
+    if ad > 0 and ad < deadline then deadline, deadline_s = ad, int(ad) end
+    deadlines[#deadlines + 1] = deadline_s
+    deadlines[#deadlines + 1] = id
     out[#out + 1] = { 'OK', deadline }
   end
+end
+for i = 1, #deadlines, 1000 do
+  redis.call('ZADD', K_ACTIVE, unpack(deadlines, i, math.min(i + 999, #deadlines)))
 end
 return out

@@ -8,12 +8,10 @@
 -- Reply: { replayed ids, skipped ids, next cursor ('' = done) }
 local now = now_ms()
 local replayed = {}
-local function replay(id, jk)
+local function replay(id, jk, h, body)
   redis.call('ZREM', K_DEAD, id)
-  redis.call('HDEL', jk, 'dr', 'ft')
-  redis.call('HSET', jk, 'att', 0)
-  redis.call('HINCRBY', jk, 'rp', 1)
-  make_ready(id, jk, tonumber(redis.call('HGET', jk, 'pri')), now)
+  h[DR], h[FT], h[ATT], h[RP] = '', 0, 0, h[RP] + 1
+  make_ready(id, jk, h, body, now)
   replayed[#replayed + 1] = id
 end
 local skipped, cursor = for_selected_dead(replay)
