@@ -1,5 +1,6 @@
 //! `jobwire.v1.WorkerService`: the Subscribe stream (open, credits, leases, acks and fails
-//! batched per queue, heartbeats, drain) and the unary Ack, Fail and ExtendLease.
+//! coalesced per queue across streams by the hub's settle lanes, heartbeats, drain) and the
+//! unary Ack, Fail and ExtendLease (through the same lanes).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -129,17 +130,6 @@ fn settle_error<T>(queue: &QueueName, id: &str, s: Settle<T>) -> Result<T, Error
     }
 }
 
-/// One error per item of a group whose store call failed (each item gets its Settled).
-fn unavailable_for_each<T>(n: usize, e: crate::store::StoreError) -> Vec<Result<T, Error>> {
-    let msg = e.to_string();
-    (0..n)
-        .map(|_| match &e {
-            crate::store::StoreError::Unavailable(_) => Err(Error::Unavailable(msg.clone())),
-            _ => Err(Error::Internal(msg.clone())),
-        })
-        .collect()
-}
-
 fn ack_args(r: &pb::AckRequest) -> Result<(QueueName, String, String), Error> {
     Ok((
         convert::queue("queue", &r.queue)?,
@@ -178,8 +168,9 @@ fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
 }
 
 impl WorkerApi {
-    /// Applies a batch of stream messages: acks and fails grouped into one script call per
-    /// queue, answered with one Settled each.
+    /// Applies a batch of stream messages: acks and fails grouped per queue and handed to
+    /// the hub's lanes (one script call per queue shared with other streams), answered with
+    /// one Settled each.
     async fn handle_batch(
         &self,
         session: &Arc<Session>,
@@ -222,12 +213,14 @@ impl WorkerApi {
                 None => return Err(Error::invalid("message", "is empty")),
             }
         }
-        for (queue, items) in acks {
-            let results = match self.hub.store().ack(&queue, &items).await {
-                Ok(r) => r.into_iter().map(Ok).collect(),
-                Err(e) => unavailable_for_each(items.len(), e),
-            };
-            for ((id, token), r) in items.into_iter().zip(results) {
+        // Acks before fails, as they arrived within the batch; queues side by side. Each
+        // goes into its queue's shared lane, with what other streams settle meanwhile.
+        let ack_calls = acks.into_iter().map(|(queue, items)| async move {
+            let r = self.hub.ack(&queue, items).await;
+            (queue, r)
+        });
+        for (queue, settles) in futures::future::join_all(ack_calls).await {
+            for ((id, token), r) in settles? {
                 let result = r.and_then(|r| settle_error(&queue, &id, r));
                 let span = self.hub.settled(&queue, &id, &token);
                 if let Ok(o) = &result {
@@ -242,12 +235,12 @@ impl WorkerApi {
                 }));
             }
         }
-        for (queue, items) in fails {
-            let results = match self.hub.store().fail(&queue, &items).await {
-                Ok(r) => r.into_iter().map(Ok).collect(),
-                Err(e) => unavailable_for_each(items.len(), e),
-            };
-            for (item, r) in items.into_iter().zip(results) {
+        let fail_calls = fails.into_iter().map(|(queue, items)| async move {
+            let r = self.hub.fail(&queue, items).await;
+            (queue, r)
+        });
+        for (queue, settles) in futures::future::join_all(fail_calls).await {
+            for (item, r) in settles? {
                 let result = r.and_then(|r| settle_error(&queue, &item.id, r));
                 let span = self.hub.settled(&queue, &item.id, &item.token);
                 if let Ok(o) = &result {
@@ -370,18 +363,15 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let (queue, id, token) = ack_args(request.get_ref())?;
-        let r = self
+        let (_, r) = self
             .0
             .hub
-            .store()
-            .ack(&queue, &[(id.clone(), token.clone())])
-            .await
-            .map_err(Error::from)?;
-        let r = r
-            .into_iter()
-            .next()
+            .ack(&queue, vec![(id.clone(), token.clone())])
+            .await?
+            .pop()
             .ok_or_else(|| Error::Internal("ack returned nothing".into()))?;
-        let done = settle_error(&queue, &id, r);
+        // A failed call applied nothing: a stream holding the lease keeps it.
+        let done = settle_error(&queue, &id, r?);
         let span = match done {
             Err(Error::JobNotFound { .. }) => tracing::Span::none(),
             _ => self.0.hub.settled(&queue, &id, &token),
@@ -396,18 +386,14 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         request: Request<pb::FailRequest>,
     ) -> Result<Response<pb::FailResponse>, Status> {
         let (queue, item) = fail_args(request.get_ref())?;
-        let r = self
+        let (item, r) = self
             .0
             .hub
-            .store()
-            .fail(&queue, std::slice::from_ref(&item))
-            .await
-            .map_err(Error::from)?;
-        let r = r
-            .into_iter()
-            .next()
+            .fail(&queue, vec![item])
+            .await?
+            .pop()
             .ok_or_else(|| Error::Internal("fail returned nothing".into()))?;
-        let done = settle_error(&queue, &item.id, r);
+        let done = settle_error(&queue, &item.id, r?);
         let span = match done {
             Err(Error::JobNotFound { .. }) => tracing::Span::none(),
             _ => self.0.hub.settled(&queue, &item.id, &item.token),

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use super::queue_loop::QueueLoop;
 use super::session::{Outbound, Session};
+use super::settle::{AckOp, Coalescer, FailOp, MAX_SETTLE_BATCH};
 use crate::jobs::QueueName;
 use crate::store::Store;
 
@@ -43,11 +44,29 @@ pub(super) struct Inner {
     pub(super) stop: CancellationToken,
     pub(super) tracker: TaskTracker,
     started: Instant,
+    /// The per-queue ack lanes (group commit, see `settle.rs`).
+    pub(super) acks: Coalescer<AckOp>,
+    /// The per-queue fail lanes.
+    pub(super) fails: Coalescer<FailOp>,
 }
 
 impl Hub {
     /// A hub over `store`; call [`Hub::start_background`] to run renewal, reaper and wake-ups.
     pub fn new(store: Store, config: HubConfig) -> Hub {
+        let stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let acks = Coalescer::new(
+            AckOp(store.clone()),
+            MAX_SETTLE_BATCH,
+            tracker.clone(),
+            stop.clone(),
+        );
+        let fails = Coalescer::new(
+            FailOp(store.clone()),
+            MAX_SETTLE_BATCH,
+            tracker.clone(),
+            stop.clone(),
+        );
         Hub {
             inner: Arc::new(Inner {
                 store,
@@ -56,9 +75,11 @@ impl Hub {
                 sessions: Mutex::default(),
                 next_session: AtomicU64::new(1),
                 draining: AtomicBool::new(false),
-                stop: CancellationToken::new(),
-                tracker: TaskTracker::new(),
+                stop,
+                tracker,
                 started: Instant::now(),
+                acks,
+                fails,
             }),
         }
     }

@@ -1,12 +1,16 @@
 //! Stream sessions and everything that keeps leases moving: one lease loop per queue per
 //! replica that serves all of this replica's streams on the queue (leasing as many jobs in one
-//! script call as the streams have free credits), batched renewal of live streams' leases,
-//! the reaper, and wake-ups over Redis pub/sub with a slow poll as safety net.
+//! script call as the streams have free credits), one settle lane per queue and kind that
+//! coalesces the acks and fails of all streams into one script call (group commit), batched
+//! renewal of live streams' leases, the reaper, and wake-ups over Redis pub/sub with a slow
+//! poll as safety net.
 
 mod background;
 mod hub;
 mod queue_loop;
 mod session;
+mod settle;
 
 pub use hub::{Hub, HubConfig};
 pub use session::{Outbound, Session, Settled, MAX_CREDITS};
+pub use settle::{Settles, MAX_SETTLE_BATCH};

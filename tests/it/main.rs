@@ -9,6 +9,7 @@ mod metrics;
 
 mod bad_input;
 mod bad_input_workers;
+mod coalesce;
 mod core_flow;
 mod dead_letters;
 mod model;
