@@ -78,6 +78,19 @@ impl TestRedis {
             .unwrap_or_else(|| panic!("no job {id:?} in {queue}"))
     }
 
+    /// Redis's `used_memory`, bytes.
+    pub async fn used_memory(&self) -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("info");
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    }
+
     /// The raw record of job `id` of `queue` (None if there is none).
     pub async fn record(&self, queue: &str, id: &str) -> Option<Vec<u8>> {
         redis::cmd("GET")

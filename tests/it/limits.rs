@@ -415,12 +415,6 @@ async fn retention_keeps_redis_bounded_while_100k_jobs_pass() {
     )
     .await;
     let mut c = redis.conn().await;
-    let used = |info: String| -> i64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("used_memory")
-    };
     let mut w = TestWorker::open(&app, &["ret"], 1000, "w").await;
     let mut before = 0;
     for round in 0..100 {
@@ -434,20 +428,10 @@ async fn retention_keeps_redis_bounded_while_100k_jobs_pass() {
         w.ack_all(1000).await;
         if round == 4 {
             // Retention is full from here on: memory must not grow with the jobs that follow.
-            let info: String = redis::cmd("INFO")
-                .arg("memory")
-                .query_async(&mut c)
-                .await
-                .expect("info");
-            before = used(info);
+            before = redis.used_memory().await;
         }
     }
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut c)
-        .await
-        .expect("info");
-    let after = used(info);
+    let after = redis.used_memory().await;
     let completed: i64 = redis::cmd("ZCARD")
         .arg("jw:{ret}:completed")
         .query_async(&mut c)

@@ -25,18 +25,6 @@ async fn keep_completed(app: &TestApp, queue: &str, keep: u32) {
         .expect("update config");
 }
 
-async fn used_memory(c: &mut redis::aio::MultiplexedConnection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(c)
-        .await
-        .expect("info");
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
-}
-
 #[tokio::test]
 async fn a_duplicate_waiting_entry_delivers_the_job_once() {
     let (redis, app) = TestApp::with_redis().await;
@@ -88,8 +76,7 @@ async fn keep_completed_zero_deletes_the_job_at_its_ack() {
 #[tokio::test]
 async fn a_waiting_job_with_a_100_byte_payload_costs_under_400_bytes() {
     let (redis, app) = TestApp::with_redis().await;
-    let mut c = redis.conn().await;
-    let before = used_memory(&mut c).await;
+    let before = redis.used_memory().await;
     for chunk in (0..10_000).collect::<Vec<_>>().chunks(1000) {
         let jobs = chunk
             .iter()
@@ -103,7 +90,7 @@ async fn a_waiting_job_with_a_100_byte_payload_costs_under_400_bytes() {
             .await
             .expect("batch");
     }
-    let per_job = (used_memory(&mut c).await - before) / 10_000;
+    let per_job = (redis.used_memory().await - before) / 10_000;
     println!("redis memory per waiting job (100-byte payload): {per_job} B");
     // A hash per job (the old layout) measured 908 B; BullMQ's job about 670 B.
     assert!(per_job < 400, "{per_job} B per waiting job");
