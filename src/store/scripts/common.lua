@@ -248,7 +248,8 @@ end
 -- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
 -- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
 -- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
--- Returns state, time (ready or dead), dead reason ('' unless dead).
+-- Returns state, time (ready or dead), dead reason ('' unless dead). A job made waiting
+-- needs a wake-up: the caller PUBLISHes once for all of its jobs (wake_after_failures).
 local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
   local att = h[ATT]
   local reason = ''
@@ -286,7 +287,6 @@ local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason,
     return { 'delayed', now + delay, '' }
   end
   make_ready(id, jk, h, body, now)
-  redis.call('PUBLISH', WAKE, '1')
   return { 'waiting', now, '' }
 end
 
@@ -364,6 +364,16 @@ end
 local function wake_if_concurrency_limited()
   if redis.call('HEXISTS', K_META, 'max_active') == 1 then
     redis.call('PUBLISH', WAKE, '1')
+  end
+end
+
+-- After failed attempts: one wake-up when any job went back to waiting (or, on a
+-- concurrency-limited queue, when a slot came free).
+local function wake_after_failures(any_waiting)
+  if any_waiting then
+    redis.call('PUBLISH', WAKE, '1')
+  else
+    wake_if_concurrency_limited()
   end
 end
 

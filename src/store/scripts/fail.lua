@@ -11,6 +11,7 @@
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local out = {}
+local any_waiting = false
 for j = 0, n - 1 do
   local b = 3 + j * 9
   local id, token = ARGV[b], ARGV[b + 1]
@@ -28,8 +29,9 @@ for j = 0, n - 1 do
         redis.call('HSET', K_META, 'throttle_until', until_ms)
       end
     end
+    if r[1] == 'waiting' then any_waiting = true end
     out[#out + 1] = { 'OK', r[1], r[2], r[3], lt, name, att, now }
   end
 end
-wake_if_concurrency_limited()
+wake_after_failures(any_waiting)
 return out

@@ -12,6 +12,7 @@ local promoted = promote_due(now, 1000)
 if promoted > 0 then redis.call('PUBLISH', WAKE, '1') end
 local out = { promoted, -1, -1 }
 local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local any_waiting = false
 for i, id in ipairs(expired) do
   local jk = job_key(id)
   local h, body = load_job(jk)
@@ -24,10 +25,11 @@ for i, id in ipairs(expired) do
     end
     local name, att = h[NAME], h[ATT]
     local r = fail_attempt(id, jk, h, body, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[2 + i]) or 0)
+    if r[1] == 'waiting' then any_waiting = true end
     out[#out + 1] = { id, name, etype, r[1], r[3], att }
   end
 end
-if #expired > 0 then wake_if_concurrency_limited() end
+if #expired > 0 then wake_after_failures(any_waiting) end
 out[2] = next_score(K_ACTIVE)
 out[3] = next_score(K_DELAYED)
 return out
