@@ -26,7 +26,7 @@ GRPC_PORT="${GRPC_PORT:-50151}"
 HTTP_PORT="${HTTP_PORT:-$((GRPC_PORT + 1))}"
 QUIET_WAIT="${QUIET_WAIT:-5}"
 RETRIES="${RETRIES:-0}"
-E2E="${E2E:-1x1,1x16,1x100,4x64}"
+E2E="${E2E:-1x1,1x16,1x100,4x64,2x256}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-900}"
 
 [ -d "$SRC/bullmq" ] || { echo "no BullMQ harness at $SRC" >&2; exit 1; }
