@@ -160,13 +160,14 @@ impl Hub {
                 let client = redis::Client::open(url.as_str())?;
                 let mut pubsub = client.get_async_pubsub().await?;
                 pubsub.psubscribe(WAKE_PATTERN).await?;
+                self.void_echo_credits();
                 self.wake_all();
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
                     let channel = msg.get_channel_name();
                     if let Some(q) = channel.strip_prefix("jw:wake:") {
                         if let Ok(q) = QueueName::parse(q) {
-                            self.wake(&q);
+                            self.wake_from_pubsub(&q);
                         }
                     }
                 }

@@ -12,6 +12,7 @@ mod bad_input_workers;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
+mod early_wake;
 mod model;
 mod refusal;
 mod retries;
