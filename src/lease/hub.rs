@@ -48,6 +48,10 @@ pub(super) struct Inner {
     pub(super) acks: Coalescer<AckOp>,
     /// The per-queue fail lanes.
     pub(super) fails: Coalescer<FailOp>,
+    /// Tells the wake-up listener about each queue that gets a local loop.
+    new_queues: mpsc::UnboundedSender<QueueName>,
+    /// The listener's end, taken when it starts.
+    pub(super) new_queues_rx: Mutex<Option<mpsc::UnboundedReceiver<QueueName>>>,
 }
 
 impl Hub {
@@ -67,6 +71,7 @@ impl Hub {
             tracker.clone(),
             stop.clone(),
         );
+        let (new_queues, new_queues_rx) = mpsc::unbounded_channel();
         Hub {
             inner: Arc::new(Inner {
                 store,
@@ -80,6 +85,8 @@ impl Hub {
                 started: Instant::now(),
                 acks,
                 fails,
+                new_queues,
+                new_queues_rx: Mutex::new(Some(new_queues_rx)),
             }),
         }
     }
@@ -193,6 +200,15 @@ impl Hub {
         }
     }
 
+    /// The queues that have a local lease loop.
+    pub(super) fn loop_queues(&self) -> Vec<QueueName> {
+        self.inner
+            .loops
+            .lock()
+            .map(|l| l.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Wakes every queue loop (after a pub/sub reconnect, when messages may have been lost).
     pub(super) fn wake_all(&self) {
         if let Ok(l) = self.inner.loops.lock() {
@@ -246,6 +262,7 @@ impl Hub {
         }
         let lp = Arc::new(QueueLoop::new(queue.clone()));
         loops.insert(queue.clone(), lp.clone());
+        let _ = self.inner.new_queues.send(queue.clone());
         let hub = self.clone();
         let task_loop = lp.clone();
         self.inner
