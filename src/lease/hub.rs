@@ -228,14 +228,19 @@ impl Hub {
             .unwrap_or(false)
     }
 
-    /// Wakes the loops of every queue the given streams lease from, but `except`'s (the
-    /// caller's own loop, which would otherwise wake itself in a loop).
+    /// Wakes the loops of every queue the given streams lease from that may have jobs to
+    /// lease (backlog), but `except`'s (the caller's own loop, which would otherwise wake
+    /// itself in a loop). A loop without backlog found its queue empty and is woken anyway
+    /// when jobs become ready; waking it for credits alone made two empty queues of one
+    /// stream ping-pong empty lease calls (thousands a second).
     pub(super) fn notify_sessions_queues(&self, sessions: &[Arc<Session>], except: &QueueName) {
         if let Ok(l) = self.inner.loops.lock() {
             for s in sessions {
                 for q in s.queues.iter().filter(|q| *q != except) {
                     if let Some(lp) = l.get(q) {
-                        lp.notify.notify_one();
+                        if lp.backlog.load(Ordering::Relaxed) {
+                            lp.notify.notify_one();
+                        }
                     }
                 }
             }

@@ -3,6 +3,7 @@
 mod bench_smoke;
 #[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
+mod idle_loops;
 mod limits;
 mod logs;
 mod metrics;
