@@ -175,10 +175,10 @@ impl QueueLoop {
         for s in &slots[leased..] {
             s.add_credits(1);
         }
-        if !full {
-            // Credits came back: the streams' other queues may use them now.
-            hub.notify_sessions_queues(&slots[leased..], &self.queue);
-        }
+        // Streams on several queues: credits that came back may serve their other queues,
+        // and the streams that got a job moved their turn on to the next queue, whose loop
+        // would otherwise wait for its safety poll (only loops with backlog are woken).
+        hub.notify_sessions_queues(slots, &self.queue);
         if batch.limited.is_some() {
             crate::metrics::throttled(self.queue.as_str());
         }
