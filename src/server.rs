@@ -130,7 +130,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(pb::job_service_server::JobServiceServer::new(JobApi::new(
-            store.clone(),
+            hub.clone(),
             limits,
         )))
         .add_service(pb::worker_service_server::WorkerServiceServer::new(

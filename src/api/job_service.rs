@@ -1,26 +1,78 @@
 //! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::task::Poll;
 
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, ApiLimits};
 use super::limits::MAX_BATCH;
 use super::pb;
-use crate::jobs::{NewJob, QueueName};
-use crate::store::Store;
+use crate::jobs::{JobState, NewJob, QueueName};
+use crate::lease::{EchoCredit, Hub};
+use crate::store::{EnqueueOutcome, Store};
 use crate::Error;
 
 /// The JobService handlers.
 pub struct JobApi {
     store: Store,
+    hub: Hub,
     limits: ApiLimits,
+    /// Queues enqueued to through this handler (the store has registered them).
+    seen: Mutex<HashSet<QueueName>>,
 }
 
 impl JobApi {
-    /// Handlers over `store`.
-    pub fn new(store: Store, limits: ApiLimits) -> JobApi {
-        JobApi { store, limits }
+    /// Handlers over `hub`'s store; enqueues wake `hub`'s local lease loops directly.
+    pub fn new(hub: Hub, limits: ApiLimits) -> JobApi {
+        JobApi {
+            store: hub.store().clone(),
+            hub,
+            limits,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// One enqueue call for `jobs` of `queue`. A local lease loop of the queue is woken as
+    /// soon as the call is on the store's connection (see `lease/wakeup.rs`): the future is
+    /// polled once, which writes the EVALSHA into the connection's pipeline unless the store
+    /// first has a one-time SADD to send for a queue new to it, so only queues that this
+    /// handler has enqueued to before take the early path.
+    async fn enqueue_in(
+        &self,
+        queue: &QueueName,
+        jobs: &[NewJob],
+    ) -> Result<Vec<EnqueueOutcome>, Error> {
+        let seen = self.seen.lock().is_ok_and(|s| s.contains(queue));
+        let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
+        let mut call =
+            std::pin::pin!(self
+                .store
+                .enqueue(queue, jobs, self.limits.default_max_attempts));
+        let (outcomes, credit) = match futures::poll!(&mut call) {
+            Poll::Ready(r) => (r, EchoCredit::none()),
+            Poll::Pending => {
+                let credit = if seen && may_ready {
+                    self.hub.early_wake(queue)
+                } else {
+                    EchoCredit::none()
+                };
+                (call.await, credit)
+            }
+        };
+        let made_ready = outcomes.as_ref().is_ok_and(|o| {
+            o.iter()
+                .any(|o| o.created && o.job.state == JobState::Waiting)
+        });
+        self.hub.after_enqueue(credit, made_ready);
+        let outcomes = outcomes?;
+        if !seen {
+            if let Ok(mut s) = self.seen.lock() {
+                s.insert(queue.clone());
+            }
+        }
+        Ok(outcomes)
     }
 }
 
@@ -40,14 +92,8 @@ impl pb::job_service_server::JobService for JobApi {
         tracing::Span::current().record("job_id", job.id.as_str());
         let queue = job.queue.clone();
         let outcome = self
-            .store
-            .enqueue(
-                &queue,
-                std::slice::from_ref(&job),
-                self.limits.default_max_attempts,
-            )
-            .await
-            .map_err(Error::from)?
+            .enqueue_in(&queue, std::slice::from_ref(&job))
+            .await?
             .pop()
             .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
         crate::metrics::enqueued(queue.as_str(), outcome.created);
@@ -87,11 +133,7 @@ impl pb::job_service_server::JobService for JobApi {
         }
         for (queue, items) in by_queue {
             let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
-            let outcomes = self
-                .store
-                .enqueue(&queue, &jobs, self.limits.default_max_attempts)
-                .await
-                .map_err(Error::from)?;
+            let outcomes = self.enqueue_in(&queue, &jobs).await?;
             for ((i, _), o) in items.iter().zip(outcomes) {
                 crate::metrics::enqueued(queue.as_str(), o.created);
                 results[*i] = Some(pb::EnqueueResult {

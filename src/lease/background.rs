@@ -1,16 +1,17 @@
 //! The hub's background tasks: batched lease renewal for live streams, the reaper (expired
 //! leases, timed-out attempts, due delayed jobs, on every queue, whether or not a local
 //! worker serves it), and the pub/sub listener that turns enqueues on any replica into
-//! wake-ups of the local lease loops.
+//! wake-ups of the local lease loops (subscribed to the queues those loops serve).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
+use tokio::sync::mpsc;
 
 use super::hub::Hub;
 use crate::jobs::QueueName;
-use crate::store::WAKE_PATTERN;
+use crate::store::wake_channel;
 
 /// Most expired leases one reap call fails (it is called again at once while it fills).
 const REAP_BATCH: usize = 100;
@@ -29,9 +30,17 @@ impl Hub {
             .spawn(async move { hub.reap_loop().await });
         let hub = self.clone();
         let url = redis_url.to_owned();
-        self.inner
-            .tracker
-            .spawn(async move { hub.wake_listener(url).await });
+        let new_queues = self
+            .inner
+            .new_queues_rx
+            .lock()
+            .ok()
+            .and_then(|mut rx| rx.take());
+        if let Some(new_queues) = new_queues {
+            self.inner
+                .tracker
+                .spawn(async move { hub.wake_listener(url, new_queues).await });
+        }
     }
 
     /// Every lease_duration / 3, renews the leases of streams that are alive, one script
@@ -150,22 +159,39 @@ impl Hub {
         }
     }
 
-    /// Listens on `jw:wake:*` and wakes the local loop of the queue named in each message.
-    /// Reconnects with a pause after any error, and wakes every loop after reconnecting,
-    /// since messages sent while it was away are lost.
-    async fn wake_listener(self, url: String) {
+    /// Listens on the wake-up channel of every queue that has a local lease loop (and of
+    /// each new one as its loop starts) and wakes that loop. Queues no local worker serves
+    /// are not listened to, so their enqueues cost this replica nothing. Reconnects with a
+    /// pause after any error, and wakes every loop after reconnecting, since messages sent
+    /// while it was away are lost.
+    async fn wake_listener(self, url: String, mut new_queues: mpsc::UnboundedReceiver<QueueName>) {
         let stop = self.inner.stop.clone();
         loop {
             let run = async {
                 let client = redis::Client::open(url.as_str())?;
-                let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.psubscribe(WAKE_PATTERN).await?;
+                let (mut sink, mut messages) = client.get_async_pubsub().await?.split();
+                // Every queue announced so far has its loop in the map read below.
+                while new_queues.try_recv().is_ok() {}
+                for q in self.loop_queues() {
+                    sink.subscribe(wake_channel(&q)).await?;
+                }
+                self.void_echo_credits();
                 self.wake_all();
-                let mut messages = pubsub.on_message();
-                while let Some(msg) = messages.next().await {
-                    let channel = msg.get_channel_name();
-                    if let Some(q) = channel.strip_prefix("jw:wake:") {
-                        if let Ok(q) = QueueName::parse(q) {
+                loop {
+                    tokio::select! {
+                        msg = messages.next() => {
+                            let Some(msg) = msg else { break };
+                            let channel = msg.get_channel_name();
+                            if let Some(q) = channel.strip_prefix("jw:wake:") {
+                                if let Ok(q) = QueueName::parse(q) {
+                                    self.wake_from_pubsub(&q);
+                                }
+                            }
+                        }
+                        q = new_queues.recv() => {
+                            let Some(q) = q else { break };
+                            sink.subscribe(wake_channel(&q)).await?;
+                            // A job made ready before the subscription took effect.
                             self.wake(&q);
                         }
                     }

@@ -48,6 +48,10 @@ pub(super) struct Inner {
     pub(super) acks: Coalescer<AckOp>,
     /// The per-queue fail lanes.
     pub(super) fails: Coalescer<FailOp>,
+    /// Tells the wake-up listener about each queue that gets a local loop.
+    new_queues: mpsc::UnboundedSender<QueueName>,
+    /// The listener's end, taken when it starts.
+    pub(super) new_queues_rx: Mutex<Option<mpsc::UnboundedReceiver<QueueName>>>,
 }
 
 impl Hub {
@@ -67,6 +71,7 @@ impl Hub {
             tracker.clone(),
             stop.clone(),
         );
+        let (new_queues, new_queues_rx) = mpsc::unbounded_channel();
         Hub {
             inner: Arc::new(Inner {
                 store,
@@ -80,6 +85,8 @@ impl Hub {
                 started: Instant::now(),
                 acks,
                 fails,
+                new_queues,
+                new_queues_rx: Mutex::new(Some(new_queues_rx)),
             }),
         }
     }
@@ -193,6 +200,15 @@ impl Hub {
         }
     }
 
+    /// The queues that have a local lease loop.
+    pub(super) fn loop_queues(&self) -> Vec<QueueName> {
+        self.inner
+            .loops
+            .lock()
+            .map(|l| l.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Wakes every queue loop (after a pub/sub reconnect, when messages may have been lost).
     pub(super) fn wake_all(&self) {
         if let Ok(l) = self.inner.loops.lock() {
@@ -212,14 +228,19 @@ impl Hub {
             .unwrap_or(false)
     }
 
-    /// Wakes the loops of every queue the given streams lease from, but `except`'s (the
-    /// caller's own loop, which would otherwise wake itself in a loop).
+    /// Wakes the loops of every queue the given streams lease from that may have jobs to
+    /// lease (backlog), but `except`'s (the caller's own loop, which would otherwise wake
+    /// itself in a loop). A loop without backlog found its queue empty and is woken anyway
+    /// when jobs become ready; waking it for credits alone made two empty queues of one
+    /// stream ping-pong empty lease calls (thousands a second).
     pub(super) fn notify_sessions_queues(&self, sessions: &[Arc<Session>], except: &QueueName) {
         if let Ok(l) = self.inner.loops.lock() {
             for s in sessions {
                 for q in s.queues.iter().filter(|q| *q != except) {
                     if let Some(lp) = l.get(q) {
-                        lp.notify.notify_one();
+                        if lp.backlog.load(Ordering::Relaxed) {
+                            lp.notify.notify_one();
+                        }
                     }
                 }
             }
@@ -246,6 +267,7 @@ impl Hub {
         }
         let lp = Arc::new(QueueLoop::new(queue.clone()));
         loops.insert(queue.clone(), lp.clone());
+        let _ = self.inner.new_queues.send(queue.clone());
         let hub = self.clone();
         let task_loop = lp.clone();
         self.inner

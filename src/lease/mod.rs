@@ -10,7 +10,9 @@ mod hub;
 mod queue_loop;
 mod session;
 mod settle;
+mod wakeup;
 
 pub use hub::{Hub, HubConfig};
 pub use session::{Outbound, Session, Settled, MAX_CREDITS};
 pub use settle::{Settles, MAX_SETTLE_BATCH};
+pub use wakeup::EchoCredit;

@@ -3,7 +3,7 @@
 //! streams round-robin. With nothing to lease it sleeps until a wake-up (an enqueue on any
 //! replica, a credit returned), the next delayed job's due time, or the safety poll.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ pub(super) struct QueueLoop {
     /// wake-up said jobs became ready (true until a lease call finds fewer jobs than slots).
     /// Streams on several queues give this queue its turn only while this holds.
     pub(super) backlog: AtomicBool,
+    /// Echoes of local enqueues' PUBLISHes still to come, which wake nothing (see
+    /// `wakeup.rs`).
+    pub(super) echoes: AtomicI64,
 }
 
 /// How the loop waits after a lease call.
@@ -52,6 +55,7 @@ impl QueueLoop {
             sessions: Mutex::default(),
             turn: Default::default(),
             backlog: AtomicBool::new(true),
+            echoes: AtomicI64::new(0),
         }
     }
 
@@ -171,10 +175,10 @@ impl QueueLoop {
         for s in &slots[leased..] {
             s.add_credits(1);
         }
-        if !full {
-            // Credits came back: the streams' other queues may use them now.
-            hub.notify_sessions_queues(&slots[leased..], &self.queue);
-        }
+        // Streams on several queues: credits that came back may serve their other queues,
+        // and the streams that got a job moved their turn on to the next queue, whose loop
+        // would otherwise wait for its safety poll (only loops with backlog are woken).
+        hub.notify_sessions_queues(slots, &self.queue);
         if batch.limited.is_some() {
             crate::metrics::throttled(self.queue.as_str());
         }

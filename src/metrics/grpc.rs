@@ -3,7 +3,9 @@
 //! status is read from the response headers (a "trailers-only" error response), else from
 //! the trailers when the body ends; a body dropped before its trailers counts as Canceled.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::{OnceLock, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -64,7 +66,36 @@ fn split_path(path: &str) -> (String, String) {
     (service, method)
 }
 
-fn record(labels: (String, String), code: &'static str) {
+/// Most distinct request paths given labels of their own; later ones count as `unknown`
+/// (clients can send any path, and each label set is kept for the life of the process).
+const MAX_PATHS: usize = 256;
+
+/// (service, method) labels of a request path, interned once per path so that a call
+/// allocates no label strings.
+type Labels = (&'static str, &'static str);
+
+fn labels_for(path: &str) -> Labels {
+    static PATHS: OnceLock<RwLock<HashMap<Box<str>, Labels>>> = OnceLock::new();
+    let paths = PATHS.get_or_init(RwLock::default);
+    if let Some(l) = paths.read().ok().and_then(|p| p.get(path).copied()) {
+        return l;
+    }
+    let Ok(mut p) = paths.write() else {
+        return ("unknown", "unknown");
+    };
+    if let Some(l) = p.get(path) {
+        return *l;
+    }
+    if p.len() >= MAX_PATHS {
+        return ("unknown", "unknown");
+    }
+    let (service, method) = split_path(path);
+    let l: Labels = (service.leak(), method.leak());
+    p.insert(path.into(), l);
+    l
+}
+
+fn record(labels: Labels, code: &'static str) {
     counter!(GRPC_HANDLED, "grpc_service" => labels.0, "grpc_method" => labels.1, "grpc_code" => code)
         .increment(1);
 }
@@ -84,12 +115,12 @@ where
     }
 
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let labels = split_path(req.uri().path());
+        let labels = labels_for(req.uri().path());
         let start = Instant::now();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let resp = fut.await?;
-            histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => labels.0.clone(), "grpc_method" => labels.1.clone())
+            histogram!(GRPC_HANDLING_SECONDS, "grpc_service" => labels.0, "grpc_method" => labels.1)
                 .record(start.elapsed().as_secs_f64());
             let header_code = resp
                 .headers()
@@ -119,7 +150,7 @@ where
 pub struct CountedBody<B> {
     inner: Pin<Box<B>>,
     /// Labels of a call whose status is not recorded yet.
-    pending: Option<(String, String)>,
+    pending: Option<Labels>,
 }
 
 impl<B: Body> Body for CountedBody<B> {
@@ -179,6 +210,10 @@ mod tests {
         assert_eq!(
             split_path("/jobwire.v1.JobService/Enqueue"),
             ("jobwire.v1.JobService".to_owned(), "Enqueue".to_owned())
+        );
+        assert_eq!(
+            labels_for("/jobwire.v1.JobService/Enqueue"),
+            ("jobwire.v1.JobService", "Enqueue")
         );
         assert_eq!(code_name("0"), "OK");
         assert_eq!(code_name("9"), "FailedPrecondition");

@@ -43,25 +43,28 @@ async fn unavailable<T: std::fmt::Debug>(
     println!("{what}: UNAVAILABLE after {:?}", t.elapsed());
 }
 
-async fn numpat(redis: &RedisProc) -> i64 {
+/// Subscribers of queue `out`'s wake-up channel (the server listens once a worker serves it).
+async fn listeners(redis: &RedisProc) -> i64 {
     let mut c = redis.conn().await;
-    redis::cmd("PUBSUB")
-        .arg("NUMPAT")
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg("jw:wake:out")
         .query_async(&mut c)
         .await
-        .expect("pubsub numpat")
+        .expect("pubsub numsub");
+    n
 }
 
 #[tokio::test]
 async fn a_redis_outage_gives_unavailable_and_jobwire_recovers_without_a_restart() {
     let mut redis = RedisProc::start(RedisOpts::default()).await;
     let app = TestApp::spawn(test_config(&redis.url)).await;
-    eventually(Duration::from_secs(10), || async {
-        numpat(&redis).await == 1
-    })
-    .await;
     enqueue(&app, spec("out", "before")).await;
     let mut w = TestWorker::open(&app, &["out"], 2, "w").await;
+    eventually(Duration::from_secs(10), || async {
+        listeners(&redis).await == 1
+    })
+    .await;
     let l = w.lease().await;
     assert_eq!(w.ack(&l).await.code, 0);
 
@@ -127,7 +130,7 @@ async fn a_redis_outage_gives_unavailable_and_jobwire_recovers_without_a_restart
     })
     .await; // SERVING
     eventually(Duration::from_secs(20), || async {
-        numpat(&redis).await == 1
+        listeners(&redis).await == 1
     })
     .await;
     let before = get_job(&app, "out", "before").await;

@@ -1,7 +1,8 @@
-//! Acks and fails from many streams at once go through one settle lane per queue (four
-//! streams on each of two queues here): every message still gets exactly its own Settled
-//! (code and state, stale tokens and unknown ids among them), and every job ends where its
-//! settle put it.
+//! Acks and fails from many streams at once go through one settle lane per queue (eight
+//! streams, each on both of two queues, here): every message still gets exactly its own
+//! Settled (code and state, stale tokens and unknown ids among them), and every job ends
+//! where its settle put it. Leasing the jobs also checks that streams on two busy queues
+//! are served at once (their loops once waited for each other's safety poll).
 
 use std::collections::HashMap;
 
@@ -118,7 +119,7 @@ async fn many_streams_settling_at_once_each_get_their_own_results() {
 
     let mut workers = Vec::new();
     for s in 0..STREAMS {
-        let mut w = TestWorker::open(&app, &[QUEUES[s % 2]], CREDITS, &format!("w{s}")).await;
+        let mut w = TestWorker::open(&app, &QUEUES, CREDITS, &format!("w{s}")).await;
         let mut leases = Vec::new();
         for _ in 0..CREDITS {
             leases.push(w.lease().await);

@@ -3,6 +3,7 @@
 mod bench_smoke;
 #[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
+mod idle_loops;
 mod limits;
 mod logs;
 mod metrics;
@@ -12,6 +13,7 @@ mod bad_input_workers;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
+mod early_wake;
 mod model;
 mod refusal;
 mod retries;

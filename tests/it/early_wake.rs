@@ -1,0 +1,51 @@
+//! A local Enqueue wakes its queue's lease loop as soon as the call is on the store's
+//! connection, and the echo of its PUBLISH is skipped. Nothing may be lost by that: every
+//! job reaches an idle worker well inside the 2 s safety poll, whether it came from this
+//! replica, from another one, or after a duplicate enqueue that made nothing ready.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// Well under the lease loop's 2 s safety poll: a delivery this fast came from a wake-up.
+const PROMPT: Duration = Duration::from_millis(1000);
+
+#[tokio::test]
+async fn local_remote_and_duplicate_enqueues_all_wake_an_idle_worker() {
+    let redis = TestRedis::start().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let other = TestApp::spawn(test_config(&redis.url)).await;
+    let mut w = TestWorker::open(&app, &["early"], 4, "w").await;
+    // The first enqueue registers the queue with the store; later ones take the early path.
+    enqueue(&app, spec("early", "first")).await;
+    let l = w
+        .lease_within(PROMPT)
+        .await
+        .expect("the first job, promptly");
+    assert_eq!(w.ack(&l).await.code, 0);
+
+    for round in 0..5 {
+        let local = format!("local-{round}");
+        enqueue(&app, spec("early", &local)).await;
+        let l = w.lease_within(PROMPT).await.expect("a local job, promptly");
+        assert_eq!(l.job.as_ref().expect("job").job_id, local);
+        assert_eq!(w.ack(&l).await.code, 0);
+
+        // A duplicate makes nothing ready (no PUBLISH): its credit must come back, or the
+        // next remote wake-up would be swallowed.
+        let dup = enqueue(&app, spec("early", &local)).await;
+        assert!(!dup.created);
+        let remote = format!("remote-{round}");
+        enqueue(&other, spec("early", &remote)).await;
+        let l = w
+            .lease_within(PROMPT)
+            .await
+            .expect("a remote job, promptly");
+        assert_eq!(l.job.as_ref().expect("job").job_id, remote);
+        assert_eq!(w.ack(&l).await.code, 0);
+    }
+    assert!(
+        w.lease_within(Duration::from_millis(300)).await.is_none(),
+        "each job delivered once"
+    );
+}
