@@ -36,7 +36,11 @@ pub struct BenchArgs {
     pub n: usize,
 
     /// End-to-end worker configurations, each WORKERSxCREDITS (W streams with C credits).
-    #[arg(long, value_delimiter = ',', default_value = "1x1,1x16,1x100,4x64,2x256")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x1,1x16,1x100,4x64,2x256"
+    )]
     pub e2e: Vec<String>,
 
     /// Also run each end-to-end configuration with jobs that carry max_attempts 3 and an
