@@ -102,6 +102,8 @@ pub async fn idle_pickup(
     for (k, v) in [
         ("value", pct(&hi, 50.0)),
         ("p50", pct(&hi, 50.0)),
+        ("p90", pct(&hi, 90.0)),
+        ("p95", pct(&hi, 95.0)),
         ("p99", pct(&hi, 99.0)),
         ("max", hi[hi.len() - 1]),
         ("fromReturnP50", pct(&ret, 50.0)),

@@ -75,7 +75,9 @@ fn notes(s: &Scenario) -> String {
     let r = &s.runs;
     if s.name.starts_with("latency") {
         return format!(
-            "p99 {} ms, max {} ms; from the Enqueue reply: p50 {} / p99 {} / max {} ms",
+            "p90 {} ms, p95 {} ms, p99 {} ms, max {} ms; from the Enqueue reply: p50 {} / p99 {} / max {} ms",
+            fmt(med(r, "p90")),
+            fmt(med(r, "p95")),
             fmt(med(r, "p99")),
             fmt(med(r, "max")),
             fmt(med(r, "fromReturnP50")),
