@@ -1,6 +1,7 @@
 //! Idle pickup latency: one subscribed, idle stream; jobs enqueued one at a time with a
 //! small gap; for each job the time from just before the Enqueue call (the BullMQ harness's
-//! definition) and from the Enqueue reply to the lease arriving on the stream.
+//! definition) and from the Enqueue reply to the lease arriving on the stream, and the
+//! Enqueue call's own round trip.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,6 +99,12 @@ pub async fn idle_pickup(
         .zip(received.iter())
         .filter(|(t1, r)| r.load(Ordering::Acquire) < **t1)
         .count();
+    let mut rpc: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(t0, t1)| (*t1 as f64 - *t0 as f64) / 1e6)
+        .collect();
+    rpc.sort_by(|x, y| x.total_cmp(y));
     let mut m = measure(&a, &b, n as f64);
     for (k, v) in [
         ("value", pct(&hi, 50.0)),
@@ -109,6 +116,8 @@ pub async fn idle_pickup(
         ("fromReturnP50", pct(&ret, 50.0)),
         ("fromReturnP99", pct(&ret, 99.0)),
         ("fromReturnMax", ret[ret.len() - 1]),
+        ("rpcP50", pct(&rpc, 50.0)),
+        ("rpcP99", pct(&rpc, 99.0)),
     ] {
         m.insert(k.into(), json!(v));
     }

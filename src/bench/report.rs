@@ -75,14 +75,16 @@ fn notes(s: &Scenario) -> String {
     let r = &s.runs;
     if s.name.starts_with("latency") {
         return format!(
-            "p90 {} ms, p95 {} ms, p99 {} ms, max {} ms; from the Enqueue reply: p50 {} / p99 {} / max {} ms",
+            "p90 {} ms, p95 {} ms, p99 {} ms, max {} ms; from the Enqueue reply: p50 {} / p99 {} / max {} ms; the Enqueue call: p50 {} / p99 {} ms",
             fmt(med(r, "p90")),
             fmt(med(r, "p95")),
             fmt(med(r, "p99")),
             fmt(med(r, "max")),
             fmt(med(r, "fromReturnP50")),
             fmt(med(r, "fromReturnP99")),
-            fmt(med(r, "fromReturnMax"))
+            fmt(med(r, "fromReturnMax")),
+            fmt(med(r, "rpcP50")),
+            fmt(med(r, "rpcP99"))
         );
     }
     if s.name.starts_with("failure") {
