@@ -11,13 +11,13 @@
 #   - Redis CPU µs per job lifecycle (enqueue in batches + lease/fetch + ack/complete) and
 #     the server's (Node's) own CPU µs per job, for both.
 #
-# Knobs (environment): RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
+# Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
 # QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs).
 # The default finishes in about 5-8 minutes on a 2-core box.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-SRC="$ROOT/../shared/bench"
+SRC="${BULLMQ_HARNESS:-$ROOT/../shared/bench}"
 RUNS="${RUNS:-1}"
 N="${N:-50000}"
 FILL="${FILL:-100000}"
