@@ -18,8 +18,10 @@
 //! waits for the next wake-up or the loop's safety poll.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::hub::Hub;
+use super::queue_loop::QueueLoop;
 use crate::jobs::QueueName;
 
 /// Proof that [`Hub::before_enqueue`] took an echo credit for a queue's local loop.
@@ -34,18 +36,31 @@ impl EchoCredit {
     }
 }
 
+/// Takes one echo credit of `lp` if it has any; false when it has none.
+fn take_echo_credit(lp: &QueueLoop) -> bool {
+    lp.echoes
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            (c > 0).then_some(c - 1)
+        })
+        .is_ok()
+}
+
 impl Hub {
+    /// The local lease loop of `queue`, if there is one.
+    fn local_loop(&self, queue: &QueueName) -> Option<Arc<QueueLoop>> {
+        self.inner
+            .loops
+            .lock()
+            .ok()
+            .and_then(|l| l.get(queue).cloned())
+    }
+
     /// A local enqueue on `queue` has just been submitted on the store's connection (the
     /// caller polled it once): if a local loop serves the queue, wake it now. Its lease call
     /// goes out on the same connection behind the enqueue, so Redis runs it right after and
     /// it sees the new jobs; the echo of the enqueue's PUBLISH is then skipped.
     pub fn early_wake(&self, queue: &QueueName) -> EchoCredit {
-        let lp = self
-            .inner
-            .loops
-            .lock()
-            .ok()
-            .and_then(|l| l.get(queue).cloned());
+        let lp = self.local_loop(queue);
         let Some(lp) = lp else {
             return EchoCredit(None);
         };
@@ -64,20 +79,9 @@ impl Hub {
         if made_ready {
             return;
         }
-        let lp = self
-            .inner
-            .loops
-            .lock()
-            .ok()
-            .and_then(|l| l.get(&queue).cloned());
+        let lp = self.local_loop(&queue);
         if let Some(lp) = lp {
-            let returned = lp
-                .echoes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                    (c > 0).then_some(c - 1)
-                })
-                .is_ok();
-            if !returned {
+            if !take_echo_credit(&lp) {
                 self.wake(&queue);
             }
         }
@@ -86,20 +90,9 @@ impl Hub {
     /// A wake-up for `queue` arrived over pub/sub: wake the loop unless it is the echo of a
     /// local enqueue that already woke it.
     pub(super) fn wake_from_pubsub(&self, queue: &QueueName) {
-        let lp = self
-            .inner
-            .loops
-            .lock()
-            .ok()
-            .and_then(|l| l.get(queue).cloned());
+        let lp = self.local_loop(queue);
         let Some(lp) = lp else { return };
-        let echo = lp
-            .echoes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c > 0).then_some(c - 1)
-            })
-            .is_ok();
-        if !echo {
+        if !take_echo_credit(&lp) {
             lp.backlog.store(true, Ordering::Relaxed);
             lp.notify.notify_one();
         }
