@@ -32,7 +32,7 @@
 -- the lease part stops there (lease_fields, lease.lua). In this Lua every value decoded or
 -- encoded costs some hundreds of instructions, so the hot paths touch as few as they can.
 -- One string instead of a hash of fields: a 100-byte payload would push a hash past
--- hash-max-listpack-value (64) into a hashtable, about 760 bytes a job against about 280.
+-- hash-max-listpack-value (64) into a hashtable, about 760 bytes a job against about 230.
 -- (The idempotency key is derived: queue/id/c0.)
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
