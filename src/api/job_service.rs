@@ -1,7 +1,6 @@
 //! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::task::Poll;
 
 use tonic::{Request, Response, Status};
@@ -19,8 +18,6 @@ pub struct JobApi {
     store: Store,
     hub: Hub,
     limits: ApiLimits,
-    /// Queues enqueued to through this handler (the store has registered them).
-    seen: Mutex<HashSet<QueueName>>,
 }
 
 impl JobApi {
@@ -30,21 +27,20 @@ impl JobApi {
             store: hub.store().clone(),
             hub,
             limits,
-            seen: Mutex::default(),
         }
     }
 
     /// One enqueue call for `jobs` of `queue`. A local lease loop of the queue is woken as
     /// soon as the call is on the store's connection (see `lease/wakeup.rs`): the future is
     /// polled once, which writes the EVALSHA into the connection's pipeline unless the store
-    /// first has a one-time SADD to send for a queue new to it, so only queues that this
-    /// handler has enqueued to before take the early path.
+    /// first has a one-time SADD to send for a queue new to it, so only queues the store
+    /// already knows take the early path.
     async fn enqueue_in(
         &self,
         queue: &QueueName,
         jobs: &[NewJob],
     ) -> Result<Vec<EnqueueOutcome>, Error> {
-        let seen = self.seen.lock().is_ok_and(|s| s.contains(queue));
+        let known = self.store.knows_queue(queue);
         let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
         let mut call =
             std::pin::pin!(self
@@ -53,7 +49,7 @@ impl JobApi {
         let (outcomes, credit) = match futures::poll!(&mut call) {
             Poll::Ready(r) => (r, EchoCredit::none()),
             Poll::Pending => {
-                let credit = if seen && may_ready {
+                let credit = if known && may_ready {
                     self.hub.early_wake(queue)
                 } else {
                     EchoCredit::none()
@@ -66,13 +62,7 @@ impl JobApi {
                 .any(|o| o.created && o.job.state == JobState::Waiting)
         });
         self.hub.after_enqueue(credit, made_ready);
-        let outcomes = outcomes?;
-        if !seen {
-            if let Ok(mut s) = self.seen.lock() {
-                s.insert(queue.clone());
-            }
-        }
-        Ok(outcomes)
+        Ok(outcomes?)
     }
 }
 

@@ -143,13 +143,17 @@ impl Store {
         Ok(queues)
     }
 
-    pub(super) async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
-        let known = self
-            .known_queues
+    /// Has this store already registered `queue` in the queue set? Until then an enqueue
+    /// first sends a one-time SADD before its script call.
+    pub fn knows_queue(&self, queue: &QueueName) -> bool {
+        self.known_queues
             .lock()
             .map(|k| k.contains(queue))
-            .unwrap_or(false);
-        if !known {
+            .unwrap_or(false)
+    }
+
+    pub(super) async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+        if !self.knows_queue(queue) {
             let mut conn = self.conn.clone();
             let _: i64 = redis::cmd("SADD")
                 .arg(QUEUES_KEY)
