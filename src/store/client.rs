@@ -217,16 +217,13 @@ impl Store {
             .map(|j| {
                 let item = bytes(next(&mut reply)?)?;
                 if item == b"C" {
-                    let job = Job {
-                        max_attempts: j.max_attempts.unwrap_or(default_max),
-                        backoff: match &j.backoff {
-                            Some(b) => Some(b.clone()),
-                            None => default_backoff.clone(),
-                        },
-                        timeout_ms: j.timeout_ms.unwrap_or(default_timeout),
-                        ..created_job(j, now)
-                    };
-                    Ok(EnqueueOutcome { job, created: true })
+                    let backoff = j.backoff.clone().or_else(|| default_backoff.clone());
+                    let max = j.max_attempts.unwrap_or(default_max);
+                    let timeout = j.timeout_ms.unwrap_or(default_timeout);
+                    Ok(EnqueueOutcome {
+                        job: created_job(j, now, max, backoff, timeout),
+                        created: true,
+                    })
                 } else {
                     Ok(EnqueueOutcome {
                         job: job_from_record(queue, j.id.clone(), &item)?,
@@ -450,9 +447,15 @@ impl Store {
     }
 }
 
-/// The stored form of a job `enqueue.lua` just created at `now` (ms), with the job's own
-/// max attempts, backoff and timeout (the caller puts in the defaults it left unset).
-fn created_job(j: &NewJob, now: u64) -> Job {
+/// The stored form of a job `enqueue.lua` just created at `now` (ms), with the max
+/// attempts, backoff and timeout it got (its own, else the defaults).
+fn created_job(
+    j: &NewJob,
+    now: u64,
+    max_attempts: u32,
+    backoff: Option<Backoff>,
+    timeout_ms: u64,
+) -> Job {
     Job {
         queue: j.queue.clone(),
         id: j.id.clone(),
@@ -466,10 +469,10 @@ fn created_job(j: &NewJob, now: u64) -> Job {
             JobState::Waiting
         },
         priority: j.priority,
-        max_attempts: j.max_attempts.unwrap_or_default(),
+        max_attempts,
         attempts_made: 0,
-        backoff: j.backoff.clone(),
-        timeout_ms: j.timeout_ms.unwrap_or_default(),
+        backoff,
+        timeout_ms,
         errors: Vec::new(),
         dead_reason: None,
         create_ms: now,
