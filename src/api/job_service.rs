@@ -41,6 +41,7 @@ impl JobApi {
         jobs: &[NewJob],
     ) -> Result<Vec<EnqueueOutcome>, Error> {
         let known = self.store.knows_queue(queue);
+        let reloads = self.store.script_reloads();
         let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
         let mut call =
             std::pin::pin!(self
@@ -61,7 +62,10 @@ impl JobApi {
             o.iter()
                 .any(|o| o.created && o.job.state == JobState::Waiting)
         });
-        self.hub.after_enqueue(credit, made_ready);
+        // Any script reload meanwhile (this call's or another's) may have put the enqueue
+        // behind the lease it woke: wake again rather than wait for the safety poll.
+        let in_order = self.store.script_reloads() == reloads;
+        self.hub.after_enqueue(credit, made_ready, in_order);
         Ok(outcomes?)
     }
 }

@@ -15,7 +15,12 @@
 //!
 //! The caller must only wake early once the enqueue is really on the wire (see
 //! `JobApi::enqueue_in`); if it is not, the lease may run first, find nothing, and the job
-//! waits for the next wake-up or the loop's safety poll.
+//! waits for the next wake-up or the loop's safety poll. The same holds when the enqueue
+//! did not run on its first write: after a Redis restart, failover or `SCRIPT FLUSH` it
+//! met NOSCRIPT and ran again after loading its script, behind the lease it woke. So an
+//! enqueue that made jobs ready but took that path (or any other that loses the order)
+//! wakes its loop once more when it returns (`in_order = false`): the wake-up never
+//! depends on the path the call took.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -71,12 +76,18 @@ impl Hub {
     }
 
     /// The enqueue of [`Hub::early_wake`] returned; `made_ready` says whether it made at
-    /// least one job ready (and so PUBLISHed). If it did not, no echo will come: the credit
-    /// is handed back, or, if a remote wake-up spent it meanwhile, that wake-up is
-    /// delivered now.
-    pub fn after_enqueue(&self, credit: EchoCredit, made_ready: bool) {
+    /// least one job ready (and so PUBLISHed), `in_order` whether it ran on its first write
+    /// (so before the lease call the early wake-up sent behind it). If it made nothing
+    /// ready, no echo will come: the credit is handed back, or, if a remote wake-up spent
+    /// it meanwhile, that wake-up is delivered now. If it made jobs ready out of order, the
+    /// woken lease may have missed them: the loop is woken again (the echo still comes and
+    /// spends the credit).
+    pub fn after_enqueue(&self, credit: EchoCredit, made_ready: bool, in_order: bool) {
         let Some(queue) = credit.0 else { return };
         if made_ready {
+            if !in_order {
+                self.wake(&queue);
+            }
             return;
         }
         let lp = self.local_loop(&queue);

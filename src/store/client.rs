@@ -1,6 +1,7 @@
 //! [`Store`]: one method per script, on one multiplexed, self-reconnecting connection.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ use crate::jobs::{Backoff, DeadReason, Job, JobState, LeasedJob, NewJob, QueueNa
 pub struct Store {
     pub(super) conn: ConnectionManager,
     known_queues: Arc<Mutex<HashSet<QueueName>>>,
+    /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
+    /// it; see [`Store::script_reloads`].
+    reloads: Arc<AtomicU64>,
 }
 
 /// Appends (id, lease token) pairs as script arguments.
@@ -63,26 +67,45 @@ impl Store {
         Ok(Store {
             conn,
             known_queues: Arc::default(),
+            reloads: Arc::default(),
         })
     }
 
+    /// How many script calls so far found their script missing in Redis (after a restart,
+    /// a failover or `SCRIPT FLUSH`) and were sent again after loading it. Such a call ran
+    /// later than its first write, behind commands sent after it on the connection; a
+    /// caller that counted on that order (an enqueue's early wake-up) compares this count
+    /// before and after its call.
+    pub fn script_reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Acquire)
+    }
+
+    /// EVALSHA of `script` with `keys`, the wake channel and `args`; on NOSCRIPT, SCRIPT
+    /// LOAD and EVALSHA again (counted in [`Store::script_reloads`]).
     pub(super) async fn run_script(
         &self,
         script: &NamedScript,
         keys: &Keys,
         args: Vec<Vec<u8>>,
     ) -> Result<Value, StoreError> {
-        let mut inv = script.script.prepare_invoke();
-        for k in &keys.all {
-            inv.key(k);
-        }
-        inv.arg(&keys.wake);
-        for a in args {
-            inv.arg(a);
-        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.script.get_hash())
+            .arg(keys.all.len())
+            .arg(&keys.all[..])
+            .arg(&keys.wake)
+            .arg(args);
         let mut conn = self.conn.clone();
         let start = std::time::Instant::now();
-        let result = inv.invoke_async(&mut conn).await.map_err(StoreError::from);
+        let mut result = cmd.query_async::<Value>(&mut conn).await;
+        if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            self.reloads.fetch_add(1, Ordering::AcqRel);
+            result = match script.script.load_async(&mut conn).await {
+                Ok(_) => cmd.query_async(&mut conn).await,
+                Err(e) => Err(e),
+            };
+        }
+        let result = result.map_err(StoreError::from);
         let kind = match &result {
             Ok(_) => None,
             Err(StoreError::Unavailable(_)) => Some("unavailable"),

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
+use jobwire::pb;
 
 /// Well under the lease loop's 2 s safety poll: a delivery this fast came from a wake-up.
 const PROMPT: Duration = Duration::from_millis(1000);
@@ -48,4 +49,49 @@ async fn local_remote_and_duplicate_enqueues_all_wake_an_idle_worker() {
         w.lease_within(Duration::from_millis(300)).await.is_none(),
         "each job delivered once"
     );
+}
+
+/// After `SCRIPT FLUSH` (as after every Redis restart or failover) the first enqueue goes
+/// through the NOSCRIPT reload path, and the lease call it woke early can run before the
+/// reloaded enqueue. The job must still reach the idle worker by a wake-up, not by the 2 s
+/// safety poll: whether the lease script is loaded or flushed too, over several rounds.
+#[tokio::test]
+async fn an_enqueue_after_script_flush_still_wakes_an_idle_worker() {
+    let redis = TestRedis::start().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let mut w = TestWorker::open(&app, &["flushed"], 4, "w").await;
+    enqueue(&app, spec("flushed", "first")).await;
+    let l = w.lease_within(PROMPT).await.expect("the first job");
+    assert_eq!(w.ack(&l).await.code, 0);
+    let mut c = redis.conn().await;
+    for round in 0..6 {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut c)
+            .await
+            .expect("script flush");
+        if round % 2 == 1 {
+            // Let the lease loop load its script again (a credit wakes it), so only the
+            // enqueue finds its script missing.
+            w.send(pb::subscribe_request::Message::GrantCredits(
+                pb::GrantCredits { credits: 1 },
+            ));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let id = format!("after-flush-{round}");
+        let t = std::time::Instant::now();
+        enqueue(&app, spec("flushed", &id)).await;
+        let l = w
+            .lease_within(Duration::from_secs(5))
+            .await
+            .expect("a lease");
+        let took = t.elapsed();
+        println!("round {round}: lease {took:?} after the enqueue");
+        assert_eq!(l.job.as_ref().expect("job").job_id, id);
+        assert!(
+            took < PROMPT,
+            "round {round}: {took:?}, the safety poll's pace"
+        );
+        assert_eq!(w.ack(&l).await.code, 0);
+    }
 }
