@@ -198,7 +198,9 @@ pub(crate) fn new_job(
     })
 }
 
-/// Validates a worker's JobError.
+/// Validates a worker's JobError: the type must fit its limit (it is matched by filters);
+/// the message and details are cut to theirs ([`truncated`]), so an oversized text still
+/// records the failure instead of leaving the attempt to expire.
 pub(crate) fn job_error(
     field: &str,
     e: Option<&pb::JobError>,
@@ -207,21 +209,38 @@ pub(crate) fn job_error(
         return Ok((String::new(), String::new(), String::new()));
     };
     bounded(
-        &format!("{field}.message"),
-        &e.message,
-        MAX_ERROR_MESSAGE_BYTES,
-    )?;
-    bounded(
         &format!("{field}.error_type"),
         &e.error_type,
         MAX_ERROR_TYPE_BYTES,
     )?;
-    bounded(
-        &format!("{field}.details"),
-        &e.details,
-        MAX_ERROR_DETAILS_BYTES,
-    )?;
-    Ok((e.message.clone(), e.error_type.clone(), e.details.clone()))
+    Ok((
+        truncated(&e.message, MAX_ERROR_MESSAGE_BYTES),
+        e.error_type.clone(),
+        truncated(&e.details, MAX_ERROR_DETAILS_BYTES),
+    ))
+}
+
+/// `s` when it fits in `max` bytes; otherwise its longest prefix that ends on a UTF-8 char
+/// boundary and leaves room for the marker `…[truncated N bytes]` (N = bytes removed), then
+/// the marker: at most `max` bytes in all. `max` must leave room for a marker (≥ 64).
+pub(crate) fn truncated(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let marker = |removed: usize| format!("…[truncated {removed} bytes]");
+    // The marker's length depends on N, N on where the cut falls: start from the smallest N
+    // (s cut at `max`) and move the cut back until prefix + marker fit (a few rounds at most).
+    let mut keep = max.saturating_sub(marker(s.len() - max).len());
+    loop {
+        while !s.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        let m = marker(s.len() - keep);
+        if keep + m.len() <= max {
+            return format!("{}{m}", &s[..keep]);
+        }
+        keep -= 1;
+    }
 }
 
 pub(crate) fn disposition(field: &str, d: i32) -> Result<Disposition, Error> {
@@ -380,5 +399,29 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         finish_time: timestamp(j.finish_ms),
         idempotency_key: j.idempotency_key,
         replays: j.replays,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncated;
+
+    #[test]
+    fn truncation_keeps_a_char_boundary_and_counts_removed_bytes() {
+        assert_eq!(truncated("short", 64), "short");
+        let s = "é".repeat(100); // 200 bytes
+        let t = truncated(&s, 64);
+        assert!(t.len() <= 64, "{}", t.len());
+        let (kept, marker) = t.rsplit_once('…').expect("marker");
+        assert!(s.starts_with(kept));
+        assert_eq!(marker, format!("[truncated {} bytes]", 200 - kept.len()));
+        // The marker's digits grow with N; the result still fits.
+        let big = "x".repeat(1_000_000);
+        let t = truncated(&big, 100);
+        assert_eq!(t.len(), 100);
+        assert!(t.ends_with(&format!(
+            "[truncated {} bytes]",
+            1_000_000 - t.find('…').expect("marker")
+        )));
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! | input | code |
 //! |---|---|
-//! | a string over its byte limit (queue 128, job_id 256, name 128, content_type 128, metadata key 128 / value 4096, worker_id 128, lease_token 128, error message 8 KiB / type 128 / details 64 KiB) | INVALID_ARGUMENT, field + limit |
+//! | a string over its byte limit (queue 128, job_id 256, name 128, content_type 128, metadata key 128 / value 4096, worker_id 128, lease_token 128, error type 128) | INVALID_ARGUMENT, field + limit |
+//! | a Fail's error message over 8 KiB or details over 64 KiB | accepted, cut to the limit with `…[truncated N bytes]` (`error_text.rs`): the failure is recorded, not lost |
 //! | queue empty, or with `:` `{` `}` NUL space (ids may hold all of these: `validation.rs`) | INVALID_ARGUMENT |
 //! | job_id / lease_token empty where required, more than 64 metadata entries, empty metadata key | INVALID_ARGUMENT |
 //! | durations negative, nanos out of range, past their cap (delay 365 d, timeout / backoff 7 d, ExtendLease 1 s..1 h) | INVALID_ARGUMENT |

@@ -82,29 +82,11 @@ async fn worker_and_dead_letter_services_refuse_bad_input_and_change_nothing() {
     .await;
     refuse(
         r,
-        "Fail message too long",
-        Ia,
-        "error.message",
-        "8192",
-        wk.fail(fail("held", &held.lease_token, err(8193, 1, 1), None)),
-    )
-    .await;
-    refuse(
-        r,
         "Fail type too long",
         Ia,
         "error.error_type",
         "128",
         wk.fail(fail("held", &held.lease_token, err(1, 129, 1), None)),
-    )
-    .await;
-    refuse(
-        r,
-        "Fail details too long",
-        Ia,
-        "error.details",
-        "65536",
-        wk.fail(fail("held", &held.lease_token, err(1, 1, 65537), None)),
     )
     .await;
     refuse(

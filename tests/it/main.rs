@@ -14,6 +14,7 @@ mod coalesce;
 mod core_flow;
 mod dead_letters;
 mod early_wake;
+mod error_text;
 mod model;
 mod refusal;
 mod retries;
