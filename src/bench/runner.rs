@@ -24,8 +24,11 @@ enum Plan {
     Fill,
 }
 
+/// A scenario to run: its name, its unit and what it runs.
+type Step = (String, &'static str, Plan);
+
 /// The scenarios to run, and notes on the ones left out (printed under the table).
-fn plan(a: &BenchArgs) -> Result<(Vec<(String, &'static str, Plan)>, Vec<String>), String> {
+fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
     let mut p = Vec::new();
     let mut skipped = Vec::new();
     if a.wants("enqueue") {
