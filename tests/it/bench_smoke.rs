@@ -86,7 +86,10 @@ async fn the_bench_without_a_server_pid_skips_rss_and_still_prints_the_table() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("enqueue: addBulk"), "table missing:\n{stdout}");
+    assert!(
+        stdout.contains("enqueue: addBulk"),
+        "table missing:\n{stdout}"
+    );
     assert!(
         stdout.contains("RSS") && stdout.contains("--server-pid"),
         "a note says RSS was skipped and why:\n{stdout}"
