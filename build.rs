@@ -40,6 +40,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Decode errors answer INVALID_ARGUMENT (src/api/codec.rs), not tonic-prost's INTERNAL.
+        .codec_path("crate::api::codec::ProtoCodec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Largest accepted job payload; stays under tonic's 4 MiB message cap with room for framing.
-pub const MAX_PAYLOAD_LIMIT: usize = 4_000_000;
+/// Largest value of `--max-payload-bytes` (64 MiB). The gRPC message limit follows the flag
+/// (`api::max_message_bytes`); Redis itself takes strings up to 512 MB, but one job this size
+/// already costs a lease script call and its replies tens of milliseconds.
+pub const MAX_PAYLOAD_LIMIT: usize = 64 << 20;
 
 /// Top-level command line of the `jobwire` binary.
 #[derive(Debug, Parser)]
@@ -120,7 +122,8 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
-    /// Largest accepted job payload in bytes (at most 4000000).
+    /// Largest accepted job payload in bytes (at most 67108864 = 64 MiB). gRPC messages may be
+    /// up to a full batch of such payloads (at most 64 MiB) + 1 MiB.
     #[arg(long, env = "JOBWIRE_MAX_PAYLOAD_BYTES", default_value_t = 1_048_576)]
     pub max_payload_bytes: usize,
 

@@ -13,7 +13,10 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::api::{pb, ApiLimits, DeadLetterApi, JobApi, QueueApi, WorkerApi, WorkerService};
+use crate::api::{
+    max_message_bytes, pb, ApiLimits, DeadLetterApi, JobApi, MessageSizeLayer, QueueApi, WorkerApi,
+    WorkerService,
+};
 use crate::config::ServeArgs;
 use crate::http::{self, HttpState};
 use crate::lease::{Hub, HubConfig};
@@ -120,30 +123,39 @@ pub async fn serve(
         max_payload_bytes: cfg.max_payload_bytes,
         default_max_attempts: cfg.default_max_attempts,
     };
+    // Requests up to a full batch of max payloads; replies (a lease, GetJob, a page of dead
+    // letters) are not capped by the server: clients size their own receive limit.
+    let max_message = max_message_bytes(cfg.max_payload_bytes);
     let stop_grpc = CancellationToken::new();
     let router = tonic::transport::Server::builder()
         .timeout(cfg.request_timeout)
         .layer(GrpcMetricsLayer)
+        .layer(MessageSizeLayer { limit: max_message })
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(pb::job_service_server::JobServiceServer::new(JobApi::new(
-            hub.clone(),
-            limits,
-        )))
-        .add_service(pb::worker_service_server::WorkerServiceServer::new(
-            WorkerService(Arc::new(WorkerApi::new(hub.clone()))),
-        ))
+        .add_service(
+            pb::job_service_server::JobServiceServer::new(JobApi::new(hub.clone(), limits))
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
+                WorkerApi::new(hub.clone()),
+            )))
+            .max_decoding_message_size(max_message),
+        )
         .add_service(
             pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
                 store.clone(),
-            )),
+            ))
+            .max_decoding_message_size(max_message),
         )
-        .add_service(pb::queue_service_server::QueueServiceServer::new(
-            QueueApi::new(hub.clone()),
-        ));
+        .add_service(
+            pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone()))
+                .max_decoding_message_size(max_message),
+        );
     let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
     let grpc_stop = stop_grpc.clone();
     let grpc_task = tokio::spawn(async move {

@@ -2,10 +2,12 @@
 //! calls the store or the lease hub, and converts the answer. Errors become `Status` in
 //! `status.rs` and nowhere else.
 
+pub mod codec;
 mod convert;
 mod dead_letter_service;
 mod job_service;
 pub mod limits;
+pub mod message_size;
 mod queue_service;
 mod status;
 mod worker_service;
@@ -13,6 +15,7 @@ mod worker_service;
 pub use convert::ApiLimits;
 pub use dead_letter_service::DeadLetterApi;
 pub use job_service::JobApi;
+pub use message_size::{max_message_bytes, MessageSizeLayer};
 pub use queue_service::QueueApi;
 pub use status::ERROR_DOMAIN;
 pub use worker_service::{WorkerApi, WorkerService};

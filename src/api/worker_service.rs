@@ -266,28 +266,52 @@ impl WorkerApi {
         let mut ended = false;
         while !ended {
             let mut batch = Vec::new();
+            let mut refused = None;
             match inbound.next().await {
                 Some(Ok(m)) => batch.push(m),
-                Some(Err(_)) | None => break,
+                Some(Err(s)) => {
+                    ended = true;
+                    refused = inbound_refusal(s);
+                }
+                None => break,
             }
-            while batch.len() < INBOUND_BATCH {
+            while !ended && batch.len() < INBOUND_BATCH {
                 match inbound.next().now_or_never() {
                     Some(Some(Ok(m))) => batch.push(m),
-                    Some(Some(Err(_)) | None) => {
+                    Some(Some(Err(s))) => {
                         ended = true;
-                        break;
+                        refused = inbound_refusal(s);
                     }
+                    Some(None) => ended = true,
                     None => break,
                 }
             }
             self.hub.touch(&session);
-            if let Err(e) = self.handle_batch(&session, batch).await {
+            // The messages before a malformed one are handled, then the stream ends with
+            // the refusal.
+            let handled = self.handle_batch(&session, batch).await;
+            if let Err(e) = handled.and(refused.map_or(Ok(()), Err)) {
                 tracing::debug!(worker_id = %session.worker_id, error = %e, "stream ended by a protocol error");
                 session.send(Outbound::Fatal(e));
                 break;
             }
         }
         self.hub.close_session(&session);
+    }
+}
+
+/// The refusal to end a stream with when reading its next message failed: a malformed
+/// message (INVALID_ARGUMENT from `codec.rs`) or an oversized one (RESOURCE_EXHAUSTED from
+/// `message_size.rs`); `None` for a stream that broke (reset, cancelled).
+fn inbound_refusal(s: Status) -> Option<Error> {
+    let reason = s.message().to_owned();
+    match s.code() {
+        tonic::Code::InvalidArgument => Some(Error::invalid("message", reason)),
+        tonic::Code::ResourceExhausted => Some(Error::TooLarge {
+            field: "message".into(),
+            reason,
+        }),
+        _ => None,
     }
 }
 

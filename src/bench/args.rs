@@ -11,7 +11,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub server: String,
 
-    /// Pid of the server, for its CPU (utime+stime from /proc) and RSS.
+    /// Pid of the server, for its CPU (utime+stime from /proc) and RSS; without it the RSS
+    /// scenario is skipped (with a note under the table).
     #[arg(long)]
     pub server_pid: Option<u32>,
 

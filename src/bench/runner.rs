@@ -24,8 +24,13 @@ enum Plan {
     Fill,
 }
 
-fn plan(a: &BenchArgs) -> Result<Vec<(String, &'static str, Plan)>, String> {
+/// A scenario to run: its name, its unit and what it runs.
+type Step = (String, &'static str, Plan);
+
+/// The scenarios to run, and notes on the ones left out (printed under the table).
+fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
     let mut p = Vec::new();
+    let mut skipped = Vec::new();
     if a.wants("enqueue") {
         p.push((
             "enqueue: add() sequential".into(),
@@ -75,7 +80,12 @@ fn plan(a: &BenchArgs) -> Result<Vec<(String, &'static str, Plan)>, String> {
         );
         p.push((name, "attempts/s", Plan::Failure));
     }
-    if a.wants("rss") {
+    if a.wants("rss") && a.server_pid.is_none() {
+        skipped.push(
+            "server RSS: skipped, it reads the server's memory from /proc and needs --server-pid"
+                .to_owned(),
+        );
+    } else if a.wants("rss") {
         let name = format!(
             "server RSS: {} jobs leased across {} streams",
             a.rss_streams * a.rss_credits as usize,
@@ -88,9 +98,12 @@ fn plan(a: &BenchArgs) -> Result<Vec<(String, &'static str, Plan)>, String> {
         p.push((name, "jobs/s", Plan::Fill));
     }
     if p.is_empty() {
-        return Err("--only selects no scenario".into());
+        return Err(match skipped.pop() {
+            Some(why) => format!("no scenario to run ({why})"),
+            None => "--only selects no scenario".into(),
+        });
     }
-    Ok(p)
+    Ok((p, skipped))
 }
 
 async fn run_one(
@@ -137,9 +150,11 @@ async fn run_one(
     }
 }
 
-/// Runs the bench described by `a` against a running server.
+/// Runs the bench described by `a` against a running server. A scenario that fails stops
+/// the run, but the table (and the JSON) of what was measured until then is still written
+/// before the error is returned.
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
-    let plan = plan(&a).map_err(anyhow::Error::msg)?;
+    let (plan, mut notes) = plan(&a).map_err(anyhow::Error::msg)?;
     if a.n == 0 || a.latency_jobs == 0 || a.failure_jobs == 0 || a.batch == 0 || a.queues == 0 {
         anyhow::bail!("-n, --latency-jobs, --failure-jobs, --batch and --queues must be > 0");
     }
@@ -156,12 +171,20 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             runs: Vec::new(),
         })
         .collect();
-    for run in 1..=a.runs.max(1) {
+    let mut failed = None;
+    'runs: for run in 1..=a.runs.max(1) {
         for (i, (name, _, what)) in plan.iter().enumerate() {
             let mut attempt = 0;
             let r = loop {
                 wait_for_quiet(Duration::from_secs(a.quiet_wait)).await;
-                let mut r = run_one(&a, &ch, &pids, what).await?;
+                let mut r = match run_one(&a, &ch, &pids, what).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        notes.push(format!("{name}: failed in run {run}, stopped here: {e:#}"));
+                        failed = Some(e);
+                        break 'runs;
+                    }
+                };
                 let other = r.get("otherCpu").and_then(Value::as_f64).unwrap_or(0.0);
                 let noisy = other > a.max_other;
                 r.insert("noisy".into(), json!(noisy));
@@ -195,6 +218,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         a.runs.max(1)
     );
     println!("{}", render(&title, &results));
+    for note in &notes {
+        println!("\nNote: {note}");
+    }
     if let Some(path) = &a.json {
         let meta = json!({
             "label": a.label, "n": a.n, "runs": a.runs.max(1), "maxOther": a.max_other,
@@ -204,5 +230,5 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         let doc = document(meta, &results);
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }

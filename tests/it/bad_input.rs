@@ -13,8 +13,8 @@
 //! | unknown enum values (backoff kind, disposition, dead reason filter) | INVALID_ARGUMENT |
 //! | payload over --max-payload-bytes, more than 1000 jobs in a batch or ids in a Replay / Delete | RESOURCE_EXHAUSTED, field + limit |
 //! | EnqueueBatch of 0 jobs | INVALID_ARGUMENT |
-//! | a message over tonic's 4 MiB decode limit | OUT_OF_RANGE (tonic's framing check) |
-//! | malformed UTF-8 in a string field | INTERNAL (tonic's decode error, as the gRPC status-code guide prescribes for unparsable requests), naming the message and field |
+//! | a message over the server's message limit (a full batch of max payloads + 1 MiB, at most 64 MiB + 1 MiB; `message_limits.rs`) | RESOURCE_EXHAUSTED, naming the limit |
+//! | malformed protobuf, or malformed UTF-8 in a string field (unary or on the stream) | INVALID_ARGUMENT, naming the message and field (`message_limits.rs`) |
 //! | Ack / Fail / ExtendLease of an unknown job | NOT_FOUND |
 
 use std::time::Duration;
@@ -297,7 +297,7 @@ async fn job_service_refuses_bad_fields_and_changes_nothing() {
     refuse(
         r,
         "malformed UTF-8 queue",
-        Code::Internal,
+        Code::InvalidArgument,
         "JobSpec.queue",
         "UTF-8",
         raw_call(
@@ -311,7 +311,7 @@ async fn job_service_refuses_bad_fields_and_changes_nothing() {
     refuse(
         r,
         "malformed UTF-8 job_id",
-        Code::Internal,
+        Code::InvalidArgument,
         "AckRequest.job_id",
         "UTF-8",
         raw_call(&app, "/jobwire.v1.WorkerService/Ack", ack_bytes),
@@ -319,10 +319,10 @@ async fn job_service_refuses_bad_fields_and_changes_nothing() {
     .await;
     refuse(
         r,
-        "a 5 MB message",
-        Code::OutOfRange,
-        "",
-        "4194304",
+        "a 5 MB payload (the message limit is sized from --max-payload-bytes)",
+        Code::ResourceExhausted,
+        "job.payload",
+        "1048576",
         e(with(|s| s.payload = vec![0; 5_000_000])),
     )
     .await;

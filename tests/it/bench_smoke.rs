@@ -64,3 +64,34 @@ async fn the_bench_command_runs_every_scenario_and_writes_json() {
         serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid JSON");
     assert!(v.to_string().contains("addBulk"), "{v}");
 }
+
+/// Without `--server-pid` the RSS scenario cannot be measured: it is skipped with a note,
+/// and the table of what was measured is still printed (and the command succeeds).
+#[tokio::test]
+async fn the_bench_without_a_server_pid_skips_rss_and_still_prints_the_table() {
+    let (_redis, app) = TestApp::with_redis().await;
+    let out = tokio::task::spawn_blocking({
+        let server = format!("http://{}", app.grpc);
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_jobwire"))
+                .args(["bench", "--server", &server, "-n", "50", "--batch", "10"])
+                .args(["--only", "enqueue,rss", "--in-flight", "4"])
+                .args(["--rss-streams", "2", "--rss-credits", "2"])
+                .output()
+                .expect("run jobwire bench")
+        }
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("enqueue: addBulk"),
+        "table missing:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("RSS") && stdout.contains("--server-pid"),
+        "a note says RSS was skipped and why:\n{stdout}"
+    );
+}

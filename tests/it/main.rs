@@ -6,6 +6,7 @@ mod harness;
 mod idle_loops;
 mod limits;
 mod logs;
+mod message_limits;
 mod metrics;
 
 mod bad_input;
