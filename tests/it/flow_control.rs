@@ -99,13 +99,20 @@ async fn a_grant_never_raises_held_leases_past_the_credit_cap() {
     let mut w = TestWorker::open(&app, &["cap"], 10_000, "greedy").await;
     w.send(In::GrantCredits(pb::GrantCredits { credits: 10_000 }));
     let mut got = 0;
+    let mut most = 0;
     while w.lease_within(Duration::from_secs(2)).await.is_some() {
         got += 1;
+        if got % 500 == 0 {
+            // Keep the stream alive (its leases renewed) and sample the active count.
+            w.heartbeat();
+            most = most.max(stats(&app, "cap").await.active);
+        }
     }
     let active = stats(&app, "cap").await.active;
-    println!("open 10000 + grant 10000: {got} leases received, {active} active in Redis");
+    most = most.max(active);
+    println!("open 10000 + grant 10000: {got} leases received, at most {most} active in Redis");
     assert_eq!(got, 10_000, "the stream holds exactly the cap");
-    assert_eq!(active, 10_000, "held leases stay at the cap");
+    assert!(most <= 10_000, "{most} leases active: over the cap");
 }
 
 #[tokio::test]
