@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
@@ -375,9 +374,9 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             return Err(Error::Unavailable("the server is shutting down".into()).into());
         }
         tracing::info!(worker_id = %worker, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
-        let (session, rx) = hub.open_session(queues, credits, worker);
+        let (session, out) = hub.open_session(queues, credits, worker);
         tokio::spawn(self.0.clone().read_stream(session, inbound));
-        let out = UnboundedReceiverStream::new(rx).map(outbound_pb);
+        let out = out.map(outbound_pb);
         Ok(Response::new(Box::pin(out)))
     }
 

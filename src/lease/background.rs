@@ -13,6 +13,10 @@ use super::hub::Hub;
 use crate::jobs::QueueName;
 use crate::store::wake_channel;
 
+/// Most leases one renew call renews: a stream may hold up to `MAX_CREDITS` (10 000) and a
+/// queue may have many streams, so one queue's renewal is split into calls this size to keep
+/// each script call short.
+const RENEW_BATCH: usize = 1000;
 /// Most expired leases one reap call fails (it is called again at once while it fills).
 const REAP_BATCH: usize = 100;
 
@@ -44,7 +48,7 @@ impl Hub {
     }
 
     /// Every lease_duration / 3, renews the leases of streams that are alive, one script
-    /// call per queue.
+    /// call per queue and [`RENEW_BATCH`] leases.
     async fn renew_loop(self) {
         let period = self.config().lease_duration / 3;
         let stop = self.inner.stop.clone();
@@ -64,39 +68,32 @@ impl Hub {
             if !s.alive(now, self.config().heartbeat_timeout) {
                 continue;
             }
-            if let Ok(held) = s.held.lock() {
-                for ((q, id), h) in held.iter().filter(|(_, h)| !h.lost) {
-                    by_queue
-                        .entry(q.clone())
-                        .or_default()
-                        .push((id.clone(), h.token.clone()));
-                }
+            for (q, id, token) in s.book().renewable() {
+                by_queue.entry(q).or_default().push((id, token));
             }
         }
         let lease_ms = self.config().lease_duration.as_millis() as u64;
         for (queue, items) in by_queue {
-            match self.store().renew(&queue, &items, lease_ms).await {
-                Ok(results) => {
-                    for ((id, token), r) in items.iter().zip(results) {
-                        if !matches!(r, crate::store::Settle::Done(_)) {
-                            self.mark_lost(&queue, id, token);
+            for chunk in items.chunks(RENEW_BATCH) {
+                match self.store().renew(&queue, chunk, lease_ms).await {
+                    Ok(results) => {
+                        for ((_, token), r) in chunk.iter().zip(results) {
+                            if !matches!(r, crate::store::Settle::Done(_)) {
+                                self.mark_lost(&queue, token);
+                            }
                         }
                     }
+                    Err(e) => {
+                        tracing::warn!(queue = %queue, error = %e, "lease renewal failed")
+                    }
                 }
-                Err(e) => tracing::warn!(queue = %queue, error = %e, "lease renewal failed"),
             }
         }
     }
 
-    fn mark_lost(&self, queue: &QueueName, id: &str, token: &str) {
+    fn mark_lost(&self, queue: &QueueName, token: &str) {
         for s in self.sessions() {
-            if let Ok(mut held) = s.held.lock() {
-                if let Some(h) = held.get_mut(&(queue.clone(), id.to_owned())) {
-                    if h.token == token {
-                        h.lost = true;
-                    }
-                }
-            }
+            s.book().mark_lost(queue, token);
         }
     }
 

@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::outbound::OutboundStream;
 use super::queue_loop::QueueLoop;
-use super::session::{Outbound, Session};
+use super::session::{LeaseRef, Outbound, Session};
 use super::settle::{AckOp, Coalescer, FailOp, MAX_SETTLE_BATCH};
 use crate::jobs::QueueName;
 use crate::store::Store;
@@ -111,15 +112,17 @@ impl Hub {
         self.inner.draining.load(Ordering::Relaxed)
     }
 
-    /// Registers a stream that leases from `queues` with `credits` free slots.
+    /// Registers a stream that leases from `queues` with `credits` free slots (capped at
+    /// [`super::MAX_CREDITS`]). Returns the session and its outbound half; dropping the
+    /// outbound half closes the session.
     pub fn open_session(
         &self,
         queues: Vec<QueueName>,
         credits: u32,
         worker_id: String,
-    ) -> (Arc<Session>, mpsc::UnboundedReceiver<Outbound>) {
+    ) -> (Arc<Session>, OutboundStream) {
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
-        let (session, rx) = Session::new(id, worker_id, queues, credits, self.mono_ms());
+        let session = Session::new(id, worker_id, queues, credits, self.mono_ms());
         let session = Arc::new(session);
         if let Ok(mut s) = self.inner.sessions.lock() {
             s.insert(id, session.clone());
@@ -129,14 +132,19 @@ impl Hub {
             lp.add(session.clone());
             lp.notify.notify_one();
         }
-        (session, rx)
+        let out = OutboundStream::new(self.clone(), session.clone());
+        (session, out)
     }
 
     /// The stream ended: stop leasing to it and stop renewing its leases (they expire at
-    /// their deadline unless a reconnecting worker extends them by token).
+    /// their deadline unless a reconnecting worker extends them by token). The leases still
+    /// in its outbox never reached the worker: they go back to waiting at once, without an
+    /// attempt. Idempotent.
     pub fn close_session(&self, session: &Arc<Session>) {
-        session.closed.store(true, Ordering::Relaxed);
-        session.close_outbound();
+        let undelivered = session.close();
+        if !undelivered.is_empty() {
+            self.release_undelivered(undelivered);
+        }
         if let Ok(mut s) = self.inner.sessions.lock() {
             s.remove(&session.id);
         }
@@ -158,10 +166,15 @@ impl Hub {
         session.touch(self.mono_ms());
     }
 
-    /// The worker grants `n` more credits.
-    pub fn grant(&self, session: &Session, n: u32) {
-        session.add_credits(i64::from(n));
-        self.notify_queues(&session.queues);
+    /// The worker grants `n` more credits. Free credits and held leases together stay at
+    /// most [`super::MAX_CREDITS`]: a grant past the cap is clamped (the proto says "the
+    /// total is capped at 10000"). Returns how many were added.
+    pub fn grant(&self, session: &Session, n: u32) -> u32 {
+        let added = session.grant(i64::from(n));
+        if added > 0 {
+            self.notify_queues(&session.queues);
+        }
+        added as u32
     }
 
     /// The worker asked for no more leases on this stream.
@@ -181,8 +194,7 @@ impl Hub {
             Err(_) => None,
         };
         for s in sessions.unwrap_or_default() {
-            if let Some(held) = s.forget_token(queue, id, token) {
-                s.add_credits(1);
+            if let Some(held) = s.settle(queue, id, token) {
                 self.notify_queues(&s.queues);
                 return held.span;
             }
@@ -247,7 +259,7 @@ impl Hub {
         }
     }
 
-    fn notify_queues(&self, queues: &[QueueName]) {
+    pub(super) fn notify_queues(&self, queues: &[QueueName]) {
         if let Ok(l) = self.inner.loops.lock() {
             for q in queues {
                 if let Some(lp) = l.get(q) {
@@ -299,7 +311,7 @@ impl Hub {
         while tokio::time::Instant::now() < deadline
             && sessions
                 .iter()
-                .any(|s| s.held_count() > 0 && !s.closed.load(Ordering::Relaxed))
+                .any(|s| s.held_count() > 0 && !s.is_closed())
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -312,24 +324,50 @@ impl Hub {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tracker.wait()).await;
     }
 
+    /// Hands the undelivered leases of a closed stream back to waiting, in the background.
+    fn release_undelivered(&self, leases: Vec<LeaseRef>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                leases = leases.len(),
+                "no runtime to hand undelivered leases back; they expire"
+            );
+            return;
+        };
+        let hub = self.clone();
+        let _guard = rt.enter();
+        self.inner.tracker.spawn(async move {
+            hub.release(leases, "handed undelivered leases back to waiting")
+                .await
+        });
+    }
+
     async fn release_all(&self, sessions: &[Arc<Session>]) {
-        let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
+        let mut all = Vec::new();
         for s in sessions {
-            if let Ok(mut held) = s.held.lock() {
-                for ((q, id), h) in held.drain() {
-                    by_queue.entry(q).or_default().push((id, h.token));
-                }
-            }
+            all.extend(s.book().take_all());
+        }
+        self.release(all, "handed leases back to waiting").await;
+    }
+
+    /// Hands `leases` back to waiting (no attempt consumed), one script call per queue and
+    /// at most [`RELEASE_BATCH`] leases per call.
+    async fn release(&self, leases: Vec<LeaseRef>, what: &'static str) {
+        let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
+        for (q, id, token) in leases {
+            by_queue.entry(q).or_default().push((id, token));
         }
         for (queue, items) in by_queue {
-            match self.inner.store.release(&queue, &items).await {
-                Ok(n) => {
-                    tracing::info!(queue = %queue, released = n, "handed leases back to waiting")
-                }
-                Err(e) => {
-                    tracing::warn!(queue = %queue, error = %e, "could not hand leases back; they expire at their deadline")
+            for chunk in items.chunks(RELEASE_BATCH) {
+                match self.inner.store.release(&queue, chunk).await {
+                    Ok(n) => tracing::info!(queue = %queue, released = n, "{what}"),
+                    Err(e) => {
+                        tracing::warn!(queue = %queue, error = %e, "could not hand leases back; they expire at their deadline")
+                    }
                 }
             }
         }
     }
 }
+
+/// Most leases one release call hands back.
+const RELEASE_BATCH: usize = 1000;

@@ -7,12 +7,14 @@
 
 mod background;
 mod hub;
+mod outbound;
 mod queue_loop;
 mod session;
 mod settle;
 mod wakeup;
 
 pub use hub::{Hub, HubConfig};
+pub use outbound::OutboundStream;
 pub use session::{Outbound, Session, Settled, MAX_CREDITS};
 pub use settle::{Settles, MAX_SETTLE_BATCH};
 pub use wakeup::EchoCredit;

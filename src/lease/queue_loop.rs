@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::hub::Hub;
-use super::session::{Outbound, Session};
+use super::session::Session;
 use crate::jobs::QueueName;
 use crate::store::Limit;
 
@@ -147,7 +147,7 @@ impl QueueLoop {
             Ok(b) => b,
             Err(e) => {
                 for s in slots {
-                    s.add_credits(1);
+                    s.unreserve();
                 }
                 tracing::warn!(queue = %self.queue, error = %e, "lease call failed");
                 self.backlog.store(false, Ordering::Relaxed);
@@ -163,17 +163,14 @@ impl QueueLoop {
             );
             let span = attempt_span(&self.queue, &lj, &slot.worker_id);
             span.in_scope(|| tracing::debug!("leased"));
-            slot.hold(&self.queue, &lj.job.id, &lj.token, span);
-            let (id, token) = (lj.job.id.clone(), lj.token.clone());
-            if !slot.send(Outbound::Lease(Box::new(lj))) {
-                slot.forget(&self.queue, &id);
-                orphans.push((id, token));
+            if let Err(lj) = slot.deliver(&self.queue, Box::new(lj), span) {
+                orphans.push((lj.job.id, lj.token));
             }
         }
         let full = leased == slots.len();
         self.backlog.store(full, Ordering::Relaxed);
         for s in &slots[leased..] {
-            s.add_credits(1);
+            s.unreserve();
         }
         // Streams on several queues: credits that came back may serve their other queues,
         // and the streams that got a job moved their turn on to the next queue, whose loop

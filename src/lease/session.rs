@@ -1,17 +1,26 @@
-//! A worker's stream as the lease machinery sees it: free credits, the leases it holds, when
-//! it was last heard from, and the channel to its outbound half.
+//! A worker's stream as the lease machinery sees it: its credit book (free credits, the
+//! leases it holds, the outbox of leases the transport has not taken yet), when it was last
+//! heard from, and the messages waiting for its outbound half.
+//!
+//! Flow control: a lease is handed to the transport only when the transport polls the
+//! outbound stream ([`Session::poll_outbound`]), which hyper does only while the worker's
+//! HTTP/2 window has room; the lease loop leases for a stream only while its outbox has
+//! room ([`OUTBOX_LEASES`]). A worker that stops reading therefore stops being leased to,
+//! and the leases still in the outbox when its stream ends go back to waiting without an
+//! attempt (`Hub::close_session`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-
-use tokio::sync::mpsc;
 
 use crate::jobs::{LeasedJob, QueueName};
 
-/// Most credits one stream may hold at once.
-pub const MAX_CREDITS: i64 = 10_000;
+mod book;
+
+pub use book::MAX_CREDITS;
+pub(crate) use book::{Book, Held, LeaseRef, OUTBOX_LEASES};
 
 /// What the server sends down a stream; the api layer turns it into protobuf.
 #[derive(Debug)]
@@ -39,17 +48,6 @@ pub struct Settled {
     pub result: Result<Option<crate::jobs::JobState>, crate::Error>,
 }
 
-/// A lease this stream holds.
-#[derive(Debug, Clone)]
-pub(crate) struct Held {
-    pub(crate) token: String,
-    /// The renewal saw the lease taken over: stop renewing it.
-    pub(crate) lost: bool,
-    /// The attempt's span (queue, job id, name, attempt, worker id, trace id): settle
-    /// events are logged inside it.
-    pub(crate) span: tracing::Span,
-}
-
 /// One worker stream.
 #[derive(Debug)]
 pub struct Session {
@@ -59,14 +57,28 @@ pub struct Session {
     pub worker_id: String,
     /// The queues it leases from.
     pub queues: Vec<QueueName>,
-    pub(crate) credits: AtomicI64,
-    pub(crate) held: Mutex<HashMap<(QueueName, String), Held>>,
+    book: Mutex<Book>,
+    /// Messages other than leases for the outbound half, and the waker of its last poll.
+    out: Mutex<OutQueue>,
     last_seen_ms: AtomicU64,
-    pub(crate) closed: AtomicBool,
     pub(crate) draining: AtomicBool,
     /// Index into `queues` of the queue whose turn it is to use a credit (fairness).
     turn: AtomicUsize,
-    tx: Mutex<Option<mpsc::UnboundedSender<Outbound>>>,
+}
+
+#[derive(Debug, Default)]
+struct OutQueue {
+    control: VecDeque<Outbound>,
+    waker: Option<Waker>,
+}
+
+/// What one poll of the outbound half took.
+pub(crate) enum Taken {
+    /// A message; `low_water` says the outbox just fell to half: the lease loops may lease
+    /// for this stream again.
+    Msg(Outbound, bool),
+    /// The stream is closed and everything queued was taken.
+    End,
 }
 
 impl Session {
@@ -76,36 +88,89 @@ impl Session {
         queues: Vec<QueueName>,
         credits: u32,
         now_ms: u64,
-    ) -> (Session, mpsc::UnboundedReceiver<Outbound>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let session = Session {
+    ) -> Session {
+        Session {
             id,
             worker_id,
             queues,
-            credits: AtomicI64::new(i64::from(credits).min(MAX_CREDITS)),
-            held: Mutex::new(HashMap::new()),
+            book: Mutex::new(Book::new(i64::from(credits))),
+            out: Mutex::default(),
             last_seen_ms: AtomicU64::new(now_ms),
-            closed: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             turn: AtomicUsize::new(0),
-            tx: Mutex::new(Some(tx)),
-        };
-        (session, rx)
+        }
     }
 
-    /// Sends a message down the stream; false when the stream is gone.
+    /// The credit book; a poisoned lock is taken over (the book stays consistent: every
+    /// method changes it in one step).
+    pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn out(&self) -> MutexGuard<'_, OutQueue> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_outbound(&self) {
+        if let Some(w) = self.out().waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Queues a message other than a lease for the stream; false when the stream is closed.
     pub fn send(&self, msg: Outbound) -> bool {
-        match self.tx.lock() {
-            Ok(tx) => tx.as_ref().is_some_and(|tx| tx.send(msg).is_ok()),
-            Err(_) => false,
+        if self.is_closed() {
+            return false;
         }
+        self.out().control.push_back(msg);
+        self.wake_outbound();
+        true
     }
 
-    /// Ends the outbound half: the worker's stream closes once it has read what is queued.
-    pub(crate) fn close_outbound(&self) {
-        if let Ok(mut tx) = self.tx.lock() {
-            tx.take();
+    /// The lease loop got `lj` for a credit it reserved here: the stream holds it and the
+    /// transport takes it from the outbox. `Err` gives it back when the stream has closed.
+    pub(crate) fn deliver(
+        &self,
+        queue: &QueueName,
+        lj: Box<LeasedJob>,
+        span: tracing::Span,
+    ) -> Result<(), Box<LeasedJob>> {
+        self.book().deliver(queue, lj, span)?;
+        self.wake_outbound();
+        Ok(())
+    }
+
+    /// The next outbound message: queued control messages first, then the oldest lease of
+    /// the outbox. Registers `cx`'s waker when there is nothing.
+    pub(crate) fn poll_outbound(&self, cx: &mut Context<'_>) -> Poll<Taken> {
+        let mut out = self.out();
+        if let Some(m) = out.control.pop_front() {
+            return Poll::Ready(Taken::Msg(m, false));
         }
+        let mut book = self.book();
+        if let Some(lj) = book.take_outbox() {
+            let low_water = book.outbox_len() == OUTBOX_LEASES / 2;
+            return Poll::Ready(Taken::Msg(Outbound::Lease(lj), low_water));
+        }
+        if book.is_closed() {
+            return Poll::Ready(Taken::End);
+        }
+        out.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Closes the stream's book: no more leases; returns the undelivered leases to hand
+    /// back (empty when already closed). The outbound half ends once it has taken the
+    /// queued control messages.
+    pub(crate) fn close(&self) -> Vec<LeaseRef> {
+        let undelivered = self.book().close();
+        self.wake_outbound();
+        undelivered
+    }
+
+    /// The stream has ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.book().is_closed()
     }
 
     /// Records that the worker was heard from at `now_ms`.
@@ -115,29 +180,24 @@ impl Session {
 
     /// The stream is open, not draining, and was heard from within `heartbeat_timeout`.
     pub(crate) fn alive(&self, now_ms: u64, heartbeat_timeout: Duration) -> bool {
-        !self.closed.load(Ordering::Relaxed)
+        !self.is_closed()
             && now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed))
                 <= heartbeat_timeout.as_millis() as u64
     }
 
-    /// May the lease loop give this stream a job now?
+    /// May the lease loop give this stream a job now (open, not draining, a free credit,
+    /// room in the outbox)?
     pub(crate) fn wants_leases(&self) -> bool {
-        !self.closed.load(Ordering::Relaxed)
-            && !self.draining.load(Ordering::Relaxed)
-            && self.credits.load(Ordering::Relaxed) > 0
+        !self.draining.load(Ordering::Relaxed) && self.book().can_reserve()
     }
 
-    /// Takes one credit if there is one.
-    pub(crate) fn take_credit(&self) -> bool {
-        self.credits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c > 0).then_some(c - 1)
-            })
-            .is_ok()
+    /// Reserves one credit for a lease call if [`Session::wants_leases`].
+    fn reserve(&self) -> bool {
+        !self.draining.load(Ordering::Relaxed) && self.book().reserve()
     }
 
-    /// Takes one credit for `queue` if it is that queue's turn: a stream on several queues
-    /// serves them round-robin, skipping queues that have nothing leasable right now
+    /// Reserves one credit for `queue` if it is that queue's turn: a stream on several
+    /// queues serves them round-robin, skipping queues that have nothing leasable right now
     /// (`backlog` says which do), so a busy queue cannot starve another.
     pub(crate) fn take_credit_for(
         &self,
@@ -146,13 +206,13 @@ impl Session {
     ) -> bool {
         let n = self.queues.len();
         if n <= 1 {
-            return self.take_credit();
+            return self.reserve();
         }
         let t = self.turn.load(Ordering::Acquire);
         for k in 0..n {
             let candidate = &self.queues[(t + k) % n];
             if candidate == queue {
-                if !self.take_credit() {
+                if !self.reserve() {
                     return false;
                 }
                 self.turn.store((t + k + 1) % n, Ordering::Release);
@@ -165,50 +225,25 @@ impl Session {
         false
     }
 
-    /// Gives credits back (capped at [`MAX_CREDITS`]).
-    pub(crate) fn add_credits(&self, n: i64) {
-        let _ = self
-            .credits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                Some((c + n).min(MAX_CREDITS))
-            });
+    /// A credit reserved for a lease call got no job: it is free again.
+    pub(crate) fn unreserve(&self) {
+        self.book().unreserve();
     }
 
-    /// Records a lease this stream now holds.
-    pub(crate) fn hold(&self, queue: &QueueName, id: &str, token: &str, span: tracing::Span) {
-        if let Ok(mut held) = self.held.lock() {
-            held.insert(
-                (queue.clone(), id.to_owned()),
-                Held {
-                    token: token.to_owned(),
-                    lost: false,
-                    span,
-                },
-            );
-        }
+    /// The worker grants `n` more credits; clamped so that free credits and held leases
+    /// together stay at most [`MAX_CREDITS`]. Returns how many were added.
+    pub(crate) fn grant(&self, n: i64) -> i64 {
+        self.book().grant(n)
     }
 
-    /// Forgets a lease the worker settled; `Some` if this stream held it (a credit is due).
-    pub(crate) fn forget(&self, queue: &QueueName, id: &str) -> Option<Held> {
-        self.held
-            .lock()
-            .ok()
-            .and_then(|mut h| h.remove(&(queue.clone(), id.to_owned())))
+    /// A lease was settled with `token`; `Some` if this stream held it under that token
+    /// (its credit is free again).
+    pub(crate) fn settle(&self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
+        self.book().settle(queue, id, token)
     }
 
-    /// Forgets a settled lease if this stream holds it under `token`; `Some` if so (a
-    /// credit is due).
-    pub(crate) fn forget_token(&self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
-        let mut held = self.held.lock().ok()?;
-        let key = (queue.clone(), id.to_owned());
-        if held.get(&key).is_some_and(|h| h.token == token) {
-            return held.remove(&key);
-        }
-        None
-    }
-
-    /// How many leases it holds.
+    /// How many leases it holds (delivered or waiting in the outbox).
     pub fn held_count(&self) -> usize {
-        self.held.lock().map(|h| h.len()).unwrap_or(0)
+        self.book().held_count()
     }
 }

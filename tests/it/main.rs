@@ -16,6 +16,7 @@ mod core_flow;
 mod dead_letters;
 mod early_wake;
 mod error_text;
+mod flow_control;
 mod model;
 mod refusal;
 mod retries;

@@ -1,0 +1,227 @@
+//! The credit book of one stream, kept under one lock: free credits, credits reserved by a
+//! lease call in flight, the leases the stream holds (keyed by lease token, so a job of the
+//! stream's that expired and came back under a new token is a second entry, and a settle with
+//! either token returns exactly its own credit), and the outbox: held leases not yet taken
+//! by the transport.
+//!
+//! Invariant (checked by the property test in `tests.rs`): `free + reserved + held` equals
+//! what the worker granted, capped at [`MAX_CREDITS`]; a grant past the cap is clamped.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::jobs::{LeasedJob, QueueName};
+
+/// A lease as the book needs to see it (the job id and token); the outbox stores it whole.
+pub(crate) trait Lease {
+    /// The job id.
+    fn job_id(&self) -> &str;
+    /// The lease token.
+    fn token(&self) -> &str;
+}
+
+impl Lease for Box<LeasedJob> {
+    fn job_id(&self) -> &str {
+        &self.job.id
+    }
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// Most credits one stream may hold at once: free credits and held leases together.
+pub const MAX_CREDITS: i64 = 10_000;
+
+/// Most leases waiting inside the server for one stream's transport to take them. The lease
+/// loop leases for a stream only while its outbox has room, so a worker that stops reading
+/// holds this many plus what its HTTP/2 window admits, whatever its credits.
+pub(crate) const OUTBOX_LEASES: usize = 64;
+
+/// A lease this stream holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// The job id.
+    pub(crate) id: String,
+    /// The renewal saw the lease taken over: stop renewing it.
+    pub(crate) lost: bool,
+    /// The attempt's span (queue, job id, name, attempt, worker id, trace id): settle
+    /// events are logged inside it.
+    pub(crate) span: tracing::Span,
+}
+
+/// A held lease named by queue, job id and token.
+pub(crate) type LeaseRef = (QueueName, String, String);
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct Book<L = Box<LeasedJob>> {
+    free: i64,
+    reserved: i64,
+    /// Keyed by (queue, lease token).
+    held: HashMap<(QueueName, String), Held>,
+    /// Held leases the transport has not taken yet, oldest first.
+    outbox: VecDeque<(QueueName, L)>,
+    closed: bool,
+}
+
+impl<L: Lease> Book<L> {
+    /// A book with `credits` free (capped).
+    pub(crate) fn new(credits: i64) -> Book<L> {
+        Book {
+            free: credits.clamp(0, MAX_CREDITS),
+            reserved: 0,
+            held: HashMap::new(),
+            outbox: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    /// Credits granted in all: free, reserved and held.
+    pub(crate) fn granted(&self) -> i64 {
+        self.free + self.reserved + self.held.len() as i64
+    }
+
+    /// Held leases (delivered or in the outbox).
+    pub(crate) fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Leases in the outbox.
+    pub(crate) fn outbox_len(&self) -> usize {
+        self.outbox.len()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Adds `n` credits, clamped so that free + reserved + held stays at most
+    /// [`MAX_CREDITS`]; returns how many were added.
+    pub(crate) fn grant(&mut self, n: i64) -> i64 {
+        let add = n.clamp(0, (MAX_CREDITS - self.granted()).max(0));
+        self.free += add;
+        add
+    }
+
+    /// Could a lease call use a credit of this stream now (open, a free credit, room in
+    /// the outbox)? Draining is the session's business.
+    pub(crate) fn can_reserve(&self) -> bool {
+        !self.closed
+            && self.free > 0
+            && self.outbox.len() + (self.reserved as usize) < OUTBOX_LEASES
+    }
+
+    /// Moves one credit from free to reserved for a lease call, if [`Book::can_reserve`].
+    pub(crate) fn reserve(&mut self) -> bool {
+        if !self.can_reserve() {
+            return false;
+        }
+        self.free -= 1;
+        self.reserved += 1;
+        true
+    }
+
+    /// A reserved credit that got no job (or whose call failed) is free again.
+    pub(crate) fn unreserve(&mut self) {
+        if self.reserved > 0 {
+            self.reserved -= 1;
+            self.free += 1;
+        }
+    }
+
+    /// A reserved credit got `lj`: it is held and waits in the outbox. On a closed book
+    /// the credit is freed and the lease is handed back as `Err` (the caller releases it).
+    pub(crate) fn deliver(
+        &mut self,
+        queue: &QueueName,
+        lj: L,
+        span: tracing::Span,
+    ) -> Result<(), L> {
+        self.reserved = (self.reserved - 1).max(0);
+        if self.closed {
+            self.free += 1;
+            return Err(lj);
+        }
+        self.held.insert(
+            (queue.clone(), lj.token().to_owned()),
+            Held {
+                id: lj.job_id().to_owned(),
+                lost: false,
+                span,
+            },
+        );
+        self.outbox.push_back((queue.clone(), lj));
+        Ok(())
+    }
+
+    /// The oldest lease the transport has not taken yet.
+    pub(crate) fn take_outbox(&mut self) -> Option<L> {
+        self.outbox.pop_front().map(|(_, lj)| lj)
+    }
+
+    /// A lease was settled with `token`: `Some` if this stream held it (its credit is free
+    /// again). A settle with another token of the same job changes nothing here.
+    pub(crate) fn settle(&mut self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
+        let key = (queue.clone(), token.to_owned());
+        if self.held.get(&key).is_none_or(|h| h.id != id) {
+            return None;
+        }
+        let held = self.held.remove(&key)?;
+        self.outbox
+            .retain(|(q, lj)| !(q == queue && lj.token() == token));
+        self.free += 1;
+        Some(held)
+    }
+
+    /// Marks a held lease lost (renewal found it taken over): it is no longer renewed.
+    pub(crate) fn mark_lost(&mut self, queue: &QueueName, token: &str) {
+        if let Some(h) = self.held.get_mut(&(queue.clone(), token.to_owned())) {
+            h.lost = true;
+        }
+    }
+
+    /// The held leases to renew (not lost).
+    pub(crate) fn renewable(&self) -> Vec<LeaseRef> {
+        self.held
+            .iter()
+            .filter(|(_, h)| !h.lost)
+            .map(|((q, token), h)| (q.clone(), h.id.clone(), token.clone()))
+            .collect()
+    }
+
+    /// Closes the book: no more leases. The leases still in the outbox never reached the
+    /// worker: they are forgotten (credits freed) and returned, to hand back to waiting.
+    /// Empty if it was closed already.
+    pub(crate) fn close(&mut self) -> Vec<LeaseRef> {
+        if self.closed {
+            return Vec::new();
+        }
+        self.closed = true;
+        let undelivered: Vec<_> = self.outbox.drain(..).collect();
+        let mut out = Vec::with_capacity(undelivered.len());
+        for (q, lj) in undelivered {
+            if self
+                .held
+                .remove(&(q.clone(), lj.token().to_owned()))
+                .is_some()
+            {
+                self.free += 1;
+                out.push((q, lj.job_id().to_owned(), lj.token().to_owned()));
+            }
+        }
+        out
+    }
+
+    /// Takes every held lease (orderly shutdown hands them all back); the outbox empties.
+    pub(crate) fn take_all(&mut self) -> Vec<LeaseRef> {
+        self.outbox.clear();
+        let n = self.held.len() as i64;
+        self.free += n;
+        self.held
+            .drain()
+            .map(|((q, token), h)| (q, h.id, token))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

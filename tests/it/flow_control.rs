@@ -1,0 +1,233 @@
+//! Flow control of Subscribe streams (issue 11, items 3 and 8): a stream never holds more
+//! than the credit cap, leases reach the transport only as the stream takes them, leases
+//! still inside the server when a stream ends go back to waiting without an attempt, and a
+//! stream's credits survive its own expired job coming back to it.
+
+use std::time::Duration;
+
+use jobwire::pb;
+use jobwire::pb::queue_service_client::QueueServiceClient;
+use pb::subscribe_request::Message as In;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::harness::*;
+
+/// Enqueues `n` jobs `<prefix>-<i>` on `queue` with `payload`, in batches of up to 1000
+/// jobs and about 2 MiB.
+async fn enqueue_many(app: &TestApp, queue: &str, prefix: &str, n: usize, payload: &[u8]) {
+    let per_call = (2 << 20) / payload.len().max(1);
+    let per_call = per_call.clamp(1, 1000);
+    let mut i = 0;
+    while i < n {
+        let jobs = (i..n.min(i + per_call))
+            .map(|k| pb::JobSpec {
+                payload: payload.to_vec(),
+                ..spec(queue, &format!("{prefix}-{k}"))
+            })
+            .collect();
+        app.jobs()
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+            .await
+            .expect("enqueue batch");
+        i += per_call;
+    }
+}
+
+async fn stats(app: &TestApp, queue: &str) -> pb::QueueStats {
+    QueueServiceClient::new(app.channel.clone())
+        .get_queue_stats(pb::GetQueueStatsRequest {
+            queue: queue.into(),
+        })
+        .await
+        .expect("stats")
+        .into_inner()
+        .stats
+        .expect("stats")
+}
+
+/// Opens a stream on `channel` and returns the request sender and the response stream,
+/// without reading anything.
+async fn raw_stream(
+    channel: Channel,
+    queue: &str,
+    credits: u32,
+) -> (
+    mpsc::UnboundedSender<pb::SubscribeRequest>,
+    tonic::Streaming<pb::SubscribeResponse>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tx.send(pb::SubscribeRequest {
+        message: Some(In::Open(pb::OpenStream {
+            queues: vec![queue.into()],
+            credits,
+            worker_id: "flow".into(),
+        })),
+    })
+    .expect("send");
+    let rx = pb::worker_service_client::WorkerServiceClient::new(channel)
+        .subscribe(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    (tx, rx)
+}
+
+/// Counts the jobs `<prefix>-0..n` by (attempts made > 0, state).
+async fn charged(app: &TestApp, queue: &str, prefix: &str, n: usize) -> (usize, usize, usize) {
+    let (mut charged, mut waiting, mut dead) = (0, 0, 0);
+    for k in 0..n {
+        let j = get_job(app, queue, &format!("{prefix}-{k}")).await;
+        if j.attempts_made > 0 {
+            charged += 1;
+        }
+        if j.state == pb::JobState::Waiting as i32 {
+            waiting += 1;
+        }
+        if j.state == pb::JobState::Dead as i32 {
+            dead += 1;
+        }
+    }
+    (charged, waiting, dead)
+}
+
+#[tokio::test]
+async fn a_grant_never_raises_held_leases_past_the_credit_cap() {
+    let (_redis, app) = TestApp::with_redis().await;
+    enqueue_many(&app, "cap", "j", 10_500, b"x").await;
+    let mut w = TestWorker::open(&app, &["cap"], 10_000, "greedy").await;
+    w.send(In::GrantCredits(pb::GrantCredits { credits: 10_000 }));
+    let mut got = 0;
+    let mut most = 0;
+    while w.lease_within(Duration::from_secs(2)).await.is_some() {
+        got += 1;
+        if got % 500 == 0 {
+            // Keep the stream alive (its leases renewed) and sample the active count.
+            w.heartbeat();
+            most = most.max(stats(&app, "cap").await.active);
+        }
+    }
+    let active = stats(&app, "cap").await.active;
+    most = most.max(active);
+    println!("open 10000 + grant 10000: {got} leases received, at most {most} active in Redis");
+    assert_eq!(got, 10_000, "the stream holds exactly the cap");
+    assert!(most <= 10_000, "{most} leases active: over the cap");
+}
+
+#[tokio::test]
+async fn a_stream_cancelled_after_one_message_charges_only_what_left_the_server() {
+    let (_redis, app) = TestApp::with_redis().await;
+    // 32 KiB payloads and a client with the HTTP/2 default 64 KiB window: only a few leases
+    // fit in the transport; the rest must still be inside the server when the stream ends.
+    enqueue_many(&app, "cancel", "j", 1000, &[7u8; 32 * 1024]).await;
+    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
+        .expect("uri")
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await
+        .expect("connect");
+    let (tx, mut rx) = raw_stream(channel, "cancel", 1000).await;
+    let first = rx.message().await.expect("read").expect("a message");
+    assert!(matches!(
+        first.message,
+        Some(pb::subscribe_response::Message::Lease(_))
+    ));
+    drop(rx);
+    drop(tx);
+    // Every lease must be settled one way or the other: released or expired (2 s leases).
+    eventually(Duration::from_secs(15), || async {
+        stats(&app, "cancel").await.active == 0
+    })
+    .await;
+    let (charged, waiting, dead) = charged(&app, "cancel", "j", 1000).await;
+    println!("1000 credits, read 1, cancelled: {charged} jobs charged an attempt, {waiting} waiting, {dead} dead");
+    assert!(
+        charged <= 8,
+        "{charged} jobs were charged an attempt; only the few in the transport may be"
+    );
+    assert_eq!(dead, charged, "a charged job (max attempts 1) is dead");
+    assert_eq!(waiting, 1000 - charged, "the rest are back to waiting");
+}
+
+#[tokio::test]
+async fn a_stream_that_stops_reading_holds_only_what_the_transport_takes() {
+    let (_redis, app) = TestApp::with_redis().await;
+    enqueue_many(&app, "stall", "j", 2000, &[7u8; 16 * 1024]).await;
+    // A client with tonic's default windows that never polls its response stream.
+    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let (tx, rx) = raw_stream(channel, "stall", 10_000).await;
+    // Let the server push what it can, then read the held count until it stops changing.
+    let mut last = u64::MAX;
+    let mut held = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let _ = tx.send(pb::SubscribeRequest {
+            message: Some(In::Heartbeat(pb::Heartbeat {})),
+        });
+        held = stats(&app, "stall").await.active;
+        if held == last {
+            break;
+        }
+        last = held;
+    }
+    println!("10000 credits, 2000 jobs of 16 KiB, client never reads: {held} leases held");
+    assert!(
+        held <= 400,
+        "{held} leases held for a stream that reads nothing (window-bound expected)"
+    );
+    drop(rx);
+    drop(tx);
+    eventually(Duration::from_secs(15), || async {
+        stats(&app, "stall").await.active == 0
+    })
+    .await;
+    let (charged, waiting, _) = charged(&app, "stall", "j", 2000).await;
+    println!("after the stream ended: {charged} charged an attempt, {waiting} waiting");
+    assert!(charged <= held as usize);
+    assert_eq!(waiting + charged, 2000);
+}
+
+#[tokio::test]
+async fn a_streams_own_expired_job_coming_back_does_not_leak_a_credit() {
+    let (_redis, app) = TestApp::with_redis().await;
+    let mut w = TestWorker::open(&app, &["own"], 2, "w").await;
+    // An attempt timeout of 300 ms (renewal stops there) and a second attempt at once.
+    enqueue(
+        &app,
+        pb::JobSpec {
+            max_attempts: Some(2),
+            timeout: Some(ms(Duration::from_millis(300))),
+            ..spec("own", "slow")
+        },
+    )
+    .await;
+    let first = w.lease().await;
+    // The attempt times out; the retry comes back to this stream's second credit.
+    let second = w.lease().await;
+    assert_eq!(second.job.as_ref().expect("job").job_id, "slow");
+    assert_ne!(first.lease_token, second.lease_token);
+    let stale = w.ack(&first).await;
+    assert_eq!(
+        stale.code,
+        tonic::Code::FailedPrecondition as i32,
+        "stale ack"
+    );
+    let fresh = w.ack(&second).await;
+    assert_eq!(fresh.code, 0, "{}", fresh.message);
+    // Both credits are free again: two new jobs arrive without any ack.
+    enqueue(&app, spec("own", "a")).await;
+    enqueue(&app, spec("own", "b")).await;
+    let a = w.lease_within(Duration::from_secs(3)).await;
+    let b = w.lease_within(Duration::from_secs(3)).await;
+    assert!(
+        a.is_some() && b.is_some(),
+        "the stream lost a credit: got {} of 2 leases",
+        a.iter().chain(b.iter()).count()
+    );
+}
