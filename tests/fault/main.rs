@@ -10,6 +10,7 @@ mod procs;
 mod durability;
 mod killed_worker;
 mod leases;
+mod readonly;
 mod redis_outage;
 mod replicas;
 mod soak;
