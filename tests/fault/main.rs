@@ -7,6 +7,7 @@
 mod harness;
 mod procs;
 
+mod ctrl_c;
 mod durability;
 mod killed_worker;
 mod leases;
