@@ -43,6 +43,10 @@ pub enum Error {
     /// Redis is unreachable, or the server is shutting down: UNAVAILABLE, retry with backoff.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// Redis reached `maxmemory` and refuses writes: RESOURCE_EXHAUSTED, retry once jobs are
+    /// consumed or Redis has more memory. The call changed nothing.
+    #[error("store full: {0}")]
+    StoreFull(String),
     /// A bug or corrupt data: INTERNAL; the detail is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -58,12 +62,19 @@ impl Error {
     }
 }
 
-impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Error {
+impl From<&StoreError> for Error {
+    fn from(e: &StoreError) -> Error {
         match e {
             StoreError::Unavailable(e) => Error::Unavailable(e.to_string()),
+            StoreError::OutOfMemory(e) => Error::StoreFull(e.to_string()),
             StoreError::Redis(e) => Error::Internal(e.to_string()),
-            StoreError::Decode(msg) => Error::Internal(msg),
+            StoreError::Decode(msg) => Error::Internal(msg.clone()),
         }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Error {
+        Error::from(&e)
     }
 }

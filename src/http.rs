@@ -1,8 +1,9 @@
 //! The plain HTTP port: `/healthz` (liveness), `/readyz` (readiness) and `/metrics` (Prometheus).
 //!
 //! Liveness answers 200 for as long as the process serves HTTP, so a slow Redis never gets the pod
-//! restarted; readiness follows [`HttpState::ready`], which the server sets once Redis answers and
-//! clears when it stops or starts draining, so traffic moves elsewhere. `/metrics` renders through
+//! restarted; readiness follows [`HttpState::ready`], which the server sets while a write to Redis
+//! works (and its `maxmemory-policy` does not evict) and clears when it does not or the server
+//! starts draining, so traffic moves elsewhere. `/metrics` renders through
 //! a callback so this module does not depend on the metrics exporter.
 
 use std::fmt;
@@ -26,7 +27,7 @@ pub type MetricsRender = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Str
 /// Shared state of the HTTP handlers; cheap to clone.
 #[derive(Clone, Default)]
 pub struct HttpState {
-    /// True while the server can do work (Redis answers and it is not draining).
+    /// True while the server can do work (Redis takes writes and it is not draining).
     pub ready: Arc<AtomicBool>,
     /// Metrics renderer; `/metrics` is 404 while this is `None`.
     pub metrics_render: Option<MetricsRender>,

@@ -2,7 +2,10 @@
 //!
 //! Used when no `--redis-url` is given (as Faktory does). The child runs with append-only
 //! persistence, no RDB snapshots and `noeviction`, listens on `<data_dir>/redis.sock` only (no TCP
-//! port), and logs to `<data_dir>/redis.log`.
+//! port), and logs to `<data_dir>/redis.log`. The data dir is private: mode 0700, and the child
+//! runs with umask 077, so its append-only files and the log are 0600 (they hold every payload).
+//! The child runs in its own process group: a terminal's Ctrl-C (SIGINT to the foreground group)
+//! reaches jobwire only, which hands its leases back and then stops the child.
 //!
 //! Invariants:
 //! - [`EmbeddedRedis::start`] returns only once the server answers PING, i.e. after it has loaded
@@ -13,6 +16,7 @@
 //! - A live server already using the data dir is refused rather than displaced; a stale socket
 //!   left by a crash is removed.
 
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -113,8 +117,10 @@ impl EmbeddedRedis {
             let path = path.to_path_buf();
             move |source| EmbeddedError::DataDir { path, source }
         };
-        tokio::fs::create_dir_all(data_dir)
-            .await
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR)
+            .create(data_dir)
             .map_err(data_err(data_dir))?;
         // Absolute paths: redis-server chdirs into --dir, and the URL must not depend on our cwd.
         let dir = tokio::fs::canonicalize(data_dir)
@@ -122,6 +128,7 @@ impl EmbeddedRedis {
             .map_err(data_err(data_dir))?;
         let socket = dir.join("redis.sock");
         let log = dir.join("redis.log");
+        make_private(&dir).map_err(data_err(&dir))?;
         if socket.as_os_str().len() > MAX_SOCKET_PATH {
             return Err(EmbeddedError::SocketPathTooLong(socket));
         }
@@ -144,6 +151,7 @@ impl EmbeddedRedis {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(PRIVATE_FILE)
             .open(&log)
             .map_err(data_err(&log))?;
         let log_file2 = log_file.try_clone().map_err(data_err(&log))?;
@@ -172,8 +180,16 @@ impl EmbeddedRedis {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(log_file2))
+            // Its own process group: a Ctrl-C meant for jobwire must not stop the store before
+            // jobwire has handed its leases back.
+            .process_group(0)
             .kill_on_drop(true);
-        let child = cmd.spawn().map_err(|err| match err.kind() {
+        // The child inherits the umask at spawn: 077 makes every file it creates (AOF files,
+        // appendonlydir, rewrites) 0600/0700. Ours is restored at once.
+        let ours = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+        let spawned = cmd.spawn();
+        rustix::process::umask(ours);
+        let child = spawned.map_err(|err| match err.kind() {
             std::io::ErrorKind::NotFound => EmbeddedError::NotFound,
             _ => EmbeddedError::Spawn(err),
         })?;
@@ -254,6 +270,33 @@ impl EmbeddedRedis {
         };
         matches!(timeout(ATTEMPT_TIMEOUT, attempt).await, Ok(Ok(pong)) if pong == "PONG")
     }
+}
+
+/// Mode of the data dir and the directories in it.
+const PRIVATE_DIR: u32 = 0o700;
+/// Mode of the files in the data dir.
+const PRIVATE_FILE: u32 = 0o600;
+
+/// Makes `dir` 0700, and the log and append-only files an earlier version left readable to
+/// others 0600 (new files are private through the child's umask).
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::fs::Permissions;
+    std::fs::set_permissions(dir, Permissions::from_mode(PRIVATE_DIR))?;
+    let aof_dir = dir.join("appendonlydir");
+    let mut files = vec![dir.join("redis.log")];
+    if aof_dir.is_dir() {
+        std::fs::set_permissions(&aof_dir, Permissions::from_mode(PRIVATE_DIR))?;
+        for e in std::fs::read_dir(&aof_dir)? {
+            files.push(e?.path());
+        }
+    }
+    for f in files {
+        match std::fs::set_permissions(&f, Permissions::from_mode(PRIVATE_FILE)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => r?,
+        }
+    }
+    Ok(())
 }
 
 fn unix_url(socket: &Path) -> String {

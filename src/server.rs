@@ -21,7 +21,7 @@ use crate::config::ServeArgs;
 use crate::http::{self, HttpState};
 use crate::lease::{Hub, HubConfig};
 use crate::metrics::{GrpcMetricsLayer, Scraper};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// gRPC service names whose health is reported (plus "" for the whole server).
 const SERVICES: [&str; 4] = [
@@ -30,7 +30,7 @@ const SERVICES: [&str; 4] = [
     "jobwire.v1.DeadLetterService",
     "jobwire.v1.QueueService",
 ];
-/// How often the health watch PINGs Redis.
+/// How often the health watch writes to Redis and reads its `maxmemory-policy`.
 const HEALTH_PERIOD: Duration = Duration::from_millis(500);
 /// Longest wait for connections to close after the grace period.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,26 +47,85 @@ async fn set_health(reporter: &HealthReporter, serving: bool) {
     }
 }
 
-/// PINGs Redis and mirrors the answer into gRPC health and `/readyz`, until `stop`.
+/// What the health watch last saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RedisHealth {
+    /// A write worked and the policy does not evict.
+    Serving,
+    /// Writes fail with OOM (`maxmemory` reached): still serving, so reads, acks and fails go
+    /// on and workers drain the queues; enqueues get RESOURCE_EXHAUSTED.
+    Full,
+    /// A write failed otherwise: unreachable, a replica, loading or failing over.
+    Down,
+    /// `maxmemory-policy` is not `noeviction` (someone changed it at run time) and
+    /// `--allow-eviction` is off: Redis may delete jobs and leases.
+    Evicting(String),
+}
+
+impl RedisHealth {
+    fn serving(&self) -> bool {
+        matches!(self, RedisHealth::Serving | RedisHealth::Full)
+    }
+}
+
+/// Every [`HEALTH_PERIOD`], proves a write works (not a PING: a replica answers PING) and,
+/// unless `allow_eviction`, that `maxmemory-policy` is still `noeviction`; mirrors the verdict
+/// into gRPC health and `/readyz`, logging each change with its reason, until `stop`.
 async fn watch_redis(
     store: Store,
     reporter: HealthReporter,
     ready: Arc<AtomicBool>,
+    allow_eviction: bool,
     stop: CancellationToken,
 ) {
-    let mut last = None;
+    let mut last: Option<RedisHealth> = None;
     loop {
-        let up = store.ping().await.is_ok();
-        if last != Some(up) {
-            if up {
-                tracing::info!("redis reachable: serving");
-            } else {
-                tracing::error!("redis unreachable: not serving");
+        let now = match store.probe_write().await {
+            Ok(()) => RedisHealth::Serving,
+            Err(StoreError::OutOfMemory(e)) => {
+                if last != Some(RedisHealth::Full) {
+                    tracing::warn!(error = %e, "redis is full (maxmemory reached): enqueues get RESOURCE_EXHAUSTED until memory is freed; still serving so workers can drain");
+                }
+                RedisHealth::Full
             }
-            ready.store(up, Ordering::Relaxed);
+            Err(e) => {
+                if last != Some(RedisHealth::Down) {
+                    tracing::error!(error = %e, "redis does not take writes (unreachable, a replica, loading or failing over): not serving");
+                }
+                RedisHealth::Down
+            }
+        };
+        let now = match now {
+            RedisHealth::Down => RedisHealth::Down,
+            _ if allow_eviction => now,
+            _ => match store.maxmemory_policy().await {
+                Ok(p) if p != "noeviction" => {
+                    if last != Some(RedisHealth::Evicting(p.clone())) {
+                        tracing::error!(policy = %p, "redis maxmemory-policy is {p:?}, not \"noeviction\": eviction would silently delete jobs and leases; not serving until it is noeviction again (or run with --allow-eviction)");
+                    }
+                    RedisHealth::Evicting(p)
+                }
+                Ok(_) => now,
+                Err(e) => {
+                    // Cannot tell (e.g. a timeout): keep the last verdict on the policy.
+                    tracing::debug!(error = %e, "cannot read redis maxmemory-policy");
+                    match &last {
+                        Some(RedisHealth::Evicting(p)) => RedisHealth::Evicting(p.clone()),
+                        _ => now,
+                    }
+                }
+            },
+        };
+        if last.as_ref() != Some(&now) {
+            let serving = now.serving();
+            if serving && !last.as_ref().is_some_and(RedisHealth::serving) {
+                tracing::info!("redis takes writes: serving");
+            }
+            ready.store(serving, Ordering::Relaxed);
+            let up = !matches!(now, RedisHealth::Down);
             metrics::gauge!(crate::metrics::REDIS_UP).set(if up { 1.0 } else { 0.0 });
-            set_health(&reporter, up).await;
-            last = Some(up);
+            set_health(&reporter, serving).await;
+            last = Some(now);
         }
         tokio::select! {
             _ = tokio::time::sleep(HEALTH_PERIOD) => {}
@@ -106,6 +165,7 @@ pub async fn serve(
         store.clone(),
         reporter.clone(),
         ready.clone(),
+        cfg.allow_eviction,
         stop_watch.clone(),
     ));
 

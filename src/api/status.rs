@@ -45,10 +45,22 @@ impl From<Error> for Status {
                     "the job store is unavailable; retry with backoff".to_owned(),
                 )
             }
+            Error::StoreFull(_) => {
+                d.set_retry_info(Some(Duration::from_secs(5)));
+                (
+                    Code::ResourceExhausted,
+                    "STORE_FULL",
+                    "the job store is full (redis maxmemory reached); retry after jobs are \
+                     consumed or memory is added"
+                        .to_owned(),
+                )
+            }
             Error::Internal(_) => (Code::Internal, "INTERNAL", "internal error".to_owned()),
         };
-        match code {
-            Code::Internal | Code::Unavailable => tracing::error!(error = %e, "request failed"),
+        match (code, &e) {
+            (Code::Internal | Code::Unavailable, _) | (_, Error::StoreFull(_)) => {
+                tracing::error!(error = %e, "request failed")
+            }
             _ => tracing::debug!(error = %e, "request refused"),
         }
         d.set_error_info(reason, ERROR_DOMAIN, HashMap::new());
@@ -104,6 +116,11 @@ mod tests {
                 Code::Unavailable,
                 "STORE_UNAVAILABLE",
             ),
+            (
+                Error::StoreFull("OOM".into()),
+                Code::ResourceExhausted,
+                "STORE_FULL",
+            ),
             (Error::Internal("bug".into()), Code::Internal, "INTERNAL"),
         ];
         for (e, code, r) in cases {
@@ -127,5 +144,81 @@ mod tests {
         assert_eq!(br.field_violations[0].field, "job.backoff.jitter");
         let s = Status::from(Error::Internal("redis said XYZ".into()));
         assert!(!s.message().contains("XYZ"));
+    }
+
+    /// A Redis error reply as the wire carries it (`-CODE message`).
+    fn reply(line: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+            .and_then(|v| v.extract_error())
+            .expect_err("an error reply")
+    }
+
+    /// Every Redis failure a client can see, classified: transient ones (a replica, loading,
+    /// failing over, busy, unreachable) are UNAVAILABLE, a full Redis is RESOURCE_EXHAUSTED,
+    /// the rest (script bugs) INTERNAL. Redis 7 keeps the code of an error raised inside a
+    /// script and appends `script: ...`; Redis 6 wraps it in `ERR Error running script`.
+    #[test]
+    fn redis_errors_map_to_unavailable_resource_exhausted_or_internal() {
+        use crate::store::StoreError;
+        let script = " script: 131b5f2e, on @user_script:1.";
+        let wrapped =
+            "ERR Error running script (call to f_131b5f2e): @user_script:1: @user_script: 1: -";
+        let readonly = "READONLY You can't write against a read only replica.";
+        let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+        let masterdown =
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.";
+        let busy = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+        let replies: Vec<(String, Code)> = vec![
+            (readonly.into(), Code::Unavailable),
+            (format!("{readonly}{script}"), Code::Unavailable),
+            (format!("{wrapped}{readonly}"), Code::Unavailable),
+            (
+                "LOADING Redis is loading the dataset in memory".into(),
+                Code::Unavailable,
+            ),
+            (masterdown.into(), Code::Unavailable),
+            (format!("{masterdown}{script}"), Code::Unavailable),
+            ("CLUSTERDOWN The cluster is down".into(), Code::Unavailable),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot".into(),
+                Code::Unavailable,
+            ),
+            (busy.into(), Code::Unavailable),
+            (
+                "NOREPLICAS Not enough good replicas to write.".into(),
+                Code::Unavailable,
+            ),
+            (oom.into(), Code::ResourceExhausted),
+            (format!("{oom}{script}"), Code::ResourceExhausted),
+            (format!("{wrapped}{oom}"), Code::ResourceExhausted),
+            (
+                "ERR user_script:12: attempt to index a nil value".into(),
+                Code::Internal,
+            ),
+            (
+                "ERR user_script:1: job BUSY READONLY OOM".into(),
+                Code::Internal,
+            ),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+                Code::Internal,
+            ),
+            ("NOSCRIPT No matching script.".into(), Code::Internal),
+        ];
+        for (line, code) in replies {
+            let s = Status::from(Error::from(StoreError::from(reply(&line))));
+            assert_eq!(s.code(), code, "{line}");
+        }
+        for kind in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::TimedOut,
+            std::io::ErrorKind::NotFound,
+        ] {
+            let e = redis::RedisError::from(std::io::Error::new(kind, "socket"));
+            let s = Status::from(Error::from(StoreError::from(e)));
+            assert_eq!(s.code(), Code::Unavailable, "{kind:?}");
+        }
     }
 }

@@ -237,12 +237,9 @@ async fn apply<Op: SettleOp>(
 /// Each item with its own result: the script's answer, or the error of the call.
 pub type Settles<I, O> = Vec<(I, Result<Settle<O>, Error>)>;
 
-/// The error an item of a failed call gets: UNAVAILABLE while Redis is unreachable.
+/// The error an item of a failed call gets: the call's error, classified as for any call.
 fn item_error(e: &StoreError) -> Error {
-    match e {
-        StoreError::Unavailable(_) => Error::Unavailable(e.to_string()),
-        _ => Error::Internal(e.to_string()),
-    }
+    Error::from(e)
 }
 
 /// Pairs each item with its result; `Err` when the lane lost items (see

@@ -62,7 +62,8 @@ pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 pub const REDIS_SCRIPT_SECONDS: &str = "jobwire_redis_script_seconds";
 /// Redis command errors, by kind (unavailable, error).
 pub const REDIS_ERRORS: &str = "jobwire_redis_errors_total";
-/// 1 while Redis answers PING, 0 while it does not.
+/// 1 while the health probe's write reaches a master (even a full one), 0 while Redis is
+/// unreachable, a replica, loading or failing over.
 pub const REDIS_UP: &str = "jobwire_redis_up";
 /// Always 1, labelled with the version and git sha.
 pub const BUILD_INFO: &str = "jobwire_build_info";
@@ -203,7 +204,7 @@ pub fn describe_all() {
     describe_gauge!(
         REDIS_UP,
         Unit::Count,
-        "1 while Redis answers PING, 0 while it does not."
+        "1 while a write reaches a Redis master (even a full one), 0 while Redis is unreachable, a replica, loading or failing over."
     );
     describe_gauge!(
         BUILD_INFO,

@@ -93,3 +93,64 @@ async fn early_exit_reports_log_tail() {
     assert!(matches!(err, EmbeddedError::ExitedEarly { .. }), "{err}");
     assert!(err.to_string().contains("boom: bad things"), "{err}");
 }
+
+/// Mode bits (permissions only) of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[tokio::test]
+async fn data_dir_is_0700_and_redis_files_are_0600_also_after_a_rewrite() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dir = parent.path().join("data");
+    // An existing, world-readable data dir (as earlier versions made it) is tightened too.
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let r = EmbeddedRedis::start(&dir, Fsync::Always)
+        .await
+        .expect("start");
+    let mut c = con(&r).await;
+    redis::cmd("SET")
+        .arg("jw:secret")
+        .arg("payload")
+        .query_async::<()>(&mut c)
+        .await
+        .expect("SET");
+    // A rewrite makes new AOF files: they must be private too (not only the first ones).
+    redis::cmd("BGREWRITEAOF")
+        .query_async::<()>(&mut c)
+        .await
+        .expect("BGREWRITEAOF");
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut c)
+            .await
+            .expect("INFO");
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rewrite did not finish");
+        sleep(POLL_INTERVAL).await;
+    }
+    assert_eq!(mode(&dir), 0o700, "data dir");
+    assert_eq!(mode(&dir.join("redis.log")), 0o600, "redis.log");
+    let aof_dir = dir.join("appendonlydir");
+    assert_eq!(mode(&aof_dir), 0o700, "appendonlydir");
+    let mut files = 0;
+    for e in std::fs::read_dir(&aof_dir).expect("read appendonlydir") {
+        let p = e.expect("entry").path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+        files += 1;
+    }
+    assert!(files >= 2, "a manifest and at least one AOF file");
+    drop(c);
+    r.stop().await;
+}

@@ -1,14 +1,16 @@
-//! [`Store`]: one method per script, on one multiplexed, self-reconnecting connection.
+//! [`Store`]: one method per script, on one multiplexed, self-reconnecting connection
+//! ([`Conn`]: it also connects again when Redis answers as a replica).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::Value;
 
 use super::codec::{array, bad, bytes, encode_body, int, job_from_record, next, string};
+use super::conn::Conn;
 use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
 use super::types::*;
@@ -18,7 +20,7 @@ use crate::jobs::{Backoff, DeadReason, Job, JobState, LeasedJob, NewJob, QueueNa
 /// A handle on jobwire's Redis; cheap to clone (one shared multiplexed connection).
 #[derive(Clone)]
 pub struct Store {
-    pub(super) conn: ConnectionManager,
+    pub(super) conn: Conn,
     known_queues: Arc<Mutex<HashSet<QueueName>>>,
     /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
     /// it; see [`Store::script_reloads`].
@@ -63,7 +65,7 @@ impl Store {
             .set_response_timeout(Some(timeout))
             .set_connection_timeout(Some(timeout))
             .set_number_of_retries(1);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        let conn = Conn::new(client, config)?;
         Ok(Store {
             conn,
             known_queues: Arc::default(),

@@ -8,8 +8,10 @@
 
 mod client;
 mod codec;
+mod conn;
 mod dead;
 mod error;
+mod health;
 mod keys;
 mod queues;
 mod scripts;

@@ -7,9 +7,11 @@
 mod harness;
 mod procs;
 
+mod ctrl_c;
 mod durability;
 mod killed_worker;
 mod leases;
+mod readonly;
 mod redis_outage;
 mod replicas;
 mod soak;

@@ -218,6 +218,9 @@ impl ServerProc {
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(f.try_clone().expect("log")))
             .stderr(Stdio::from(f))
+            // Its own process group (pgid = pid), as a shell job is: a signal to the group
+            // (Ctrl-C) reaches jobwire and whatever it started, never the test runner.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("spawn jobwire");
@@ -272,6 +275,16 @@ impl ServerProc {
 
     pub fn sigterm(&self) {
         signal(self.pid, "-TERM");
+    }
+
+    /// SIGINT to jobwire's whole process group, as Ctrl-C in a terminal sends it.
+    pub fn sigint_group(&self) {
+        let ok = std::process::Command::new("kill")
+            .args(["-INT", "--", &format!("-{}", self.pid)])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -INT -- -{}", self.pid);
     }
 
     /// SIGKILL: no drain, no hand-back, no destructors.

@@ -1,0 +1,29 @@
+//! The store's readiness probe: a write, not a PING, because a replica, a Redis that is
+//! loading or failing over, or one that is full all answer PING but refuse jobs.
+
+use std::time::Duration;
+
+use super::{Store, StoreError};
+
+/// The key the write probe sets, outside every queue's keys (one key: fine on a cluster).
+pub(crate) const HEALTH_KEY: &str = "jw:health";
+/// Expiry of [`HEALTH_KEY`]: it vanishes by itself once no server probes any more.
+const HEALTH_TTL: Duration = Duration::from_secs(10);
+
+impl Store {
+    /// Proves that Redis takes writes: `SET jw:health 1 PX 10000`. Errors as every store
+    /// call classifies them: [`StoreError::Unavailable`] on a replica (READONLY), while
+    /// loading or failing over, or unreachable; [`StoreError::OutOfMemory`] when `maxmemory`
+    /// is reached (a write of any size is refused then).
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let () = redis::cmd("SET")
+            .arg(HEALTH_KEY)
+            .arg(1)
+            .arg("PX")
+            .arg(HEALTH_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
