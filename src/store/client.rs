@@ -9,7 +9,9 @@ use std::time::Duration;
 use redis::aio::ConnectionManagerConfig;
 use redis::Value;
 
-use super::codec::{array, bad, bytes, encode_body, int, job_from_record, next, string};
+use super::codec::{
+    array, bad, bytes, encode_body, int, job_from_record, next, string, with_history,
+};
 use super::conn::Conn;
 use super::keys::{Keys, QUEUES_KEY};
 use super::scripts::{self, NamedScript};
@@ -262,12 +264,18 @@ impl Store {
     /// Reads one job (`None` if there is none with that id).
     pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
         let mut conn = self.conn.clone();
-        let rec: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(Keys::new(queue).job(id))
+        let keys = Keys::new(queue);
+        // One MULTI: the record and its history as of the same moment.
+        let (rec, history): (Option<Vec<u8>>, redis::Value) = redis::pipe()
+            .atomic()
+            .get(keys.job(id))
+            .hgetall(keys.errors(id))
             .query_async(&mut conn)
             .await?;
-        rec.map(|r| job_from_record(queue, id.to_owned(), &r))
-            .transpose()
+        let Some(rec) = rec else { return Ok(None) };
+        let mut job = job_from_record(queue, id.to_owned(), &rec)?;
+        with_history(&mut job, history)?;
+        Ok(Some(job))
     }
 
     /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
@@ -499,6 +507,7 @@ fn created_job(
         backoff,
         timeout_ms,
         errors: Vec::new(),
+        errors_dropped: 0,
         dead_reason: None,
         create_ms: now,
         ready_ms: now + j.delay_ms,

@@ -3,13 +3,17 @@
 //! script call, and the calls follow each other until the set is exhausted.
 
 use super::client::Store;
-use super::codec::{array, bytes, job_from_record, next, string};
+use super::codec::{array, bytes, job_from_record, next, string, with_history};
 use super::keys::Keys;
 use super::{scripts, StoreError};
 use crate::jobs::{DeadFilter, Job, QueueName};
 
 /// Entries one script call may examine (bounds each call's time inside Redis).
 const SCAN_BUDGET: usize = 500;
+
+/// A page of dead jobs ends once its records and error histories pass this many bytes
+/// (bounds the reply and the call's time; the page is short, with a cursor to go on).
+const PAGE_BYTES: usize = 1024 * 1024;
 
 /// Which dead jobs a replay or delete acts on.
 #[derive(Clone, Debug)]
@@ -69,6 +73,7 @@ impl Store {
             cursor_in.unwrap_or("").as_bytes().to_vec(),
             page_size.to_string().into_bytes(),
             (SCAN_BUDGET.max(page_size)).to_string().into_bytes(),
+            PAGE_BYTES.to_string().into_bytes(),
         ]);
         let mut reply = array(
             self.run_script(&scripts::LIST_DEAD, &Keys::new(queue), args)
@@ -80,7 +85,9 @@ impl Store {
         for item in reply {
             let mut f = array(item)?.into_iter();
             let id = string(next(&mut f)?)?;
-            jobs.push(job_from_record(queue, id, &bytes(next(&mut f)?)?)?);
+            let mut job = job_from_record(queue, id, &bytes(next(&mut f)?)?)?;
+            with_history(&mut job, next(&mut f)?)?;
+            jobs.push(job);
         }
         Ok(DeadPage { jobs, next_cursor })
     }

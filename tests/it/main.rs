@@ -15,6 +15,7 @@ mod coalesce;
 mod core_flow;
 mod dead_letters;
 mod early_wake;
+mod error_history;
 mod error_text;
 mod flow_control;
 mod model;
