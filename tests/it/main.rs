@@ -21,6 +21,7 @@ mod flow_control;
 mod model;
 mod refusal;
 mod retries;
+mod script_time;
 mod shutdown;
 mod storage;
 mod validation;
