@@ -392,6 +392,7 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         backoff: j.backoff.as_ref().map(backoff_pb),
         timeout: (j.timeout_ms > 0).then(|| duration(j.timeout_ms)),
         errors: j.errors.iter().map(attempt_error).collect(),
+        errors_dropped: j.errors_dropped,
         dead_reason: dead_reason_pb(j.dead_reason) as i32,
         create_time: timestamp(j.create_ms),
         ready_time: timestamp(j.ready_ms),

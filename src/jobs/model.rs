@@ -256,8 +256,12 @@ pub struct Job {
     pub backoff: Option<Backoff>,
     /// Per-attempt timeout, ms; 0 = none.
     pub timeout_ms: u64,
-    /// Failed attempts, oldest first.
+    /// Failed attempts, oldest first: the first one and the newest ones kept (at most 10
+    /// after the first, within 64 KiB of JSON: `scripts/common.lua`). A leased job carries
+    /// only the last one, its details cut to 2 KiB.
     pub errors: Vec<AttemptError>,
+    /// Failed attempts removed from `errors` to keep the history bounded (0 in a lease).
+    pub errors_dropped: u64,
     /// Set when dead.
     pub dead_reason: Option<DeadReason>,
     /// Enqueue time, ms.

@@ -166,6 +166,7 @@ pub(crate) fn job_from_record(
         backoff: Backoff::decode(&text_of(take(h::BO))?),
         timeout_ms: n(take(h::TO)) as u64,
         errors,
+        errors_dropped: 0,
         dead_reason: DeadReason::parse(&text_of(take(h::DR))?),
         create_ms,
         ready_ms: n(take(h::RT)) as u64,
@@ -173,6 +174,31 @@ pub(crate) fn job_from_record(
         finish_ms: n(take(h::FT)) as u64,
         replays: n(take(h::RP)) as u32,
     })
+}
+
+/// Puts the error history (the HGETALL reply of the job's errors hash, `scripts/common.lua`)
+/// into `job`: the entries in order, and the dropped count. An empty hash leaves the errors
+/// of the record (none, or a whole history written before the hash existed).
+pub(crate) fn with_history(job: &mut Job, history: Value) -> Result<(), StoreError> {
+    let mut fields = array(history)?.into_iter();
+    let mut entries: Vec<(u64, AttemptError)> = Vec::new();
+    let mut dropped = 0;
+    while let Some(field) = fields.next() {
+        let field = string(field)?;
+        let value = bytes(next(&mut fields)?)?;
+        if let Ok(seq) = field.parse::<u64>() {
+            let e = serde_json::from_slice(&value).map_err(|e| bad(&format!("error: {e}")))?;
+            entries.push((seq, e));
+        } else if field == "dropped" {
+            dropped = int(Value::BulkString(value))? as u64;
+        }
+    }
+    if !entries.is_empty() {
+        entries.sort_by_key(|(seq, _)| *seq);
+        job.errors = entries.into_iter().map(|(_, e)| e).collect();
+        job.errors_dropped = dropped;
+    }
+    Ok(())
 }
 
 /// A job's idempotency key: `<queue>/<id>/<create time ms>`. Stable across attempts and

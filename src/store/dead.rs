@@ -3,13 +3,22 @@
 //! script call, and the calls follow each other until the set is exhausted.
 
 use super::client::Store;
-use super::codec::{array, bytes, job_from_record, next, string};
+use super::codec::{array, bytes, job_from_record, next, string, with_history};
 use super::keys::Keys;
 use super::{scripts, StoreError};
 use crate::jobs::{DeadFilter, Job, QueueName};
 
-/// Entries one script call may examine (bounds each call's time inside Redis).
-const SCAN_BUDGET: usize = 500;
+/// Entries one script call may examine (bounds each call's time inside Redis: about 0.1 ms
+/// an entry with max-size errors, `tests/it/script_time.rs`).
+const SCAN_BUDGET: usize = 100;
+
+/// Ids one replay or delete call takes; a longer list goes in several calls, each job
+/// still moved atomically.
+const IDS_PER_CALL: usize = 100;
+
+/// A page of dead jobs ends once its records and error histories pass this many bytes
+/// (bounds the reply and the call's time; the page is short, with a cursor to go on).
+const PAGE_BYTES: usize = 1024 * 1024;
 
 /// Which dead jobs a replay or delete acts on.
 #[derive(Clone, Debug)]
@@ -69,6 +78,7 @@ impl Store {
             cursor_in.unwrap_or("").as_bytes().to_vec(),
             page_size.to_string().into_bytes(),
             (SCAN_BUDGET.max(page_size)).to_string().into_bytes(),
+            PAGE_BYTES.to_string().into_bytes(),
         ]);
         let mut reply = array(
             self.run_script(&scripts::LIST_DEAD, &Keys::new(queue), args)
@@ -80,7 +90,9 @@ impl Store {
         for item in reply {
             let mut f = array(item)?.into_iter();
             let id = string(next(&mut f)?)?;
-            jobs.push(job_from_record(queue, id, &bytes(next(&mut f)?)?)?);
+            let mut job = job_from_record(queue, id, &bytes(next(&mut f)?)?)?;
+            with_history(&mut job, next(&mut f)?)?;
+            jobs.push(job);
         }
         Ok(DeadPage { jobs, next_cursor })
     }
@@ -113,6 +125,16 @@ impl Store {
     ) -> Result<(Vec<String>, Vec<String>), StoreError> {
         let keys = Keys::new(queue);
         let (mut done, mut skipped) = (Vec::new(), Vec::new());
+        if let DeadSelector::Ids(ids) = selector {
+            for chunk in ids.chunks(IDS_PER_CALL) {
+                let mut a = vec![b"ids".to_vec(), chunk.len().to_string().into_bytes()];
+                a.extend(chunk.iter().map(|id| id.clone().into_bytes()));
+                let mut reply = array(self.run_script(script, &keys, a).await?)?.into_iter();
+                done.extend(strings(next(&mut reply)?)?);
+                skipped.extend(strings(next(&mut reply)?)?);
+            }
+            return Ok((done, skipped));
+        }
         let mut at = String::new();
         loop {
             let args = match selector {

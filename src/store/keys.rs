@@ -41,9 +41,16 @@ impl Keys {
         }
     }
 
-    /// The hash of one job.
+    /// The record of one job.
     pub(crate) fn job(&self, id: &str) -> String {
         format!("{}{id}", self.all[6])
+    }
+
+    /// The error history of one job (a hash, `scripts/common.lua`): `jw:{queue}:errors:<id>`,
+    /// which the scripts derive from the job prefix; no job key starts with it.
+    pub(crate) fn errors(&self, id: &str) -> String {
+        let p = &self.all[6];
+        format!("{}errors:{id}", &p[..p.len() - "job:".len()])
     }
 }
 
@@ -62,6 +69,7 @@ mod tests {
             assert!(key.starts_with("jw:{emails}:"), "{key}");
         }
         assert_eq!(k.job("a:b{c}"), "jw:{emails}:job:a:b{c}");
+        assert_eq!(k.errors("a:b"), "jw:{emails}:errors:a:b");
         assert_eq!(wake_channel(&q), "jw:wake:emails");
     }
 }

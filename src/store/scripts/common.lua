@@ -22,7 +22,9 @@
 --     state, attempts made, timeout ms (0 none), name, lease ms, lease token, worker id,
 --     attempt deadline ms), which a lease rewrites without decoding the rest; then max
 --     attempts, priority, backoff "kind,delay_ms,jitter,max_ms" ('' none), create ms,
---     ready ms, finish ms, replays, dead reason, attempt errors (JSON array, '' none);
+--     ready ms, finish ms, replays, dead reason, the last attempt error (a JSON array of
+--     at most one error, its details cut to LAST_DETAILS_BYTES; '' none: see the history
+--     below; records written before the history key may hold a longer array);
 --     unset strings are '' and unset numbers 0;
 --   then the body, the array [payload, content type, metadata JSON], written by the server
 --     at enqueue and copied unread by the scripts.
@@ -34,12 +36,24 @@
 -- One string instead of a hash of fields: a 100-byte payload would push a hash past
 -- hash-max-listpack-value (64) into a hashtable, about 760 bytes a job against about 230.
 -- (The idempotency key is derived: queue/id/c0.)
+--
+-- The error history of a job lives beside its record, in the hash ERR_PREFIX .. id
+-- ("jw:{queue}:errors:<id>": same hash tag, and no job key starts with it), so that no
+-- transition but a failure touches it and a lease never copies it. Fields: n (errors
+-- recorded so far), '1' (the first error, always kept), lo .. n (the newest ones kept),
+-- bytes (the JSON size of entries lo .. n), dropped (how many were removed). The entries
+-- kept after the first are the last HISTORY_LAST within HISTORY_BYTES of JSON; the newest
+-- is always kept. So a job stores at most the first error, HISTORY_BYTES and the newest
+-- (each error is at most 8 KiB of message and 64 KiB of details, cut by the API).
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local JOB_PREFIX = KEYS[7]
 local K_LIMITER = KEYS[8]
 local WAKE = ARGV[1]
+-- "jw:{queue}:job:" -> "jw:{queue}:errors:" (see the error history above).
+local ERR_PREFIX = string.sub(JOB_PREFIX, 1, -5) .. 'errors:'
+local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 
 local ST, ATT, TO, NAME, LT, TOK, WK, AD, MAX, PRI, BO, C0, RT, FT, RP, DR, ERR =
   2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
@@ -66,6 +80,10 @@ end
 
 local function job_key(id)
   return JOB_PREFIX .. id
+end
+
+local function errors_key(id)
+  return ERR_PREFIX .. id
 end
 
 -- A job's record split into its header (a table, see above) and its body (a string).
@@ -183,11 +201,14 @@ local function next_score(key)
   return -1
 end
 
--- Deletes the jobs of a list of ids, in one DEL per chunk.
+-- Deletes the jobs of a list of ids with their error histories, in one DEL per chunk.
 local function delete_jobs(ids)
-  for i = 1, #ids, 1000 do
+  for i = 1, #ids, 500 do
     local keys = {}
-    for j = i, math.min(i + 999, #ids) do keys[#keys + 1] = job_key(ids[j]) end
+    for j = i, math.min(i + 499, #ids) do
+      keys[#keys + 1] = job_key(ids[j])
+      keys[#keys + 1] = errors_key(ids[j])
+    end
     redis.call('DEL', unpack(keys))
   end
 end
@@ -243,6 +264,50 @@ local function backoff_delay(bo, att, r)
   return math.floor(d)
 end
 
+-- Appends one error (JSON) to history hash ek, then drops the oldest entries but the
+-- first while more than HISTORY_LAST follow it or they pass HISTORY_BYTES (the newest
+-- stays), counting them. O(1) a call but for the drops: no entry is decoded.
+local function append_error(ek, entry)
+  local n = redis.call('HINCRBY', ek, 'n', 1)
+  redis.call('HSET', ek, n, entry)
+  if n == 1 then return end
+  local bytes = redis.call('HINCRBY', ek, 'bytes', #entry)
+  local lo = tonumber(redis.call('HGET', ek, 'lo')) or 2
+  local gone = 0
+  while lo < n and (n - lo + 1 > HISTORY_LAST or bytes > HISTORY_BYTES) do
+    bytes = bytes - redis.call('HSTRLEN', ek, lo)
+    redis.call('HDEL', ek, lo)
+    lo, gone = lo + 1, gone + 1
+  end
+  if gone > 0 then
+    redis.call('HSET', ek, 'lo', lo, 'bytes', bytes)
+    redis.call('HINCRBY', ek, 'dropped', gone)
+  end
+end
+
+-- Records error `e` (a table) of job `id` in its history; returns the header's copy (the
+-- last error with its details cut to LAST_DETAILS_BYTES). A record written before the
+-- history key existed has its whole history in the header: it moves to the hash first.
+local function record_error(id, h, e)
+  local ek = errors_key(id)
+  if h[ERR] ~= '' and redis.call('EXISTS', ek) == 0 then
+    local old = cjson.decode(h[ERR])
+    for i, o in ipairs(old) do
+      if i == 1 or i > #old - HISTORY_LAST then append_error(ek, cjson.encode(o)) end
+    end
+    if #old > HISTORY_LAST + 1 then redis.call('HINCRBY', ek, 'dropped', #old - HISTORY_LAST - 1) end
+  end
+  append_error(ek, cjson.encode(e))
+  local d = e.d or ''
+  if #d > LAST_DETAILS_BYTES then
+    -- Cut on a UTF-8 boundary (not inside a continuation byte), then mark the cut.
+    local keep = LAST_DETAILS_BYTES - 40
+    while keep > 0 and string.byte(d, keep + 1) >= 128 and string.byte(d, keep + 1) < 192 do keep = keep - 1 end
+    e.d = string.sub(d, 1, keep) .. '\226\128\166[truncated ' .. (#d - keep) .. ' bytes]'
+  end
+  return '[' .. cjson.encode(e) .. ']'
+end
+
 -- Ends the current attempt of leased job `id` (header h, body) as failed: records the
 -- error, then retries (delayed or waiting), returns the job without consuming the attempt
 -- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
@@ -268,11 +333,7 @@ local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason,
     delay = backoff_delay(h[BO], att, r)
   end
 
-  local errors = {}
-  if h[ERR] ~= '' then errors = cjson.decode(h[ERR]) end
-  errors[#errors + 1] = { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay }
-  while #errors > 1000 do table.remove(errors, 1) end
-  h[ERR] = cjson.encode(errors)
+  h[ERR] = record_error(id, h, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
   h[TOK], h[AD] = '', 0
   redis.call('ZREM', K_ACTIVE, id)
 
@@ -333,7 +394,7 @@ end
 
 -- Walks the dead set in dead-time order after the cursor score (exclusive; '-inf' = from the
 -- start), calling visit(id, jk, h, body, rec) for each matching entry, until `want` matched
--- or `budget` entries were examined. visit may remove the entry. Returns the cursor score of
+-- or `budget` entries were examined or visit returned true. visit may remove the entry. Returns the cursor score of
 -- the last entry examined, or '' when the set is exhausted.
 local function scan_dead(cursor, want, budget, filter, visit)
   local examined, matched = 0, 0
@@ -348,14 +409,15 @@ local function scan_dead(cursor, want, budget, filter, visit)
       from = '(' .. score
       local jk = job_key(id)
       local rec = redis.call('GET', jk)
+      local stop = false
       if rec then
         local h, body = split_record(rec)
         if matches(h, math.floor(tonumber(score) / DEAD_SCALE), filter) then
-          visit(id, jk, h, body, rec)
+          stop = visit(id, jk, h, body, rec)
           matched = matched + 1
         end
       end
-      if examined >= budget or matched >= want then return score end
+      if stop or examined >= budget or matched >= want then return score end
     end
   end
 end

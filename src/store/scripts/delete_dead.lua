@@ -1,4 +1,4 @@
--- delete_dead.lua: removes dead jobs for good. Deleting a job that is not dead does nothing
+-- delete_dead.lua: removes dead jobs (and their error histories) for good. Deleting a job that is not dead does nothing
 -- and reports it as skipped.
 -- ARGV: [1] wake channel (unused), [2] 'ids' | 'filter';
 --   ids:    [3] n, [4 ..] ids
@@ -7,7 +7,7 @@
 local deleted = {}
 local function delete(id, jk)
   redis.call('ZREM', K_DEAD, id)
-  redis.call('DEL', jk)
+  redis.call('DEL', jk, errors_key(id))
   deleted[#deleted + 1] = id
 end
 local skipped, cursor = for_selected_dead(delete)
