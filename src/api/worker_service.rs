@@ -264,6 +264,8 @@ impl WorkerApi {
     ) {
         let mut ended = false;
         while !ended {
+            // Replies the worker has not read yet bound what is read from it.
+            self.hub.outbound_room(&session).await;
             let mut batch = Vec::new();
             let mut refused = None;
             match inbound.next().await {

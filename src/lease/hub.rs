@@ -161,6 +161,12 @@ impl Hub {
         }
     }
 
+    /// Waits while too many replies wait unread on `session`'s outbound half (see
+    /// [`Session`]'s `outbound_room`); the stream's reader calls it before reading more.
+    pub async fn outbound_room(&self, session: &Session) {
+        session.outbound_room().await;
+    }
+
     /// The worker was heard from.
     pub fn touch(&self, session: &Session) {
         session.touch(self.mono_ms());

@@ -48,6 +48,10 @@ pub struct Settled {
     pub result: Result<Option<crate::jobs::JobState>, crate::Error>,
 }
 
+/// Most replies (settled, draining) queued unread for one stream before its requests stop
+/// being read; one inbound batch may add up to 256 more.
+pub(crate) const CONTROL_BACKLOG: usize = 256;
+
 /// One worker stream.
 #[derive(Debug)]
 pub struct Session {
@@ -60,6 +64,9 @@ pub struct Session {
     book: Mutex<Book>,
     /// Messages other than leases for the outbound half, and the waker of its last poll.
     out: Mutex<OutQueue>,
+    /// Signalled when the outbound half takes a control message or the stream closes: the
+    /// reader waits on it while [`CONTROL_BACKLOG`] replies are unread.
+    out_room: tokio::sync::Notify,
     last_seen_ms: AtomicU64,
     pub(crate) draining: AtomicBool,
     /// Index into `queues` of the queue whose turn it is to use a credit (fairness).
@@ -95,6 +102,7 @@ impl Session {
             queues,
             book: Mutex::new(Book::new(i64::from(credits))),
             out: Mutex::default(),
+            out_room: tokio::sync::Notify::new(),
             last_seen_ms: AtomicU64::new(now_ms),
             draining: AtomicBool::new(false),
             turn: AtomicUsize::new(0),
@@ -145,6 +153,9 @@ impl Session {
     pub(crate) fn poll_outbound(&self, cx: &mut Context<'_>) -> Poll<Taken> {
         let mut out = self.out();
         if let Some(m) = out.control.pop_front() {
+            if out.control.len() < CONTROL_BACKLOG {
+                self.out_room.notify_one();
+            }
             return Poll::Ready(Taken::Msg(m, false));
         }
         let mut book = self.book();
@@ -165,7 +176,22 @@ impl Session {
     pub(crate) fn close(&self) -> Vec<LeaseRef> {
         let undelivered = self.book().close();
         self.wake_outbound();
+        self.out_room.notify_one();
         undelivered
+    }
+
+    /// Waits while [`CONTROL_BACKLOG`] or more replies wait unread for the outbound half
+    /// (returns at once when the stream is closed). The stream's reader calls it before
+    /// reading more requests, so a worker that sends but never reads stops being read, and
+    /// HTTP/2 flow control then stops its sends: the replies it owes cannot pile up.
+    pub(crate) async fn outbound_room(&self) {
+        loop {
+            let room = self.out_room.notified();
+            if self.is_closed() || self.out().control.len() < CONTROL_BACKLOG {
+                return;
+            }
+            room.await;
+        }
     }
 
     /// The stream has ended.

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use jobwire::pb;
 use jobwire::pb::queue_service_client::QueueServiceClient;
 use pb::subscribe_request::Message as In;
@@ -230,4 +231,62 @@ async fn a_streams_own_expired_job_coming_back_does_not_leak_a_credit() {
         "the stream lost a credit: got {} of 2 leases",
         a.iter().chain(b.iter()).count()
     );
+}
+
+#[tokio::test]
+async fn a_stream_that_sends_but_never_reads_is_not_read_without_limit() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (_redis, app) = TestApp::with_redis().await;
+    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
+        .expect("uri")
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await
+        .expect("connect");
+    // 30 000 acks the server refuses on the spot (empty queue), each answered by a
+    // `settled` the client never reads. Count how many the transport took from the client.
+    const N: usize = 30_000;
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let counter = pulled.clone();
+    let open = pb::SubscribeRequest {
+        message: Some(In::Open(pb::OpenStream {
+            queues: vec!["noisy".into()],
+            credits: 1,
+            worker_id: "noisy".into(),
+        })),
+    };
+    let acks = (0..N).map(|k| pb::SubscribeRequest {
+        message: Some(In::Ack(pb::AckRequest {
+            queue: String::new(),
+            job_id: format!("{k:0>250}"),
+            lease_token: "t".into(),
+        })),
+    });
+    let requests = futures::stream::iter(std::iter::once(open).chain(acks)).map(move |m| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        m
+    });
+    let rx = pb::worker_service_client::WorkerServiceClient::new(channel)
+        .subscribe(requests)
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let mut last = usize::MAX;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = pulled.load(Ordering::Relaxed);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let taken = pulled.load(Ordering::Relaxed);
+    println!("{N} refused acks sent, replies never read: the transport took {taken}");
+    assert!(
+        taken < N / 3,
+        "the server kept reading ({taken} of {N}) though its replies pile up unread"
+    );
+    drop(rx);
 }
