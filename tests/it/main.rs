@@ -20,6 +20,7 @@ mod error_text;
 mod flow_control;
 mod model;
 mod refusal;
+mod replay_once;
 mod retries;
 mod script_time;
 mod shutdown;
