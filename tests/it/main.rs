@@ -11,6 +11,7 @@ mod metrics;
 
 mod bad_input;
 mod bad_input_workers;
+mod batch_items;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
