@@ -8,6 +8,7 @@ mod limits;
 mod logs;
 mod message_limits;
 mod metrics;
+mod metrics_zero;
 
 mod bad_input;
 mod bad_input_workers;
