@@ -136,6 +136,7 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
         let queue = convert::queue("queue", &r.queue)?;
         let sel = selector(&r.job_ids, r.filter.as_ref())?;
         let (replayed, skipped) = self.store.replay(&queue, &sel).await.map_err(Error::from)?;
+        crate::metrics::replayed(queue.as_str(), replayed.len());
         tracing::info!(queue = %queue, replayed = replayed.len(), skipped = skipped.len(), "replayed dead letters");
         Ok(Response::new(pb::ReplayDeadLettersResponse {
             replayed_job_ids: replayed,

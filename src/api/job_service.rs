@@ -125,9 +125,26 @@ impl pb::job_service_server::JobService for JobApi {
                 Err(e) => results[i] = Some(item_error(e)),
             }
         }
+        // One store call per queue. A queue whose call fails gives its items that error and
+        // the other queues are still written, so a retry of the whole batch duplicates
+        // nothing; only when no call wrote anything does the call itself fail (e.g.
+        // UNAVAILABLE while Redis is down), which is as safe to retry.
+        let (mut written, mut first_failure) = (false, None);
         for (queue, items) in by_queue {
             let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
-            let outcomes = self.enqueue_in(&queue, &jobs).await?;
+            let outcomes = match self.enqueue_in(&queue, &jobs).await {
+                Ok(o) => o,
+                Err(e) => {
+                    let status = Status::from(e);
+                    let refused = item_result(&status, String::new());
+                    for (i, _) in &items {
+                        results[*i] = Some(refused.clone());
+                    }
+                    first_failure.get_or_insert(status);
+                    continue;
+                }
+            };
+            written = true;
             for ((i, _), o) in items.iter().zip(outcomes) {
                 crate::metrics::enqueued(queue.as_str(), o.created);
                 results[*i] = Some(pb::EnqueueResult {
@@ -136,6 +153,9 @@ impl pb::job_service_server::JobService for JobApi {
                     error: None,
                 });
             }
+        }
+        if let (false, Some(status)) = (written, first_failure) {
+            return Err(status);
         }
         Ok(Response::new(pb::EnqueueBatchResponse {
             results: results.into_iter().flatten().collect(),
@@ -171,7 +191,11 @@ pub(crate) fn item_error(e: Error) -> pb::EnqueueResult {
         Error::InvalidArgument { field, .. } | Error::TooLarge { field, .. } => field.clone(),
         _ => String::new(),
     };
-    let status = Status::from(e);
+    item_result(&Status::from(e), field)
+}
+
+/// A batch item answered with `status` (and the offending `field`, if any).
+fn item_result(status: &Status, field: String) -> pb::EnqueueResult {
     pb::EnqueueResult {
         job: None,
         created: false,

@@ -159,6 +159,7 @@ impl QueueLoop {
         for (slot, lj) in slots.iter().zip(batch.jobs) {
             crate::metrics::leased(
                 self.queue.as_str(),
+                &lj.job.name,
                 batch.now_ms.saturating_sub(lj.job.ready_ms),
             );
             let span = attempt_span(&self.queue, &lj, &slot.worker_id);

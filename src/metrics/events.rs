@@ -21,8 +21,62 @@ pub fn enqueued(queue: &str, created: bool) {
     counter!(name, "queue" => queue.to_owned()).increment(1);
 }
 
-/// A lease handed out `wait_ms` after the job became ready.
-pub fn leased(queue: &str, wait_ms: u64) {
+/// The counters labelled by queue alone, registered at 0 by [`queue_known`].
+const QUEUE_COUNTERS: [&str; 6] = [
+    JOBS_ENQUEUED,
+    JOBS_DEDUPLICATED,
+    JOBS_LEASED,
+    LEASE_EXPIRATIONS,
+    RATE_LIMIT_THROTTLED,
+    DEAD_LETTERS_REPLAYED,
+];
+/// Every `disposition` label value of [`JOB_FAILURES`].
+const DISPOSITIONS: [&str; 5] = [
+    "retry",
+    "no_retry",
+    "rate_limited",
+    "lease_expired",
+    "timed_out",
+];
+/// Every `reason` label value of [`JOBS_DEAD_LETTERED`].
+const DEAD_REASONS: [DeadReason; 4] = [
+    DeadReason::NoRetry,
+    DeadReason::AttemptsExhausted,
+    DeadReason::LeaseExpired,
+    DeadReason::TimedOut,
+];
+
+/// This replica knows `queue` (the scrape found it in Redis): its counters labelled by queue
+/// alone exist from now on, at 0 until their first event, so that Prometheus' `rate()` and
+/// `increase()` count that event (a series that appears at 1 hides it).
+pub fn queue_known(queue: &str) {
+    for name in QUEUE_COUNTERS {
+        counter!(name, "queue" => queue.to_owned()).increment(0);
+    }
+}
+
+/// The first time this replica sees `job_name` on `queue` (as a label, see
+/// [`labels::job_name_first`]): the counters of every label set with that name start at 0.
+fn job_name_known(queue: &str, job_name: &str) {
+    let (q, n) = (queue.to_owned(), job_name.to_owned());
+    counter!(JOBS_COMPLETED, "queue" => q.clone(), "job_name" => n.clone()).increment(0);
+    counter!(JOB_RETRIES, "queue" => q.clone(), "job_name" => n.clone()).increment(0);
+    for d in DISPOSITIONS {
+        counter!(JOB_FAILURES, "queue" => q.clone(), "job_name" => n.clone(), "disposition" => d)
+            .increment(0);
+    }
+    for r in DEAD_REASONS {
+        counter!(JOBS_DEAD_LETTERED, "queue" => q.clone(), "job_name" => n.clone(), "reason" => r.as_str())
+            .increment(0);
+    }
+}
+
+/// A lease of a `job_name` job handed out `wait_ms` after the job became ready. The first
+/// lease of a name starts that name's counters at 0 (before its ack or failure).
+pub fn leased(queue: &str, job_name: &str, wait_ms: u64) {
+    if let (name, true) = labels::job_name_first(queue, job_name) {
+        job_name_known(queue, &name);
+    }
     counter!(JOBS_LEASED, "queue" => queue.to_owned()).increment(1);
     histogram!(JOB_WAIT_SECONDS, "queue" => queue.to_owned()).record(secs(wait_ms));
 }
@@ -58,6 +112,11 @@ pub fn failed(
         }
         _ => {}
     }
+}
+
+/// `n` dead-letter entries of `queue` replayed back to waiting.
+pub fn replayed(queue: &str, n: usize) {
+    counter!(DEAD_LETTERS_REPLAYED, "queue" => queue.to_owned()).increment(n as u64);
 }
 
 /// The reaper failed an expired lease.

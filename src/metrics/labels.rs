@@ -25,18 +25,24 @@ pub fn max_job_names() -> usize {
 /// The `job_name` label for `name` on `queue`: the name itself while the queue has fewer
 /// than the cap, `other` after that.
 pub fn job_name(queue: &str, name: &str) -> String {
+    job_name_first(queue, name).0
+}
+
+/// [`job_name`], and whether this call gave the name its label (the first time the queue
+/// saw it).
+pub fn job_name_first(queue: &str, name: &str) -> (String, bool) {
     let Ok(mut seen) = SEEN.lock() else {
-        return OTHER.to_owned();
+        return (OTHER.to_owned(), false);
     };
     let names = seen.entry(queue.to_owned()).or_default();
     if names.contains(name) {
-        return name.to_owned();
+        return (name.to_owned(), false);
     }
     if names.len() < max_job_names() {
         names.insert(name.to_owned());
-        return name.to_owned();
+        return (name.to_owned(), true);
     }
-    OTHER.to_owned()
+    (OTHER.to_owned(), false)
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub const JOB_FAILURES: &str = "jobwire_job_failures_total";
 pub const JOB_RETRIES: &str = "jobwire_job_retries_total";
 /// Jobs moved to the dead-letter queue, by reason.
 pub const JOBS_DEAD_LETTERED: &str = "jobwire_jobs_dead_lettered_total";
+/// Dead-letter entries replayed (back to waiting) by ReplayDeadLetters on this replica.
+pub const DEAD_LETTERS_REPLAYED: &str = "jobwire_dead_letters_replayed_total";
 /// Leases that expired (worker died, hung or lost its stream) or attempts that timed out.
 pub const LEASE_EXPIRATIONS: &str = "jobwire_lease_expirations_total";
 /// Lease to ack/fail, seconds.
@@ -135,6 +137,11 @@ pub fn describe_all() {
         JOBS_DEAD_LETTERED,
         Unit::Count,
         "Jobs moved to the dead-letter queue, by reason."
+    );
+    describe_counter!(
+        DEAD_LETTERS_REPLAYED,
+        Unit::Count,
+        "Dead-letter entries replayed back to waiting by ReplayDeadLetters."
     );
     describe_counter!(
         LEASE_EXPIRATIONS,

@@ -75,14 +75,7 @@ impl Scraper {
                 .count();
             gauge!(WORKERS_CONNECTED, "queue" => q.clone()).set(workers as f64);
             // Registered at zero so that rate() and alerts see every queue from the start.
-            for name in [
-                JOBS_ENQUEUED,
-                JOBS_LEASED,
-                LEASE_EXPIRATIONS,
-                RATE_LIMIT_THROTTLED,
-            ] {
-                counter!(name, "queue" => q.clone()).increment(0);
-            }
+            queue_known(&q);
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! Dead-letter reads and transitions: list (paged, filtered), replay, delete.
 //! Filtered replay and delete walk the dead set in bounded chunks: each chunk is one atomic
-//! script call, and the calls follow each other until the set is exhausted.
+//! script call, and the calls follow each other until the set is exhausted. A walk acts only
+//! on the entries dead when its first call ran (the newest score then bounds the later
+//! calls), so jobs it replays that die again meanwhile are not chased.
 
 use super::client::Store;
 use super::codec::{array, bytes, job_from_record, next, string, with_history};
@@ -136,6 +138,8 @@ impl Store {
             return Ok((done, skipped));
         }
         let mut at = String::new();
+        // The walk's last score, fixed by its first call: what dies later is not acted on.
+        let mut upto = String::new();
         loop {
             let args = match selector {
                 DeadSelector::Ids(ids) => {
@@ -149,6 +153,7 @@ impl Store {
                     a.extend([
                         at.clone().into_bytes(),
                         SCAN_BUDGET.to_string().into_bytes(),
+                        upto.clone().into_bytes(),
                     ]);
                     a
                 }
@@ -157,7 +162,10 @@ impl Store {
             done.extend(strings(next(&mut reply)?)?);
             skipped.extend(strings(next(&mut reply)?)?);
             match cursor(string(next(&mut reply)?)?) {
-                Some(c) => at = c,
+                Some(c) => {
+                    at = c;
+                    upto = string(next(&mut reply)?)?;
+                }
                 None => return Ok((done, skipped)),
             }
         }

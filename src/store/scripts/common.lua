@@ -393,15 +393,16 @@ local function read_filter(i)
 end
 
 -- Walks the dead set in dead-time order after the cursor score (exclusive; '-inf' = from the
--- start), calling visit(id, jk, h, body, rec) for each matching entry, until `want` matched
--- or `budget` entries were examined or visit returned true. visit may remove the entry. Returns the cursor score of
--- the last entry examined, or '' when the set is exhausted.
-local function scan_dead(cursor, want, budget, filter, visit)
+-- start) up to the score `upto` (inclusive; nil = '+inf'), calling visit(id, jk, h, body, rec)
+-- for each matching entry, until `want` matched or `budget` entries were examined or visit
+-- returned true. visit may remove the entry. Returns the cursor score of the last entry
+-- examined, or '' when the set is exhausted.
+local function scan_dead(cursor, want, budget, filter, visit, upto)
   local examined, matched = 0, 0
   local from = '-inf'
   if cursor ~= '-inf' and cursor ~= '' then from = '(' .. cursor end
   while true do
-    local chunk = redis.call('ZRANGE', K_DEAD, from, '+inf', 'BYSCORE', 'LIMIT', 0, 200, 'WITHSCORES')
+    local chunk = redis.call('ZRANGE', K_DEAD, from, upto or '+inf', 'BYSCORE', 'LIMIT', 0, 200, 'WITHSCORES')
     if #chunk == 0 then return '' end
     for i = 1, #chunk, 2 do
       local id, score = chunk[i], chunk[i + 1]
@@ -441,10 +442,15 @@ end
 
 -- The selection of replay.lua and delete_dead.lua: applies act(id, jk, h, body) to each
 -- listed id that is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the
--- filter (ARGV[2] 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine).
--- Returns the listed ids that were not dead, and the next cursor ('' = done).
+-- filter (ARGV[2] 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine,
+-- [11] the walk's last score, '' on its first call). Returns the listed ids that were not
+-- dead, the next cursor ('' = done) and the walk's last score (to pass to the next call).
+-- A walk acts on what was dead when it began, so a replayed job that dies again is not
+-- replayed twice by one call. (Dead scores are ms * 1000 + a sequence mod 1000: an entry
+-- added in the same millisecond as the newest one when the walk began, after a sequence
+-- wrap, could still fall under the bound.)
 local function for_selected_dead(act)
-  local skipped, cursor = {}, ''
+  local skipped, cursor, upto = {}, '', ''
   if ARGV[2] == 'ids' then
     for i = 1, tonumber(ARGV[3]) do
       local id = ARGV[3 + i]
@@ -454,7 +460,15 @@ local function for_selected_dead(act)
     end
   else
     local budget = tonumber(ARGV[10])
-    cursor = scan_dead(ARGV[9], budget, budget, read_filter(3), act)
+    upto = ARGV[11] or ''
+    if upto == '' then
+      -- The first call of a walk: the newest entry now is the last one the walk acts on, so
+      -- jobs that die (again) while it goes on are left for the next call.
+      local top = redis.call('ZRANGE', K_DEAD, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+      if #top == 0 then return skipped, '', '' end
+      upto = top[2]
+    end
+    cursor = scan_dead(ARGV[9], budget, budget, read_filter(3), act, upto)
   end
-  return skipped, cursor
+  return skipped, cursor, upto
 end

@@ -4,8 +4,9 @@
 -- ARGV: [1] wake channel, [2] 'ids' | 'filter';
 --   ids:    [3] n, [4 ..] ids
 --   filter: [3 .. 8] filter (name, error type, reason, message prefix, after ms, before ms;
---           '' / -1 = any), [9] cursor score ('' = start), [10] max entries to examine
--- Reply: { replayed ids, skipped ids, next cursor ('' = done) }
+--           '' / -1 = any), [9] cursor score ('' = start), [10] max entries to examine,
+--           [11] last score of the walk ('' on its first call: the newest dead entry now)
+-- Reply: { replayed ids, skipped ids, next cursor ('' = done), last score of the walk }
 local now = now_ms()
 local replayed = {}
 local function replay(id, jk, h, body)
@@ -14,6 +15,6 @@ local function replay(id, jk, h, body)
   make_ready(id, jk, h, body, now)
   replayed[#replayed + 1] = id
 end
-local skipped, cursor = for_selected_dead(replay)
+local skipped, cursor, upto = for_selected_dead(replay)
 if #replayed > 0 then redis.call('PUBLISH', WAKE, '1') end
-return { replayed, skipped, cursor }
+return { replayed, skipped, cursor, upto }
