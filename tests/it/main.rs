@@ -23,6 +23,7 @@ mod flow_control;
 mod model;
 mod refusal;
 mod replay_once;
+mod retention_age;
 mod retries;
 mod script_time;
 mod shutdown;
