@@ -58,7 +58,10 @@ async fn completed_max_age_frees_the_id_with_no_further_traffic() {
         "the completed job outlived completed_max_age = 1s with no traffic"
     );
     let text = http_get(app.http, "/metrics").await;
-    assert!(trimmed(&text, "age-c", "completed") >= 1.0, "trimmed counter");
+    assert!(
+        trimmed(&text, "age-c", "completed") >= 1.0,
+        "trimmed counter"
+    );
 }
 
 #[tokio::test]
