@@ -27,6 +27,15 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// N / 4 seconds (10 000 queues: 42 minutes), at a cost independent of N.
 const SWEEP_CHUNK: usize = 4;
 
+/// A change to the wake-up listener's subscriptions.
+#[derive(Debug)]
+pub(super) enum Subscription {
+    /// The queue got a local lease loop: subscribe.
+    Add(QueueName),
+    /// The queue's local loop ended with its last stream: unsubscribe.
+    Drop(QueueName),
+}
+
 impl Hub {
     /// Spawns renewal, reaper and the wake-up listener (for `redis_url`) on the hub's
     /// tracker; they stop at [`Hub::shutdown`].
@@ -208,11 +217,15 @@ impl Hub {
     }
 
     /// Listens on the wake-up channel of every queue that has a local lease loop (and of
-    /// each new one as its loop starts) and wakes that loop. Queues no local worker serves
+    /// each new one as its loop starts, until the loop ends) and wakes that loop. Queues no local worker serves
     /// are not listened to, so their enqueues cost this replica nothing. Reconnects with a
     /// pause after any error, and wakes every loop after reconnecting, since messages sent
     /// while it was away are lost.
-    async fn wake_listener(self, url: String, mut new_queues: mpsc::UnboundedReceiver<QueueName>) {
+    async fn wake_listener(
+        self,
+        url: String,
+        mut new_queues: mpsc::UnboundedReceiver<Subscription>,
+    ) {
         let stop = self.inner.stop.clone();
         loop {
             let run = async {
@@ -236,12 +249,17 @@ impl Hub {
                                 }
                             }
                         }
-                        q = new_queues.recv() => {
-                            let Some(q) = q else { break };
-                            sink.subscribe(wake_channel(&q)).await?;
-                            // A job made ready before the subscription took effect.
-                            self.wake(&q);
-                        }
+                        change = new_queues.recv() => match change {
+                            None => break,
+                            Some(Subscription::Add(q)) => {
+                                sink.subscribe(wake_channel(&q)).await?;
+                                // A job made ready before the subscription took effect.
+                                self.wake(&q);
+                            }
+                            Some(Subscription::Drop(q)) => {
+                                sink.unsubscribe(wake_channel(&q)).await?;
+                            }
+                        },
                     }
                 }
                 Ok::<(), redis::RedisError>(())
