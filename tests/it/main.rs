@@ -21,6 +21,7 @@ mod error_history;
 mod error_text;
 mod flow_control;
 mod model;
+mod queue_lifecycle;
 mod refusal;
 mod replay_once;
 mod retention_age;
