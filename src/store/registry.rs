@@ -102,6 +102,9 @@ impl Store {
     pub(super) async fn unregister_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
         if let Ok(mut k) = self.known_queues.lock() {
             k.remove(queue);
+            if k.capacity() > 64 && k.len() < k.capacity() / 4 {
+                k.shrink_to_fit();
+            }
         }
         let mut conn = self.conn.clone();
         let _: Value = redis::pipe()

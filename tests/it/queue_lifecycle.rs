@@ -140,7 +140,11 @@ async fn delete_queue_removes_every_key_and_is_refused_while_jobs_are_leased() {
     let busy = delete(&app, q, false).await.expect_err("jobs are leased");
     assert_eq!(busy.code(), Code::FailedPrecondition, "{}", busy.message());
     assert!(busy.message().contains("force"), "{}", busy.message());
-    assert_eq!(keys(c.clone()).await, before, "a refused delete changes nothing");
+    assert_eq!(
+        keys(c.clone()).await,
+        before,
+        "a refused delete changes nothing"
+    );
 
     let d = delete(&app, q, true).await.expect("forced delete");
     assert_eq!(
