@@ -103,7 +103,7 @@ async fn delete_queue_removes_every_key_and_is_refused_while_jobs_are_leased() {
         enqueue(&app, spec(q, id)).await;
     }
     let mut w = TestWorker::open(&app, &[q], 3, "w").await;
-    let mut leases = vec![w.lease().await, w.lease().await, w.lease().await];
+    let mut leases = [w.lease().await, w.lease().await, w.lease().await];
     leases.sort_by_key(|l| l.job.as_ref().map(|j| j.job_id.clone()));
     let [dies, done, held] = [&leases[0], &leases[1], &leases[2]];
     assert_eq!(w.ack(done).await.code, 0);
