@@ -180,7 +180,9 @@ impl ServeArgs {
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
-            metrics_max_queues: crate::metrics::labels::DEFAULT_MAX_QUEUES,
+            // The label cap is process-wide and a test process runs many servers, each with
+            // its own queues: tests that check labels must not find them turned into `other`.
+            metrics_max_queues: 10_000,
             max_queues: crate::store::DEFAULT_MAX_QUEUES,
             config: None,
             log_format: LogFormat::Pretty,

@@ -320,9 +320,7 @@ impl Store {
             .await?;
         let mut reply = array(reply)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
-        // Retention: the reaper applies the age limit and counts what was trimmed.
-        self.mark_due(queue, now_ms).await;
-        items
+        let outcomes: Vec<Settle<AckOutcome>> = items
             .iter()
             .map(|_| {
                 let status = string(next(&mut reply)?)?;
@@ -339,7 +337,12 @@ impl Store {
                     _ => return Err(bad("unknown settle status")),
                 })
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        if outcomes.iter().any(|o| matches!(o, Settle::Done(_))) {
+            // Retention: the reaper applies the age limit and counts what was trimmed.
+            self.mark_due(queue, now_ms).await;
+        }
+        Ok(outcomes)
     }
 
     /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
