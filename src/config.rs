@@ -136,6 +136,17 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_METRICS_MAX_JOB_NAMES", default_value_t = 100)]
     pub metrics_max_job_names: usize,
 
+    /// Distinct queue label values in metrics; later queues are reported as "other"
+    /// (1..=10000).
+    #[arg(long, env = "JOBWIRE_METRICS_MAX_QUEUES", default_value_t = crate::metrics::labels::DEFAULT_MAX_QUEUES)]
+    pub metrics_max_queues: usize,
+
+    /// Most queues the server keeps (1..=1000000): an Enqueue, EnqueueBatch or queue admin
+    /// call that would create one more is refused with RESOURCE_EXHAUSTED. DeleteQueue frees
+    /// a slot.
+    #[arg(long, env = "JOBWIRE_MAX_QUEUES", default_value_t = crate::store::DEFAULT_MAX_QUEUES)]
+    pub max_queues: usize,
+
     /// Queue config file (TOML: defaults, retention, rate limits, concurrency limits per
     /// queue), applied to Redis at start.
     #[arg(long, env = "JOBWIRE_CONFIG")]
@@ -169,6 +180,10 @@ impl ServeArgs {
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
+            // The label cap is process-wide and a test process runs many servers, each with
+            // its own queues: tests that check labels must not find them turned into `other`.
+            metrics_max_queues: 10_000,
+            max_queues: crate::store::DEFAULT_MAX_QUEUES,
             config: None,
             log_format: LogFormat::Pretty,
             print_config: false,
@@ -213,6 +228,18 @@ impl ServeArgs {
             return Err(format!(
                 "--metrics-max-job-names must be between 1 and 10000, got {}",
                 self.metrics_max_job_names
+            ));
+        }
+        if !(1..=10_000).contains(&self.metrics_max_queues) {
+            return Err(format!(
+                "--metrics-max-queues must be between 1 and 10000, got {}",
+                self.metrics_max_queues
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_queues) {
+            return Err(format!(
+                "--max-queues must be between 1 and 1000000, got {}",
+                self.max_queues
             ));
         }
         Ok(())
@@ -260,6 +287,11 @@ impl ServeArgs {
                 self.metrics_max_job_names.to_string(),
             ),
             (
+                "JOBWIRE_METRICS_MAX_QUEUES",
+                self.metrics_max_queues.to_string(),
+            ),
+            ("JOBWIRE_MAX_QUEUES", self.max_queues.to_string()),
+            (
                 "JOBWIRE_CONFIG",
                 self.config
                     .as_ref()
@@ -301,6 +333,8 @@ impl fmt::Debug for ServeArgs {
             max_payload_bytes,
             default_max_attempts,
             metrics_max_job_names,
+            metrics_max_queues,
+            max_queues,
             config,
             log_format,
             print_config,
@@ -320,6 +354,8 @@ impl fmt::Debug for ServeArgs {
             .field("max_payload_bytes", max_payload_bytes)
             .field("default_max_attempts", default_max_attempts)
             .field("metrics_max_job_names", metrics_max_job_names)
+            .field("metrics_max_queues", metrics_max_queues)
+            .field("max_queues", max_queues)
             .field("config", config)
             .field("log_format", log_format)
             .field("print_config", print_config)

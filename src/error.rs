@@ -40,6 +40,27 @@ pub enum Error {
         /// The job's current state.
         state: String,
     },
+    /// The request would create a queue past the server's queue limit (`--max-queues`):
+    /// RESOURCE_EXHAUSTED with a quota violation. Nothing was written.
+    #[error("the server's limit of {limit} queues is reached; delete unused queues (DeleteQueue) or raise --max-queues")]
+    TooManyQueues {
+        /// The limit.
+        limit: usize,
+    },
+    /// No such queue: NOT_FOUND.
+    #[error("queue {queue:?} not found")]
+    QueueNotFound {
+        /// The queue.
+        queue: String,
+    },
+    /// The queue has leased jobs and the deletion was not forced: FAILED_PRECONDITION.
+    #[error("queue {queue:?} has {leased} leased jobs; wait for them or delete with force")]
+    QueueBusy {
+        /// The queue.
+        queue: String,
+        /// Jobs leased.
+        leased: u64,
+    },
     /// Redis is unreachable, or the server is shutting down: UNAVAILABLE, retry with backoff.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -69,6 +90,7 @@ impl From<&StoreError> for Error {
             StoreError::OutOfMemory(e) => Error::StoreFull(e.to_string()),
             StoreError::Redis(e) => Error::Internal(e.to_string()),
             StoreError::Decode(msg) => Error::Internal(msg.clone()),
+            StoreError::TooManyQueues { limit } => Error::TooManyQueues { limit: *limit },
         }
     }
 }

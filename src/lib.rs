@@ -67,7 +67,8 @@ pub async fn run(
     let result = async {
         let store = Store::connect(&url, REDIS_TIMEOUT)
             .await
-            .context("redis url")?;
+            .context("redis url")?
+            .with_max_queues(cfg.max_queues);
         wait_for_redis(&store).await?;
         check_eviction(&store, cfg.allow_eviction).await?;
         if let Some(path) = &cfg.config {

@@ -147,6 +147,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let handle = crate::metrics::install();
     crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
+    crate::metrics::labels::set_max_queues(cfg.metrics_max_queues);
     let hub = Hub::new(
         store.clone(),
         HubConfig {

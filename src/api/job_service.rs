@@ -125,6 +125,13 @@ impl pb::job_service_server::JobService for JobApi {
                 Err(e) => results[i] = Some(item_error(e)),
             }
         }
+        // Every new queue of the batch is registered first, all or none: past the queue
+        // limit the whole batch is refused before anything is written.
+        let queues: Vec<QueueName> = by_queue.keys().cloned().collect();
+        self.store
+            .remember_queues(&queues)
+            .await
+            .map_err(Error::from)?;
         // One store call per queue. A queue whose call fails gives its items that error and
         // the other queues are still written, so a retry of the whole batch duplicates
         // nothing; only when no call wrote anything does the call itself fail (e.g.

@@ -1,4 +1,4 @@
-//! `jobwire.v1.QueueService`: list, stats, pause/resume, config, purge.
+//! `jobwire.v1.QueueService`: list, stats, pause/resume, config, purge, delete.
 
 use tonic::{Request, Response, Status};
 
@@ -10,7 +10,7 @@ use crate::jobs::{
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD,
 };
 use crate::lease::Hub;
-use crate::store::QueueStats;
+use crate::store::{DeleteQueue, QueueStats};
 use crate::Error;
 
 /// The QueueService handlers.
@@ -268,5 +268,45 @@ impl pb::queue_service_server::QueueService for QueueApi {
             .map_err(Error::from)?;
         tracing::info!(queue = %q, deleted, "queue purged");
         Ok(Response::new(pb::PurgeQueueResponse { deleted }))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue))]
+    async fn delete_queue(
+        &self,
+        r: Request<pb::DeleteQueueRequest>,
+    ) -> Result<Response<pb::DeleteQueueResponse>, Status> {
+        let r = r.into_inner();
+        let q = convert::queue("queue", &r.queue)?;
+        let outcome = self
+            .hub
+            .store()
+            .delete_queue(&q, r.force)
+            .await
+            .map_err(Error::from)?;
+        let d = match outcome {
+            DeleteQueue::Deleted(d) => d,
+            DeleteQueue::NotFound => {
+                return Err(Error::QueueNotFound {
+                    queue: q.to_string(),
+                }
+                .into())
+            }
+            DeleteQueue::Busy { leased, deleted } => {
+                tracing::info!(queue = %q, leased, deleted = ?deleted, "queue deletion refused: jobs are leased");
+                return Err(Error::QueueBusy {
+                    queue: q.to_string(),
+                    leased,
+                }
+                .into());
+            }
+        };
+        tracing::info!(queue = %q, force = r.force, deleted = ?d, "queue deleted");
+        Ok(Response::new(pb::DeleteQueueResponse {
+            waiting: d.waiting,
+            delayed: d.delayed,
+            active: d.active,
+            completed: d.completed,
+            dead: d.dead,
+        }))
     }
 }

@@ -37,6 +37,22 @@ impl From<Error> for Status {
                 );
                 (Code::FailedPrecondition, "LEASE_LOST", e.to_string())
             }
+            Error::TooManyQueues { limit } => {
+                d.add_quota_failure_violation("max-queues", format!("at most {limit} queues"));
+                (Code::ResourceExhausted, "TOO_MANY_QUEUES", e.to_string())
+            }
+            Error::QueueNotFound { queue } => {
+                d.set_resource_info("queue", queue.clone(), "", "no such queue");
+                (Code::NotFound, "QUEUE_NOT_FOUND", e.to_string())
+            }
+            Error::QueueBusy { queue, .. } => {
+                d.add_precondition_failure_violation(
+                    "LEASED_JOBS",
+                    queue.clone(),
+                    "the queue has leased jobs; pass force to delete them too",
+                );
+                (Code::FailedPrecondition, "QUEUE_BUSY", e.to_string())
+            }
             Error::Unavailable(_) => {
                 d.set_retry_info(Some(Duration::from_secs(1)));
                 (
@@ -122,6 +138,24 @@ mod tests {
                 "STORE_FULL",
             ),
             (Error::Internal("bug".into()), Code::Internal, "INTERNAL"),
+            (
+                Error::TooManyQueues { limit: 10 },
+                Code::ResourceExhausted,
+                "TOO_MANY_QUEUES",
+            ),
+            (
+                Error::QueueNotFound { queue: "q".into() },
+                Code::NotFound,
+                "QUEUE_NOT_FOUND",
+            ),
+            (
+                Error::QueueBusy {
+                    queue: "q".into(),
+                    leased: 1,
+                },
+                Code::FailedPrecondition,
+                "QUEUE_BUSY",
+            ),
         ];
         for (e, code, r) in cases {
             let s = Status::from(e);

@@ -1,6 +1,6 @@
 //! The hub's background tasks: batched lease renewal for live streams, the reaper (expired
-//! leases, timed-out attempts, due delayed jobs, on every queue, whether or not a local
-//! worker serves it), and the pub/sub listener that turns enqueues on any replica into
+//! leases, timed-out attempts, due delayed jobs and retention ages, on every queue whose
+//! work is due, whether or not a local worker serves it), and the pub/sub listener that turns enqueues on any replica into
 //! wake-ups of the local lease loops (subscribed to the queues those loops serve).
 
 use std::collections::HashMap;
@@ -19,6 +19,22 @@ use crate::store::wake_channel;
 const RENEW_BATCH: usize = 1000;
 /// Most expired leases one reap call fails (it is called again at once while it fills).
 const REAP_BATCH: usize = 100;
+/// Most due queues one reaper tick reaps (the rest stay due for the next tick).
+const DUE_BATCH: usize = 1000;
+/// How often the safety sweep reaps a few registered queues whatever the due index says.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// Registered queues the sweep reaps each time: a full sweep of N queues takes about
+/// N / 4 seconds (10 000 queues: 42 minutes), at a cost independent of N.
+const SWEEP_CHUNK: usize = 4;
+
+/// A change to the wake-up listener's subscriptions.
+#[derive(Debug)]
+pub(super) enum Subscription {
+    /// The queue got a local lease loop: subscribe.
+    Add(QueueName),
+    /// The queue's local loop ended with its last stream: unsubscribe.
+    Drop(QueueName),
+}
 
 impl Hub {
     /// Spawns renewal, reaper and the wake-up listener (for `redis_url`) on the hub's
@@ -97,28 +113,63 @@ impl Hub {
         }
     }
 
-    /// Every reaper_interval, reaps every known queue.
+    /// Every reaper_interval, reaps the queues the due index says have work due (expired
+    /// leases, due delayed jobs, retention ages); a queue with none costs nothing. Each reap
+    /// moves the queue's entry to its next due time. As a safety net for lost index updates
+    /// (a crash or a Redis error between a script and its index update), a slow sweep also
+    /// reaps [`SWEEP_CHUNK`] registered queues every [`SWEEP_EVERY`], whatever the index says,
+    /// and on start an empty index (a deployment from before it existed) is seeded with every
+    /// registered queue.
     async fn reap_loop(self) {
         let stop = self.inner.stop.clone();
+        let mut seeded = false;
+        let mut cursor = 0u64;
+        let mut last_sweep = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.config().reaper_interval) => {}
                 _ = stop.cancelled() => return,
             }
-            let queues = match self.store().queues().await {
-                Ok(q) => q,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reaper cannot list queues");
-                    continue;
+            if !seeded {
+                match self.store().seed_due_index().await {
+                    Ok(n) => {
+                        seeded = true;
+                        if n > 0 {
+                            tracing::info!(
+                                queues = n,
+                                "due index seeded with every registered queue"
+                            );
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "reaper cannot seed the due index"),
                 }
-            };
-            for queue in queues {
-                self.reap_queue(&queue).await;
+            }
+            match self.store().due_queues(DUE_BATCH).await {
+                Ok(due) => {
+                    for (queue, seen) in due {
+                        self.reap_queue(&queue, Some(&seen)).await;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "reaper cannot read the due index"),
+            }
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = tokio::time::Instant::now();
+                match self.store().scan_queues(cursor, SWEEP_CHUNK).await {
+                    Ok((next, queues)) => {
+                        cursor = next;
+                        for queue in queues {
+                            self.reap_queue(&queue, None).await;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "reaper sweep cannot list queues"),
+                }
             }
         }
     }
 
-    async fn reap_queue(&self, queue: &QueueName) {
+    /// Reaps `queue` until no expired lease is left, then sets its due-index entry (read as
+    /// `seen`, `None` for the sweep) to its next due time.
+    async fn reap_queue(&self, queue: &QueueName, seen: Option<&str>) {
         loop {
             let report = match self.store().reap(queue, REAP_BATCH).await {
                 Ok(r) => r,
@@ -150,18 +201,31 @@ impl Hub {
             if report.promoted > 0 || !report.reaped.is_empty() {
                 self.wake(queue);
             }
+            crate::metrics::trimmed(queue.as_str(), "completed", report.trimmed_completed);
+            crate::metrics::trimmed(queue.as_str(), "dead", report.trimmed_dead);
             if report.reaped.len() < REAP_BATCH {
+                if let Err(e) = self
+                    .store()
+                    .set_next_due(queue, seen, report.next_work_ms())
+                    .await
+                {
+                    tracing::debug!(queue = %queue, error = %e, "due index not updated");
+                }
                 return;
             }
         }
     }
 
     /// Listens on the wake-up channel of every queue that has a local lease loop (and of
-    /// each new one as its loop starts) and wakes that loop. Queues no local worker serves
+    /// each new one as its loop starts, until the loop ends) and wakes that loop. Queues no local worker serves
     /// are not listened to, so their enqueues cost this replica nothing. Reconnects with a
     /// pause after any error, and wakes every loop after reconnecting, since messages sent
     /// while it was away are lost.
-    async fn wake_listener(self, url: String, mut new_queues: mpsc::UnboundedReceiver<QueueName>) {
+    async fn wake_listener(
+        self,
+        url: String,
+        mut new_queues: mpsc::UnboundedReceiver<Subscription>,
+    ) {
         let stop = self.inner.stop.clone();
         loop {
             let run = async {
@@ -185,12 +249,17 @@ impl Hub {
                                 }
                             }
                         }
-                        q = new_queues.recv() => {
-                            let Some(q) = q else { break };
-                            sink.subscribe(wake_channel(&q)).await?;
-                            // A job made ready before the subscription took effect.
-                            self.wake(&q);
-                        }
+                        change = new_queues.recv() => match change {
+                            None => break,
+                            Some(Subscription::Add(q)) => {
+                                sink.subscribe(wake_channel(&q)).await?;
+                                // A job made ready before the subscription took effect.
+                                self.wake(&q);
+                            }
+                            Some(Subscription::Drop(q)) => {
+                                sink.unsubscribe(wake_channel(&q)).await?;
+                            }
+                        },
                     }
                 }
                 Ok::<(), redis::RedisError>(())

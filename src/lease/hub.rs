@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::background::Subscription;
 use super::outbound::OutboundStream;
 use super::queue_loop::QueueLoop;
 use super::session::{LeaseRef, Outbound, Session};
@@ -49,10 +50,11 @@ pub(super) struct Inner {
     pub(super) acks: Coalescer<AckOp>,
     /// The per-queue fail lanes.
     pub(super) fails: Coalescer<FailOp>,
-    /// Tells the wake-up listener about each queue that gets a local loop.
-    new_queues: mpsc::UnboundedSender<QueueName>,
+    /// Tells the wake-up listener about each queue that gets or loses its local loop (sent
+    /// under the `loops` lock, so the listener sees them in the map's order).
+    new_queues: mpsc::UnboundedSender<Subscription>,
     /// The listener's end, taken when it starts.
-    pub(super) new_queues_rx: Mutex<Option<mpsc::UnboundedReceiver<QueueName>>>,
+    pub(super) new_queues_rx: Mutex<Option<mpsc::UnboundedReceiver<Subscription>>>,
 }
 
 impl Hub {
@@ -128,8 +130,7 @@ impl Hub {
             s.insert(id, session.clone());
         }
         for q in &session.queues {
-            let lp = self.queue_loop(q);
-            lp.add(session.clone());
+            let lp = self.join_loop(q, &session);
             lp.notify.notify_one();
         }
         let out = OutboundStream::new(self.clone(), session.clone());
@@ -148,15 +149,19 @@ impl Hub {
         if let Ok(mut s) = self.inner.sessions.lock() {
             s.remove(&session.id);
         }
-        let loops = self
-            .inner
-            .loops
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_default();
+        // A loop whose last stream this was ends, and its wake-up subscription with it: a
+        // queue no local stream serves costs this replica nothing.
+        let mut loops = match self.inner.loops.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
         for q in &session.queues {
             if let Some(lp) = loops.get(q) {
-                lp.remove(session.id);
+                if lp.remove(session.id) {
+                    lp.stop.cancel();
+                    loops.remove(q);
+                    let _ = self.inner.new_queues.send(Subscription::Drop(q.clone()));
+                }
             }
         }
     }
@@ -275,17 +280,22 @@ impl Hub {
         }
     }
 
-    fn queue_loop(&self, queue: &QueueName) -> Arc<QueueLoop> {
+    /// Adds `session` to `queue`'s local loop, starting the loop (and its wake-up
+    /// subscription) if the queue has none. Under the `loops` lock, so a loop that
+    /// [`Hub::close_session`] is ending never gets a new stream.
+    fn join_loop(&self, queue: &QueueName, session: &Arc<Session>) -> Arc<QueueLoop> {
         let mut loops = match self.inner.loops.lock() {
             Ok(l) => l,
             Err(p) => p.into_inner(),
         };
         if let Some(lp) = loops.get(queue) {
+            lp.add(session.clone());
             return lp.clone();
         }
-        let lp = Arc::new(QueueLoop::new(queue.clone()));
+        let lp = Arc::new(QueueLoop::new(queue.clone(), self.inner.stop.child_token()));
+        lp.add(session.clone());
         loops.insert(queue.clone(), lp.clone());
-        let _ = self.inner.new_queues.send(queue.clone());
+        let _ = self.inner.new_queues.send(Subscription::Add(queue.clone()));
         let hub = self.clone();
         let task_loop = lp.clone();
         self.inner

@@ -1,13 +1,15 @@
 //! One lease loop per queue per replica. It gathers the free credits of every local stream
 //! on the queue, leases that many jobs in one script call, and spreads them across the
 //! streams round-robin. With nothing to lease it sleeps until a wake-up (an enqueue on any
-//! replica, a credit returned), the next delayed job's due time, or the safety poll.
+//! replica, a credit returned), the next delayed job's due time, or the safety poll. It ends
+//! with the last local stream on its queue (see `Hub::close_session`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::hub::Hub;
 use super::session::Session;
@@ -34,6 +36,8 @@ pub(super) struct QueueLoop {
     /// Echoes of local enqueues' PUBLISHes still to come, which wake nothing (see
     /// `wakeup.rs`).
     pub(super) echoes: AtomicI64,
+    /// Cancelled when the loop's last local stream ends (or the replica stops).
+    pub(super) stop: CancellationToken,
 }
 
 /// How the loop waits after a lease call.
@@ -48,8 +52,9 @@ enum Wait {
 }
 
 impl QueueLoop {
-    pub(super) fn new(queue: QueueName) -> QueueLoop {
+    pub(super) fn new(queue: QueueName, stop: CancellationToken) -> QueueLoop {
         QueueLoop {
+            stop,
             queue,
             notify: Notify::new(),
             sessions: Mutex::default(),
@@ -65,9 +70,14 @@ impl QueueLoop {
         }
     }
 
-    pub(super) fn remove(&self, id: u64) {
-        if let Ok(mut v) = self.sessions.lock() {
-            v.retain(|s| s.id != id);
+    /// Removes stream `id`; true when no stream is left.
+    pub(super) fn remove(&self, id: u64) -> bool {
+        match self.sessions.lock() {
+            Ok(mut v) => {
+                v.retain(|s| s.id != id);
+                v.is_empty()
+            }
+            Err(_) => false,
         }
     }
 
@@ -102,7 +112,7 @@ impl QueueLoop {
     }
 
     pub(super) async fn run(self: Arc<Self>, hub: Hub) {
-        let stop = hub.inner.stop.clone();
+        let stop = self.stop.clone();
         loop {
             if stop.is_cancelled() {
                 return;

@@ -18,7 +18,7 @@ pub fn enqueued(queue: &str, created: bool) {
     } else {
         JOBS_DEDUPLICATED
     };
-    counter!(name, "queue" => queue.to_owned()).increment(1);
+    counter!(name, "queue" => labels::queue(queue)).increment(1);
 }
 
 /// The counters labelled by queue alone, registered at 0 by [`queue_known`].
@@ -51,14 +51,17 @@ const DEAD_REASONS: [DeadReason; 4] = [
 /// `increase()` count that event (a series that appears at 1 hides it).
 pub fn queue_known(queue: &str) {
     for name in QUEUE_COUNTERS {
-        counter!(name, "queue" => queue.to_owned()).increment(0);
+        counter!(name, "queue" => labels::queue(queue)).increment(0);
+    }
+    for state in ["completed", "dead"] {
+        counter!(JOBS_TRIMMED, "queue" => labels::queue(queue), "state" => state).increment(0);
     }
 }
 
 /// The first time this replica sees `job_name` on `queue` (as a label, see
 /// [`labels::job_name_first`]): the counters of every label set with that name start at 0.
 fn job_name_known(queue: &str, job_name: &str) {
-    let (q, n) = (queue.to_owned(), job_name.to_owned());
+    let (q, n) = (labels::queue(queue), job_name.to_owned());
     counter!(JOBS_COMPLETED, "queue" => q.clone(), "job_name" => n.clone()).increment(0);
     counter!(JOB_RETRIES, "queue" => q.clone(), "job_name" => n.clone()).increment(0);
     for d in DISPOSITIONS {
@@ -77,15 +80,15 @@ pub fn leased(queue: &str, job_name: &str, wait_ms: u64) {
     if let (name, true) = labels::job_name_first(queue, job_name) {
         job_name_known(queue, &name);
     }
-    counter!(JOBS_LEASED, "queue" => queue.to_owned()).increment(1);
-    histogram!(JOB_WAIT_SECONDS, "queue" => queue.to_owned()).record(secs(wait_ms));
+    counter!(JOBS_LEASED, "queue" => labels::queue(queue)).increment(1);
+    histogram!(JOB_WAIT_SECONDS, "queue" => labels::queue(queue)).record(secs(wait_ms));
 }
 
 /// An ack applied `run_ms` after the lease.
 pub fn completed(queue: &str, job_name: &str, run_ms: u64) {
     let name = labels::job_name(queue, job_name);
-    counter!(JOBS_COMPLETED, "queue" => queue.to_owned(), "job_name" => name).increment(1);
-    histogram!(JOB_RUN_SECONDS, "queue" => queue.to_owned()).record(secs(run_ms));
+    counter!(JOBS_COMPLETED, "queue" => labels::queue(queue), "job_name" => name).increment(1);
+    histogram!(JOB_RUN_SECONDS, "queue" => labels::queue(queue)).record(secs(run_ms));
 }
 
 /// A failed attempt and where it sent the job. `disposition` is the label value: retry,
@@ -99,16 +102,16 @@ pub fn failed(
     run_ms: Option<u64>,
 ) {
     let name = labels::job_name(queue, job_name);
-    counter!(JOB_FAILURES, "queue" => queue.to_owned(), "job_name" => name.clone(), "disposition" => disposition).increment(1);
+    counter!(JOB_FAILURES, "queue" => labels::queue(queue), "job_name" => name.clone(), "disposition" => disposition).increment(1);
     if let Some(ms) = run_ms {
-        histogram!(JOB_RUN_SECONDS, "queue" => queue.to_owned()).record(secs(ms));
+        histogram!(JOB_RUN_SECONDS, "queue" => labels::queue(queue)).record(secs(ms));
     }
     match (state, dead_reason) {
         (JobState::Dead, Some(reason)) => {
-            counter!(JOBS_DEAD_LETTERED, "queue" => queue.to_owned(), "job_name" => name, "reason" => reason.as_str()).increment(1);
+            counter!(JOBS_DEAD_LETTERED, "queue" => labels::queue(queue), "job_name" => name, "reason" => reason.as_str()).increment(1);
         }
         (JobState::Waiting | JobState::Delayed, _) if disposition != "rate_limited" => {
-            counter!(JOB_RETRIES, "queue" => queue.to_owned(), "job_name" => name).increment(1);
+            counter!(JOB_RETRIES, "queue" => labels::queue(queue), "job_name" => name).increment(1);
         }
         _ => {}
     }
@@ -116,17 +119,24 @@ pub fn failed(
 
 /// `n` dead-letter entries of `queue` replayed back to waiting.
 pub fn replayed(queue: &str, n: usize) {
-    counter!(DEAD_LETTERS_REPLAYED, "queue" => queue.to_owned()).increment(n as u64);
+    counter!(DEAD_LETTERS_REPLAYED, "queue" => labels::queue(queue)).increment(n as u64);
+}
+
+/// `n` jobs of `state` (completed or dead) removed by the queue's retention limits.
+pub fn trimmed(queue: &str, state: &'static str, n: u64) {
+    if n > 0 {
+        counter!(JOBS_TRIMMED, "queue" => labels::queue(queue), "state" => state).increment(n);
+    }
 }
 
 /// The reaper failed an expired lease.
 pub fn lease_expired(queue: &str) {
-    counter!(LEASE_EXPIRATIONS, "queue" => queue.to_owned()).increment(1);
+    counter!(LEASE_EXPIRATIONS, "queue" => labels::queue(queue)).increment(1);
 }
 
 /// A lease attempt held back by the queue's rate or concurrency limit.
 pub fn throttled(queue: &str) {
-    counter!(RATE_LIMIT_THROTTLED, "queue" => queue.to_owned()).increment(1);
+    counter!(RATE_LIMIT_THROTTLED, "queue" => labels::queue(queue)).increment(1);
 }
 
 /// One Lua script call: its latency, and its error kind if it failed.

@@ -38,6 +38,8 @@ pub const JOB_RETRIES: &str = "jobwire_job_retries_total";
 pub const JOBS_DEAD_LETTERED: &str = "jobwire_jobs_dead_lettered_total";
 /// Dead-letter entries replayed (back to waiting) by ReplayDeadLetters on this replica.
 pub const DEAD_LETTERS_REPLAYED: &str = "jobwire_dead_letters_replayed_total";
+/// Completed jobs and dead-letter entries removed by retention (count or age), by state.
+pub const JOBS_TRIMMED: &str = "jobwire_jobs_trimmed_total";
 /// Leases that expired (worker died, hung or lost its stream) or attempts that timed out.
 pub const LEASE_EXPIRATIONS: &str = "jobwire_lease_expirations_total";
 /// Lease to ack/fail, seconds.
@@ -142,6 +144,11 @@ pub fn describe_all() {
         DEAD_LETTERS_REPLAYED,
         Unit::Count,
         "Dead-letter entries replayed back to waiting by ReplayDeadLetters."
+    );
+    describe_counter!(
+        JOBS_TRIMMED,
+        Unit::Count,
+        "Jobs removed by retention (count or age limit), by state: completed or dead."
     );
     describe_counter!(
         LEASE_EXPIRATIONS,

@@ -1,6 +1,7 @@
-//! `/metrics`: refreshes the queue gauges from Redis (all queues in one pipelined round trip,
-//! at most once per [`REFRESH_EVERY`]), sets this replica's worker counts, and renders.
+//! `/metrics`: refreshes the queue gauges from Redis (pipelined, a chunk of queues per round
+//! trip, at most once per [`REFRESH_EVERY`]), sets this replica's worker counts, and renders.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
@@ -48,35 +49,67 @@ impl Scraper {
         self.handle.render()
     }
 
+    /// Reads every registered queue's stats (in chunks of [`STATS_CHUNK`] queues, so other
+    /// calls on the shared connection are not stuck behind one huge pipeline) and sets the
+    /// gauges. Queues past the label cap are summed into `queue="other"` (ages and paused:
+    /// the maximum). Named queues that are gone (deleted) read 0.
     async fn refresh(&self) -> Result<(), crate::store::StoreError> {
         let store = self.hub.store();
         let queues = store.queues().await?;
-        let stats = store.queue_stats(&queues).await?;
         let sessions = self.hub.sessions();
-        for s in stats {
-            let q = s.queue.clone();
-            for (state, n) in [
-                ("waiting", s.waiting),
-                ("delayed", s.delayed),
-                ("active", s.active),
-                ("completed", s.completed),
-                ("dead", s.dead),
-            ] {
+        let mut by_label: HashMap<String, Gauges> = HashMap::new();
+        for label in labels::named_queues() {
+            by_label.entry(label).or_default();
+        }
+        for chunk in queues.chunks(STATS_CHUNK) {
+            for s in store.queue_stats(chunk).await? {
+                let workers = sessions
+                    .iter()
+                    .filter(|w| w.queues.iter().any(|wq| wq.as_str() == s.queue))
+                    .count() as u64;
+                let g = by_label.entry(labels::queue(&s.queue)).or_default();
+                for (i, n) in [s.waiting, s.delayed, s.active, s.completed, s.dead]
+                    .into_iter()
+                    .enumerate()
+                {
+                    g.jobs[i] += n;
+                }
+                g.oldest_waiting_ms = g.oldest_waiting_ms.max(s.oldest_waiting_ms);
+                g.oldest_dead_ms = g.oldest_dead_ms.max(s.oldest_dead_ms);
+                g.paused |= s.paused;
+                g.workers += workers;
+            }
+        }
+        for (q, g) in by_label {
+            for (state, n) in ["waiting", "delayed", "active", "completed", "dead"]
+                .into_iter()
+                .zip(g.jobs)
+            {
                 gauge!(QUEUE_JOBS, "queue" => q.clone(), "state" => state).set(n as f64);
             }
             gauge!(QUEUE_OLDEST_WAITING_AGE, "queue" => q.clone())
-                .set(s.oldest_waiting_ms as f64 / 1000.0);
+                .set(g.oldest_waiting_ms as f64 / 1000.0);
             gauge!(DEAD_LETTER_OLDEST_AGE, "queue" => q.clone())
-                .set(s.oldest_dead_ms as f64 / 1000.0);
-            gauge!(QUEUE_PAUSED, "queue" => q.clone()).set(if s.paused { 1.0 } else { 0.0 });
-            let workers = sessions
-                .iter()
-                .filter(|w| w.queues.iter().any(|wq| wq.as_str() == q))
-                .count();
-            gauge!(WORKERS_CONNECTED, "queue" => q.clone()).set(workers as f64);
+                .set(g.oldest_dead_ms as f64 / 1000.0);
+            gauge!(QUEUE_PAUSED, "queue" => q.clone()).set(if g.paused { 1.0 } else { 0.0 });
+            gauge!(WORKERS_CONNECTED, "queue" => q.clone()).set(g.workers as f64);
             // Registered at zero so that rate() and alerts see every queue from the start.
             queue_known(&q);
         }
         Ok(())
     }
+}
+
+/// Queues per stats round trip.
+const STATS_CHUNK: usize = 200;
+
+/// One `queue` label's gauge values (one queue, or the sum of those labelled `other`).
+#[derive(Default)]
+struct Gauges {
+    /// waiting, delayed, active, completed, dead.
+    jobs: [u64; 5],
+    oldest_waiting_ms: u64,
+    oldest_dead_ms: u64,
+    paused: bool,
+    workers: u64,
 }

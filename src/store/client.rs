@@ -1,10 +1,10 @@
 //! [`Store`]: one method per script, on one multiplexed, self-reconnecting connection
 //! ([`Conn`]: it also connects again when Redis answers as a replica).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManagerConfig;
 use redis::Value;
@@ -13,7 +13,7 @@ use super::codec::{
     array, bad, bytes, encode_body, int, job_from_record, next, string, with_history,
 };
 use super::conn::Conn;
-use super::keys::{Keys, QUEUES_KEY};
+use super::keys::Keys;
 use super::scripts::{self, NamedScript};
 use super::types::*;
 use super::StoreError;
@@ -23,7 +23,10 @@ use crate::jobs::{Backoff, DeadReason, Job, JobState, LeasedJob, NewJob, QueueNa
 #[derive(Clone)]
 pub struct Store {
     pub(super) conn: Conn,
-    known_queues: Arc<Mutex<HashSet<QueueName>>>,
+    /// Queues this store registered, and when (see `registry.rs`).
+    pub(super) known_queues: Arc<Mutex<HashMap<QueueName, Instant>>>,
+    /// The most queues the registry may hold.
+    pub(super) max_queues: usize,
     /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
     /// it; see [`Store::script_reloads`].
     reloads: Arc<AtomicU64>,
@@ -77,6 +80,7 @@ impl Store {
             conn,
             known_queues: Arc::default(),
             reloads: Arc::default(),
+            max_queues: super::registry::DEFAULT_MAX_QUEUES,
         })
     }
 
@@ -160,45 +164,6 @@ impl Store {
             .ok_or_else(|| bad("CONFIG GET maxmemory-policy"))
     }
 
-    /// Every queue name ever enqueued to (sorted).
-    pub async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
-        let mut conn = self.conn.clone();
-        let names: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(QUEUES_KEY)
-            .query_async(&mut conn)
-            .await?;
-        let mut queues: Vec<QueueName> = names
-            .iter()
-            .filter_map(|n| QueueName::parse(n).ok())
-            .collect();
-        queues.sort();
-        Ok(queues)
-    }
-
-    /// Has this store already registered `queue` in the queue set? Until then an enqueue
-    /// first sends a one-time SADD before its script call.
-    pub fn knows_queue(&self, queue: &QueueName) -> bool {
-        self.known_queues
-            .lock()
-            .map(|k| k.contains(queue))
-            .unwrap_or(false)
-    }
-
-    pub(super) async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
-        if !self.knows_queue(queue) {
-            let mut conn = self.conn.clone();
-            let _: i64 = redis::cmd("SADD")
-                .arg(QUEUES_KEY)
-                .arg(queue.as_str())
-                .query_async(&mut conn)
-                .await?;
-            if let Ok(mut k) = self.known_queues.lock() {
-                k.insert(queue.clone());
-            }
-        }
-        Ok(())
-    }
-
     /// Creates jobs of one queue in one script call (`enqueue.lua`); a taken id returns the
     /// existing job with `created = false`. Outcomes are in input order.
     pub async fn enqueue(
@@ -245,6 +210,9 @@ impl Store {
         let default_max = int(next(&mut reply)?)? as u32;
         let default_backoff = Backoff::decode(&string(next(&mut reply)?)?);
         let default_timeout = int(next(&mut reply)?)? as u64;
+        if let Some(delay) = jobs.iter().map(|j| j.delay_ms).filter(|d| *d > 0).min() {
+            self.mark_due(queue, now + delay).await;
+        }
         jobs.iter()
             .map(|j| {
                 let item = bytes(next(&mut reply)?)?;
@@ -326,6 +294,9 @@ impl Store {
                 deadline_ms,
             });
         }
+        if let Some(first) = jobs.iter().map(|j| j.deadline_ms).min() {
+            self.mark_due(queue, first).await;
+        }
         Ok(LeaseBatch {
             now_ms,
             jobs,
@@ -349,7 +320,7 @@ impl Store {
             .await?;
         let mut reply = array(reply)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
-        items
+        let outcomes: Vec<Settle<AckOutcome>> = items
             .iter()
             .map(|_| {
                 let status = string(next(&mut reply)?)?;
@@ -366,7 +337,12 @@ impl Store {
                     _ => return Err(bad("unknown settle status")),
                 })
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        if outcomes.iter().any(|o| matches!(o, Settle::Done(_))) {
+            // Retention: the reaper applies the age limit and counts what was trimmed.
+            self.mark_due(queue, now_ms).await;
+        }
+        Ok(outcomes)
     }
 
     /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
@@ -423,18 +399,28 @@ impl Store {
                 },
             ]);
         }
-        self.settle_call(&scripts::FAIL, queue, args, |mut it| {
-            Ok(FailOutcome {
-                state: state(&string(next(&mut it)?)?)?,
-                at_ms: int(next(&mut it)?)? as u64,
-                dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
-                lease_ms: int(next(&mut it)?)? as u64,
-                name: string(next(&mut it)?)?,
-                attempt: int(next(&mut it)?)? as u32,
-                now_ms: int(next(&mut it)?)? as u64,
+        let outcomes = self
+            .settle_call(&scripts::FAIL, queue, args, |mut it| {
+                Ok(FailOutcome {
+                    state: state(&string(next(&mut it)?)?)?,
+                    at_ms: int(next(&mut it)?)? as u64,
+                    dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
+                    lease_ms: int(next(&mut it)?)? as u64,
+                    name: string(next(&mut it)?)?,
+                    attempt: int(next(&mut it)?)? as u32,
+                    now_ms: int(next(&mut it)?)? as u64,
+                })
             })
-        })
-        .await
+            .await?;
+        // A retry's due time, or a dead letter's retention, is reaper work.
+        let now = outcomes.iter().find_map(|o| match o {
+            Settle::Done(f) => Some(f.now_ms),
+            _ => None,
+        });
+        if let Some(now) = now {
+            self.mark_due(queue, now).await;
+        }
+        Ok(outcomes)
     }
 
     /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
@@ -478,7 +464,8 @@ impl Store {
         Ok(released)
     }
 
-    /// Fails up to `max` expired leases and promotes due delayed jobs (`reap.lua`).
+    /// Fails up to `max` expired leases, promotes due delayed jobs and applies the retention
+    /// limits (`reap.lua`).
     pub async fn reap(&self, queue: &QueueName, max: usize) -> Result<ReapReport, StoreError> {
         let mut args = vec![max.to_string().into_bytes()];
         args.extend((0..max).map(|_| rand::random::<f64>().to_string().into_bytes()));
@@ -490,6 +477,9 @@ impl Store {
         let promoted = int(next(&mut reply)?)? as u64;
         let next_deadline_ms = opt_ms(int(next(&mut reply)?)?);
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+        let next_retention_ms = opt_ms(int(next(&mut reply)?)?);
+        let trimmed_completed = int(next(&mut reply)?)? as u64;
+        let trimmed_dead = int(next(&mut reply)?)? as u64;
         let mut reaped = Vec::new();
         for item in reply {
             let mut f = array(item)?.into_iter();
@@ -506,6 +496,9 @@ impl Store {
             promoted,
             next_deadline_ms,
             next_due_ms,
+            next_retention_ms,
+            trimmed_completed,
+            trimmed_dead,
             reaped,
         })
     }

@@ -35,6 +35,13 @@ pub enum StoreError {
     /// A script reply or a stored job did not have the expected shape.
     #[error("undecodable store data: {0}")]
     Decode(String),
+    /// Registering the queue(s) would take the registry past the server's queue limit;
+    /// nothing was written.
+    #[error("the server's limit of {limit} queues is reached")]
+    TooManyQueues {
+        /// The limit (`--max-queues`).
+        limit: usize,
+    },
 }
 
 /// What a Redis error means for the caller.

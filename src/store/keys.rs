@@ -54,8 +54,12 @@ impl Keys {
     }
 }
 
-/// The set of queue names ever used (not hash-tagged: it spans queues).
+/// The registry: the set of queue names in use (not hash-tagged: it spans queues).
 pub(crate) const QUEUES_KEY: &str = "jw:queues";
+
+/// The due index: a sorted set of queue name -> the next time the reaper has work on the
+/// queue, ms (see `registry.rs`).
+pub(crate) const DUE_KEY: &str = "jw:due";
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,7 @@ mod error;
 mod health;
 mod keys;
 mod queues;
+mod registry;
 mod scripts;
 mod stats;
 mod types;
@@ -22,8 +23,9 @@ pub use client::Store;
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
+pub use registry::DEFAULT_MAX_QUEUES;
 pub use stats::QueueStats;
 pub use types::{
-    AckOutcome, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch, Limit, ReapReport, ReapedJob,
-    Settle,
+    AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch,
+    Limit, ReapReport, ReapedJob, Settle,
 };

@@ -1,15 +1,19 @@
-//! Queue-level operations: config and state in the meta hash, pause and resume, purge.
+//! Queue-level operations: config and state in the meta hash, pause and resume, purge,
+//! delete.
 
 use std::collections::HashMap;
 
 use super::client::Store;
-use super::codec::int;
+use super::codec::{array, int, next, string};
 use super::keys::Keys;
+use super::types::{DeleteQueue, DeletedQueue};
 use super::{scripts, StoreError};
 use crate::jobs::{ConfigField, QueueConfig, QueueName};
 
 /// Jobs one purge call deletes at most (the call repeats until the queue is empty).
 const PURGE_BATCH: usize = 1000;
+/// Jobs one delete_queue call deletes at most (about a millisecond of Redis time).
+const DELETE_BATCH: usize = 1000;
 
 impl Store {
     /// The queue's config as stored (unset fields are `None`).
@@ -38,6 +42,8 @@ impl Store {
             .collect();
         self.run_script(&scripts::SET_META, &Keys::new(queue), args)
             .await?;
+        // A new retention age may already be due: let the reaper look now.
+        self.mark_due(queue, 0).await;
         Ok(())
     }
 
@@ -75,5 +81,59 @@ impl Store {
                 return Ok(total);
             }
         }
+    }
+
+    /// Deletes the queue: every job in every state, its config and limiter state (in bounded
+    /// script calls, `delete_queue.lua`), then its registry and due-index entries. Refused
+    /// ([`DeleteQueue::Busy`]) while jobs are leased unless `force` (then the leases' workers
+    /// get NOT_FOUND when they settle). A job enqueued while the deletion runs may survive it.
+    pub async fn delete_queue(
+        &self,
+        queue: &QueueName,
+        force: bool,
+    ) -> Result<DeleteQueue, StoreError> {
+        let keys = Keys::new(queue);
+        let mut conn = self.conn.clone();
+        let (registered, exists): (bool, u64) = redis::pipe()
+            .cmd("SISMEMBER")
+            .arg(super::keys::QUEUES_KEY)
+            .arg(queue.as_str())
+            .cmd("EXISTS")
+            .arg(&keys.all[..6])
+            .query_async(&mut conn)
+            .await?;
+        if !registered && exists == 0 {
+            return Ok(DeleteQueue::NotFound);
+        }
+        let mut done = DeletedQueue::default();
+        loop {
+            let args = vec![
+                if force { b"1".to_vec() } else { b"0".to_vec() },
+                DELETE_BATCH.to_string().into_bytes(),
+            ];
+            let mut reply =
+                array(self.run_script(&scripts::DELETE_QUEUE, &keys, args).await?)?.into_iter();
+            if string(next(&mut reply)?)? == "BUSY" {
+                let leased = int(next(&mut reply)?)? as u64;
+                return Ok(DeleteQueue::Busy {
+                    leased,
+                    deleted: done,
+                });
+            }
+            for slot in [
+                &mut done.waiting,
+                &mut done.delayed,
+                &mut done.active,
+                &mut done.completed,
+                &mut done.dead,
+            ] {
+                *slot += int(next(&mut reply)?)? as u64;
+            }
+            if int(next(&mut reply)?)? == 1 {
+                break;
+            }
+        }
+        self.unregister_queue(queue).await?;
+        Ok(DeleteQueue::Deleted(done))
     }
 }

@@ -39,3 +39,19 @@ script!(LIST_DEAD, "list_dead");
 script!(SET_META, "set_meta");
 script!(PURGE, "purge");
 script!(WAITING_STATS, "waiting_stats");
+script!(DELETE_QUEUE, "delete_queue");
+
+macro_rules! global_script {
+    ($name:ident, $label:literal) => {
+        #[doc = concat!("`scripts/", $label, ".lua`: a script on one global key (not a queue's).")]
+        pub(crate) static $name: NamedScript = NamedScript {
+            name: $label,
+            script: LazyLock::new(|| {
+                Script::new(include_str!(concat!("scripts/", $label, ".lua")))
+            }),
+        };
+    };
+}
+
+global_script!(DUE, "due");
+global_script!(REGISTER, "register");

@@ -127,6 +127,61 @@ pub struct ReapReport {
     pub next_deadline_ms: Option<u64>,
     /// The next delayed due time, ms.
     pub next_due_ms: Option<u64>,
+    /// When the oldest kept completed or dead job passes its age limit, ms (now when the
+    /// call's trim budget ran out).
+    pub next_retention_ms: Option<u64>,
+    /// Completed jobs removed by retention (this call's, and the ack calls' since the last
+    /// reap of the queue on any replica).
+    pub trimmed_completed: u64,
+    /// Dead-letter entries removed by retention (likewise).
+    pub trimmed_dead: u64,
     /// Expired leases failed.
     pub reaped: Vec<ReapedJob>,
+}
+
+impl ReapReport {
+    /// The earliest time the queue has reaper work again (lease deadline, delayed job due,
+    /// retention age), ms; `None` when it has none.
+    pub fn next_work_ms(&self) -> Option<u64> {
+        [
+            self.next_deadline_ms,
+            self.next_due_ms,
+            self.next_retention_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+/// What [`crate::store::Store::delete_queue`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeletedQueue {
+    /// Waiting jobs deleted.
+    pub waiting: u64,
+    /// Delayed jobs deleted.
+    pub delayed: u64,
+    /// Leased jobs deleted (only with `force`).
+    pub active: u64,
+    /// Completed jobs deleted.
+    pub completed: u64,
+    /// Dead-letter entries deleted.
+    pub dead: u64,
+}
+
+/// The outcome of a queue deletion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteQueue {
+    /// The queue and all of its jobs are gone.
+    Deleted(DeletedQueue),
+    /// The queue is not registered and has no keys.
+    NotFound,
+    /// Jobs are leased and `force` was not given: the leased count, and what an earlier
+    /// call of this deletion had already deleted (a job leased mid-deletion stops it).
+    Busy {
+        /// Jobs leased.
+        leased: u64,
+        /// Deleted before the refusal.
+        deleted: DeletedQueue,
+    },
 }

@@ -14,6 +14,7 @@ mod leases;
 mod readonly;
 mod redis_outage;
 mod replicas;
+mod runaway_queues;
 mod soak;
 mod startup;
 mod tls;

@@ -167,6 +167,8 @@ pub struct ServerProc {
     child: Option<Child>,
     pub pid: u32,
     pub grpc: String,
+    /// The HTTP address (`/metrics`, `/healthz`).
+    pub http: String,
     log: PathBuf,
     _dir: tempfile::TempDir,
     args: Vec<String>,
@@ -177,7 +179,7 @@ impl ServerProc {
     /// Spawns `jobwire serve <args>` and waits until its health check says SERVING.
     pub async fn spawn(args: Vec<String>) -> ServerProc {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, grpc, log) = Self::launch(dir.path(), &args);
+        let (child, grpc, http, log) = Self::launch(dir.path(), &args);
         let pid = child.id().expect("pid");
         let channel = Channel::from_shared(format!("http://{grpc}"))
             .expect("uri")
@@ -186,6 +188,7 @@ impl ServerProc {
             child: Some(child),
             pid,
             grpc,
+            http,
             log,
             _dir: dir,
             args,
@@ -198,7 +201,7 @@ impl ServerProc {
     /// Runs `jobwire serve <args>` expecting it to exit by itself; returns status and log.
     pub async fn run_to_exit(args: Vec<String>, patience: Duration) -> (ExitStatus, String) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut child, _, log) = Self::launch(dir.path(), &args);
+        let (mut child, _, _, log) = Self::launch(dir.path(), &args);
         let status = tokio::time::timeout(patience, child.wait())
             .await
             .unwrap_or_else(|_| panic!("jobwire did not exit:\n{}", tail(&log)))
@@ -206,7 +209,7 @@ impl ServerProc {
         (status, std::fs::read_to_string(&log).unwrap_or_default())
     }
 
-    fn launch(dir: &Path, args: &[String]) -> (Child, String, PathBuf) {
+    fn launch(dir: &Path, args: &[String]) -> (Child, String, String, PathBuf) {
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
         let log = dir.join(format!("jobwire-{}.log", free_port()));
@@ -224,7 +227,7 @@ impl ServerProc {
             .kill_on_drop(true)
             .spawn()
             .expect("spawn jobwire");
-        (child, grpc, log)
+        (child, grpc, http, log)
     }
 
     /// Waits until SERVING, failing with the log's tail if the process exits first.
@@ -308,10 +311,11 @@ impl ServerProc {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
         }
-        let (child, grpc, log) = Self::launch(self._dir.path(), &self.args);
+        let (child, grpc, http, log) = Self::launch(self._dir.path(), &self.args);
         self.pid = child.id().expect("pid");
         self.child = Some(child);
         self.grpc = grpc;
+        self.http = http;
         self.log = log;
         self.channel = Channel::from_shared(format!("http://{}", self.grpc))
             .expect("uri")

@@ -42,3 +42,55 @@ async fn a_stream_on_two_empty_queues_does_not_spin_their_lease_loops() {
     got.sort();
     assert_eq!(got, ["a", "b"]);
 }
+
+/// Wake-up channels this test's own Redis has subscribers on.
+async fn wake_channels(redis: &TestRedis) -> usize {
+    let mut c = redis.conn().await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("jw:wake:*")
+        .query_async(&mut c)
+        .await
+        .expect("pubsub channels");
+    channels.len()
+}
+
+#[tokio::test]
+async fn loops_and_wake_up_subscriptions_end_with_their_last_stream() {
+    let (redis, app) = TestApp::with_redis().await;
+    // 50 streams over 1000 queue names (20 each), all idle.
+    let mut workers = Vec::new();
+    for s in 0..50 {
+        let names: Vec<String> = (0..20).map(|i| format!("gone-{s}-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        workers.push(TestWorker::open(&app, &names, 1, "w").await);
+    }
+    // One stream that stays: its queue keeps its loop and its subscription.
+    let mut stay = TestWorker::open(&app, &["stays"], 1, "w").await;
+    eventually(Duration::from_secs(30), || async {
+        wake_channels(&redis).await == 1001
+    })
+    .await;
+    drop(workers);
+    eventually(Duration::from_secs(30), || async {
+        wake_channels(&redis).await == 1
+    })
+    .await;
+    // The loops are gone too: only the staying queue's loop polls (about one call per 2 s).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = script_calls(&redis).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = script_calls(&redis).await - before;
+    println!("after 1000 queues' streams closed: {calls} script calls in 2 s");
+    assert!(
+        calls <= 5,
+        "{calls} script calls in 2 s after the streams closed"
+    );
+    // The staying stream is still served.
+    enqueue(&app, spec("stays", "s")).await;
+    assert_eq!(stay.lease().await.job.expect("job").job_id, "s");
+    // A queue whose streams all ended gets a loop again with its next stream.
+    let mut back = TestWorker::open(&app, &["gone-0-0"], 1, "w").await;
+    enqueue(&app, spec("gone-0-0", "b")).await;
+    assert_eq!(back.lease().await.job.expect("job").job_id, "b");
+}

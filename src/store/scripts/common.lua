@@ -10,7 +10,8 @@
 --   5 dead       zset  id -> dead time (ms)
 --   6 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
 --                      keep_dead, dead_age_ms, rate_max, rate_ms, max_active), state (paused,
---                      throttle_until) and the dead-set sequence (dseq)
+--                      throttle_until), the dead-set sequence (dseq) and the jobs removed by
+--                      retention not yet counted by a reaper (trimmed_completed, trimmed_dead)
 --   7 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
 --                scripts address jobs whose ids they only learn inside the script; the prefix
 --                carries the queue's hash tag, so every job key is in the same cluster slot.
@@ -215,6 +216,8 @@ end
 
 -- Deletes the oldest entries of a finished-jobs set past `keep` entries or `max_age_ms`
 -- (bounded: at most `budget` jobs per call, so eviction is lazy but never unbounded).
+-- Adds the number removed to the meta field `trimmed_completed` or `trimmed_dead`, which the
+-- reaper collects for the trimmed-jobs counter (reap.lua). Returns the number removed.
 local function trim(key, keep, max_age_ms, now, budget, scale)
   local removed = 0
   local excess = redis.call('ZCARD', key) - keep
@@ -230,8 +233,15 @@ local function trim(key, keep, max_age_ms, now, budget, scale)
     if #old > 0 then
       redis.call('ZREM', key, unpack(old))
       delete_jobs(old)
+      removed = removed + #old
     end
   end
+  if removed > 0 then
+    local field = 'trimmed_dead'
+    if key == K_COMPLETED then field = 'trimmed_completed' end
+    redis.call('HINCRBY', K_META, field, removed)
+  end
+  return removed
 end
 
 -- Retention of completed jobs: {keep, max age ms} from the queue's meta.
@@ -246,8 +256,15 @@ local function trim_completed(now, added, keep, max_age_ms)
   trim(K_COMPLETED, keep, max_age_ms, now, 100 + added, 1)
 end
 
+-- Retention of dead jobs: {keep, max age ms} from the queue's meta.
+local function dead_retention()
+  local m = redis.call('HMGET', K_META, 'keep_dead', 'dead_age_ms')
+  return tonumber(m[1]) or 100000, tonumber(m[2]) or 2592000000
+end
+
 local function trim_dead(now)
-  trim(K_DEAD, meta_number('keep_dead', 100000), meta_number('dead_age_ms', 2592000000), now, 100, DEAD_SCALE)
+  local keep, max_age_ms = dead_retention()
+  trim(K_DEAD, keep, max_age_ms, now, 100, DEAD_SCALE)
 end
 
 -- The delay before the retry that follows failed attempt `att` (1-based), in ms.

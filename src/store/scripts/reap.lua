@@ -1,16 +1,21 @@
 -- reap.lua: fails leases whose deadline passed (the worker died, hung, or lost its stream)
 -- and attempts that outlived the job's timeout, as failed attempts that follow the retry
 -- policy; the last one dead-letters the job with reason LEASE_EXPIRED or TIMED_OUT. Also
--- promotes due delayed jobs, so a queue with no worker still moves. Idempotent: every
--- replica runs it.
+-- promotes due delayed jobs, so a queue with no worker still moves, and applies the
+-- completed and dead retention (count and age), so age limits hold with no traffic.
+-- Idempotent: every replica runs it (on the queues the due index says are due).
 -- ARGV: [1] wake channel, [2] max leases to reap, [3 ..] a random in [0, 1) per lease.
 -- Reply: { promoted, next active deadline or -1, next delayed due or -1,
+--          next retention due or -1 (now when the budget ran out: call again),
+--          completed jobs trimmed, dead jobs trimmed (by this call and by the ack and fail
+--          calls since the last reap: the meta counters are collected and reset),
 --          per reaped job: { id, name, error type, state, dead reason, attempt } }
+local RETENTION_BUDGET = 1000
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local promoted = promote_due(now, 1000)
 if promoted > 0 then redis.call('PUBLISH', WAKE, '1') end
-local out = { promoted, -1, -1 }
+local out = { promoted, -1, -1, -1, 0, 0 }
 local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 local any_waiting = false
 for i, id in ipairs(expired) do
@@ -32,4 +37,31 @@ end
 if #expired > 0 then wake_after_failures(any_waiting) end
 out[2] = next_score(K_ACTIVE)
 out[3] = next_score(K_DELAYED)
+
+-- Retention: the earliest time an entry left in a set passes its age limit is the set's
+-- next due time.
+local retention_due = -1
+local function due_at(t)
+  if retention_due < 0 or t < retention_due then retention_due = t end
+end
+local keep_c, age_c = completed_retention()
+if trim(K_COMPLETED, keep_c, age_c, now, RETENTION_BUDGET, 1) >= RETENTION_BUDGET then
+  due_at(now)
+elseif age_c > 0 then
+  local first = next_score(K_COMPLETED)
+  if first >= 0 then due_at(first + age_c) end
+end
+local keep_d, age_d = dead_retention()
+if trim(K_DEAD, keep_d, age_d, now, RETENTION_BUDGET, DEAD_SCALE) >= RETENTION_BUDGET then
+  due_at(now)
+elseif age_d > 0 then
+  local first = next_score(K_DEAD)
+  if first >= 0 then due_at(math.floor(first / DEAD_SCALE) + age_d) end
+end
+out[4] = retention_due
+local counted = redis.call('HMGET', K_META, 'trimmed_completed', 'trimmed_dead')
+if counted[1] or counted[2] then
+  redis.call('HDEL', K_META, 'trimmed_completed', 'trimmed_dead')
+  out[5], out[6] = tonumber(counted[1]) or 0, tonumber(counted[2]) or 0
+end
 return out

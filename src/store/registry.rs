@@ -1,0 +1,246 @@
+//! The global keys beside the queues: the registry of queue names (`jw:queues`, capped by the
+//! server's queue limit) and the due index (`jw:due`, a sorted set: queue -> the next time the
+//! reaper has work on it, ms on Redis's clock). Neither is written inside a queue script
+//! (DESIGN.md section 10): they are updated beside the script calls, idempotently, and a lost
+//! update only delays work until the reaper's slow sweep repairs it (see
+//! `lease/background.rs`). A queue with no leased, delayed or age-limited finished jobs has
+//! no entry in the due index, so it costs the reaper nothing.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::client::Store;
+use super::codec::{array, int, next, string};
+use super::keys::{DUE_KEY, QUEUES_KEY};
+use super::{scripts, StoreError};
+use crate::jobs::QueueName;
+
+/// Default for the most queues the registry holds (`--max-queues`).
+pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+
+/// How long this store trusts that a queue it registered is still registered (another replica
+/// may delete it); after that the next write registers it again.
+const KNOWN_FOR: Duration = Duration::from_secs(10);
+
+impl Store {
+    /// This store refuses to register more than `max` queues (see [`Store::remember_queues`]).
+    pub fn with_max_queues(mut self, max: usize) -> Store {
+        self.max_queues = max;
+        self
+    }
+
+    /// The most queues the registry may hold.
+    pub fn max_queues(&self) -> usize {
+        self.max_queues
+    }
+
+    /// Every registered queue name (sorted).
+    pub async fn queues(&self) -> Result<Vec<QueueName>, StoreError> {
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(QUEUES_KEY)
+            .query_async(&mut conn)
+            .await?;
+        let mut queues: Vec<QueueName> = names
+            .iter()
+            .filter_map(|n| QueueName::parse(n).ok())
+            .collect();
+        queues.sort();
+        Ok(queues)
+    }
+
+    /// Has this store registered `queue` in the last few seconds? Until then a write to it
+    /// first registers it (one extra round trip).
+    pub fn knows_queue(&self, queue: &QueueName) -> bool {
+        self.known_queues
+            .lock()
+            .map(|k| k.get(queue).is_some_and(|t| t.elapsed() < KNOWN_FOR))
+            .unwrap_or(false)
+    }
+
+    pub(super) async fn remember_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+        self.remember_queues(std::slice::from_ref(queue)).await
+    }
+
+    /// Registers `queues` (all or none): [`StoreError::TooManyQueues`] when the new ones would
+    /// take the registry past the limit; nothing is registered then.
+    pub async fn remember_queues(&self, queues: &[QueueName]) -> Result<(), StoreError> {
+        let mut new: Vec<&QueueName> = queues.iter().filter(|q| !self.knows_queue(q)).collect();
+        new.sort();
+        new.dedup();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let mut inv = scripts::REGISTER.script.prepare_invoke();
+        inv.key(QUEUES_KEY).arg(self.max_queues);
+        for q in &new {
+            inv.arg(q.as_str());
+        }
+        let mut conn = self.conn.clone();
+        let reply: Value = inv.invoke_async(&mut conn).await?;
+        let mut reply = array(reply)?.into_iter();
+        if int(next(&mut reply)?)? != 1 {
+            return Err(StoreError::TooManyQueues {
+                limit: self.max_queues,
+            });
+        }
+        if let Ok(mut k) = self.known_queues.lock() {
+            let now = Instant::now();
+            if k.len() > self.max_queues.saturating_mul(2) {
+                k.retain(|_, t| t.elapsed() < KNOWN_FOR);
+            }
+            for q in new {
+                k.insert(q.clone(), now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets `queue` here and removes it from the registry and the due index (after
+    /// [`Store::delete_queue`] emptied it).
+    pub(super) async fn unregister_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+        if let Ok(mut k) = self.known_queues.lock() {
+            k.remove(queue);
+            if k.capacity() > 64 && k.len() < k.capacity() / 4 {
+                k.shrink_to_fit();
+            }
+        }
+        let mut conn = self.conn.clone();
+        let _: Value = redis::pipe()
+            .cmd("SREM")
+            .arg(QUEUES_KEY)
+            .arg(queue.as_str())
+            .cmd("ZREM")
+            .arg(DUE_KEY)
+            .arg(queue.as_str())
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Tells the due index that `queue` has reaper work at `at_ms` (or earlier, if it already
+    /// says so). Called after the script that created the work; a failure is only logged: the
+    /// sweep repairs it.
+    pub(super) async fn mark_due(&self, queue: &QueueName, at_ms: u64) {
+        let mut conn = self.conn.clone();
+        let r: Result<Value, _> = redis::cmd("ZADD")
+            .arg(DUE_KEY)
+            .arg("LT")
+            .arg(at_ms)
+            .arg(queue.as_str())
+            .query_async(&mut conn)
+            .await;
+        if let Err(e) = r {
+            tracing::debug!(queue = %queue, error = %e, "due index not updated; the sweep repairs it");
+        }
+    }
+
+    /// The queues whose due time has come (at most `max`, earliest first), each with the
+    /// score seen (pass it back to [`Store::set_next_due`]).
+    pub async fn due_queues(&self, max: usize) -> Result<Vec<(QueueName, String)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let time: Vec<String> = redis::cmd("TIME").query_async(&mut conn).await?;
+        let secs: u64 = time.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let micros: u64 = time.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let now_ms = secs * 1000 + micros / 1000;
+        let reply: Vec<Value> = redis::cmd("ZRANGE")
+            .arg(DUE_KEY)
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(max)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        let mut out = Vec::with_capacity(reply.len() / 2);
+        let mut it = reply.into_iter();
+        while let (Some(name), Some(score)) = (it.next(), it.next()) {
+            let (name, score) = (string(name)?, string(score)?);
+            match QueueName::parse(&name) {
+                Ok(q) => out.push((q, score)),
+                // Not a queue name: nobody should have written it; drop it.
+                Err(_) => self.set_next_due_raw(&name, &score, None).await?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a reap of `queue`: its entry becomes `next_ms` (or goes, with `None`) unless a
+    /// writer announced earlier work since the reaper read `seen` (`scripts/due.lua`).
+    pub async fn set_next_due(
+        &self,
+        queue: &QueueName,
+        seen: Option<&str>,
+        next_ms: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.set_next_due_raw(queue.as_str(), seen.unwrap_or(""), next_ms)
+            .await
+    }
+
+    async fn set_next_due_raw(
+        &self,
+        member: &str,
+        seen: &str,
+        next_ms: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut inv = scripts::DUE.script.prepare_invoke();
+        inv.key(DUE_KEY)
+            .arg(member)
+            .arg(seen)
+            .arg(next_ms.map_or(-1, |n| n as i64));
+        let mut conn = self.conn.clone();
+        let _: Value = inv.invoke_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// One step of a walk over the registry (SSCAN from `cursor`, about `count` names):
+    /// returns the next cursor (0 when the walk is complete) and the names.
+    pub async fn scan_queues(
+        &self,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(u64, Vec<QueueName>), StoreError> {
+        let mut conn = self.conn.clone();
+        let (next, names): (u64, Vec<String>) = redis::cmd("SSCAN")
+            .arg(QUEUES_KEY)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?;
+        Ok((
+            next,
+            names
+                .iter()
+                .filter_map(|n| QueueName::parse(n).ok())
+                .collect(),
+        ))
+    }
+
+    /// If the due index is missing (a fresh Redis, or data from before the index existed),
+    /// marks every registered queue due now, so the reaper looks at each once. Returns how
+    /// many were marked.
+    pub async fn seed_due_index(&self) -> Result<usize, StoreError> {
+        let mut conn = self.conn.clone();
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(DUE_KEY)
+            .query_async(&mut conn)
+            .await?;
+        if exists > 0 {
+            return Ok(0);
+        }
+        let queues = self.queues().await?;
+        for chunk in queues.chunks(1000) {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(DUE_KEY).arg("LT");
+            for q in chunk {
+                cmd.arg(0).arg(q.as_str());
+            }
+            let _: Value = cmd.query_async(&mut conn).await?;
+        }
+        Ok(queues.len())
+    }
+}

@@ -1,0 +1,32 @@
+-- delete_queue.lua: deletes up to a budget of the queue's jobs in any state; once none is
+-- left, also its meta (config, pause flag, counters) and rate limiter, and says it is done.
+-- Refuses while jobs are leased unless forced (checked before any write, in every call).
+-- ARGV: [1] wake channel (unused), [2] force 1|0, [3] most jobs to delete in this call.
+-- Reply: { 'BUSY', leased jobs } (nothing deleted)
+--      | { 'OK', waiting, delayed, active, completed, dead deleted, done 1|0 }
+local force = ARGV[2] == '1'
+local budget = tonumber(ARGV[3])
+local leased = redis.call('ZCARD', K_ACTIVE)
+if leased > 0 and not force then return { 'BUSY', leased } end
+local out = { 'OK', 0, 0, 0, 0, 0, 0 }
+local left = budget
+local waiting = pop_ready(left)
+delete_jobs(waiting)
+out[2] = #waiting
+left = left - #waiting
+for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD }) do
+  if left <= 0 then break end
+  local ids = redis.call('ZRANGE', key, 0, left - 1)
+  if #ids > 0 then
+    redis.call('ZREM', key, unpack(ids))
+    delete_jobs(ids)
+    out[2 + i] = #ids
+    left = left - #ids
+  end
+end
+-- Every step took less than it could: nothing is left.
+if left > 0 then
+  redis.call('DEL', K_WAITING, K_META, K_LIMITER)
+  out[7] = 1
+end
+return out

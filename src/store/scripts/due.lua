@@ -1,0 +1,21 @@
+-- due.lua: moves one queue's entry in the global due index after a reap (not a queue
+-- script: it touches only the index, never a queue's keys; DESIGN.md section 10).
+-- KEYS: [1] the due index (zset queue -> next due ms).
+-- ARGV: [1] queue, [2] the score the caller saw before reaping ('' none), [3] the next due
+--       time the reap reported, ms, or -1 for nothing due.
+-- If the entry still holds the score the caller saw, nobody announced new work meanwhile:
+-- it becomes the reported time (or goes, with nothing due). Otherwise a writer lowered it
+-- since: keep the earlier of the two.
+-- Reply: 1.
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local nxt = tonumber(ARGV[3])
+if cur and ARGV[2] ~= '' and tonumber(cur) == tonumber(ARGV[2]) then
+  if nxt < 0 then
+    redis.call('ZREM', KEYS[1], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[1], nxt, ARGV[1])
+  end
+elseif nxt >= 0 then
+  redis.call('ZADD', KEYS[1], 'LT', nxt, ARGV[1])
+end
+return 1
