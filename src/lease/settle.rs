@@ -79,12 +79,17 @@ struct Submission<I, O> {
 }
 
 type Lane<Op> = mpsc::UnboundedSender<Submission<<Op as SettleOp>::Item, <Op as SettleOp>::Out>>;
+type Lanes<Op> = Arc<Mutex<HashMap<QueueName, Lane<Op>>>>;
+
+/// A lane with no submission for this long ends (a queue no one settles on any more costs
+/// no task); the next submission starts a fresh one.
+const LANE_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The lanes of one settle kind, created on first use per queue.
 pub(super) struct Coalescer<Op: SettleOp> {
     op: Arc<Op>,
     max_items: usize,
-    lanes: Mutex<HashMap<QueueName, Lane<Op>>>,
+    lanes: Lanes<Op>,
     tracker: TaskTracker,
     stop: CancellationToken,
 }
@@ -101,7 +106,7 @@ impl<Op: SettleOp> Coalescer<Op> {
         Coalescer {
             op: Arc::new(op),
             max_items: max_items.max(1),
-            lanes: Mutex::default(),
+            lanes: Arc::default(),
             tracker,
             stop,
         }
@@ -145,19 +150,24 @@ impl<Op: SettleOp> Coalescer<Op> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (op, queue, max) = (self.op.clone(), queue.clone(), self.max_items);
         let stop = self.stop.clone();
-        self.tracker.spawn(run_lane(op, queue, max, rx, stop));
+        let lanes = self.lanes.clone();
+        self.tracker
+            .spawn(run_lane(op, queue, max, rx, stop, lanes));
         tx
     }
 }
 
 /// A lane's task: waits for a submission, takes whatever else is queued (up to `max` items),
-/// applies it all in one call, replies to each submitter, repeats.
+/// applies it all in one call, replies to each submitter, repeats. Idle for [`LANE_IDLE`],
+/// it removes itself from `lanes` and ends; it checks under the map's lock, under which
+/// every submission is sent, that nothing is queued, so no submission is left behind.
 async fn run_lane<Op: SettleOp>(
     op: Arc<Op>,
     queue: QueueName,
     max: usize,
     mut rx: mpsc::UnboundedReceiver<Submission<Op::Item, Op::Out>>,
     stop: CancellationToken,
+    lanes: Lanes<Op>,
 ) {
     let mut carry: Option<Submission<Op::Item, Op::Out>> = None;
     loop {
@@ -170,6 +180,17 @@ async fn run_lane<Op: SettleOp>(
                     None => return,
                 },
                 _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LANE_IDLE) => {
+                    let mut map = match lanes.lock() {
+                        Ok(l) => l,
+                        Err(p) => p.into_inner(),
+                    };
+                    if rx.is_empty() {
+                        map.remove(&queue);
+                        return;
+                    }
+                    continue;
+                }
             },
         };
         let mut subs = vec![first];

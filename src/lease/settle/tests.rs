@@ -173,3 +173,22 @@ async fn a_failed_call_gives_its_error_to_every_submission_it_carried() {
     }
     assert_eq!(calls(&state), [vec![1], vec![2, 3, 4]]);
 }
+
+fn lane_count(c: &Coalescer<FakeOp>) -> usize {
+    c.lanes.lock().map(|l| l.len()).unwrap_or(usize::MAX)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_lane_ends_and_the_next_submission_gets_a_fresh_one() {
+    let (c, state) = coalescer(1000);
+    state.permits.add_permits(2);
+    done(c.submit(&queue(), vec![1]).await);
+    assert_eq!(lane_count(&c), 1);
+    // A queue no one settles on any more costs no task and no map entry.
+    tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+    settle_tasks().await;
+    assert_eq!(lane_count(&c), 0, "the idle lane ended");
+    let (items, results) = done(c.submit(&queue(), vec![2]).await);
+    assert_eq!((items, results), (vec![2], vec![20]));
+    assert_eq!(calls(&state), [vec![1], vec![2]]);
+}
