@@ -87,7 +87,10 @@ async fn enqueue_without_id_during(how: Stall) {
         Ok(resp) => {
             let resp = resp.get_ref();
             println!("{how:?}: Enqueue answered created={}", resp.created);
-            assert!(resp.created, "{how:?}: the server generated the id: created");
+            assert!(
+                resp.created,
+                "{how:?}: the server generated the id: created"
+            );
         }
         Err(s) => panic!("{how:?}: Enqueue failed ({s:?}); a producer retry would duplicate"),
     }
@@ -96,7 +99,11 @@ async fn enqueue_without_id_during(how: Stall) {
         job_count(&redis, "enq").await >= 2
     })
     .await;
-    assert_eq!(job_count(&redis, "enq").await, 2, "{how:?}: exactly one new job");
+    assert_eq!(
+        job_count(&redis, "enq").await,
+        2,
+        "{how:?}: exactly one new job"
+    );
 }
 
 #[tokio::test]
@@ -197,7 +204,13 @@ async fn settle_once(app: &TestApp, l: &pb::Lease, kind: SettleKind) -> Result<(
 /// the same token answers OK, not LEASE_LOST or NOT_FOUND.
 async fn repeated_settle_answers_ok(how: Stall, kind: SettleKind) {
     let redis = RedisProc::start(RedisOpts::default()).await;
-    let app = app_on(&redis).await;
+    // No reaper or renewal call during the stall: the settle is the only call in flight, so
+    // the server's connection is not replaced before it reaches Redis.
+    let mut cfg = test_config(&redis.url);
+    cfg.redis_timeout = REDIS_TIMEOUT;
+    cfg.lease_duration = Duration::from_secs(60);
+    cfg.reaper_interval = Duration::from_secs(60);
+    let app = TestApp::spawn(cfg).await;
     if let SettleKind::AckKeepNone = kind {
         let mut c = redis.conn().await;
         let _: () = redis::cmd("HSET")
@@ -208,13 +221,30 @@ async fn repeated_settle_answers_ok(how: Stall, kind: SettleKind) {
             .await
             .expect("hset");
     }
-    enqueue(&app, spec("settle", "j")).await;
     let mut w = TestWorker::open(&app, &["settle"], 1, "w").await;
+    // One settle of the same kind first, so its script is loaded (a NOSCRIPT answer is not
+    // a lost reply: nothing ran).
+    enqueue(&app, spec("settle", "warm-up")).await;
+    let l = w.lease().await;
+    settle_once(&app, &l, kind).await.expect("warm-up settle");
+    enqueue(&app, spec("settle", "j")).await;
     let l = w.lease().await;
     stall(&redis, how).await;
+    let t = std::time::Instant::now();
     let first = settle_once(&app, &l, kind).await;
-    println!("{how:?} {kind:?}: first settle during the stall: {first:?}");
+    println!(
+        "{how:?} {kind:?}: first settle during the stall, after {:?}: {:?}",
+        t.elapsed(),
+        first.as_ref().map_err(|s| s.code())
+    );
     tokio::time::sleep(Duration::from_millis(STALL_MS)).await;
+    let mut c = redis.conn().await;
+    let active: i64 = redis::cmd("ZCARD")
+        .arg("jw:{settle}:active")
+        .query_async(&mut c)
+        .await
+        .expect("zcard");
+    assert_eq!(active, 0, "{how:?} {kind:?}: the first settle was applied");
     let mut again = settle_once(&app, &l, kind).await;
     for _ in 0..50 {
         match &again {
@@ -226,7 +256,11 @@ async fn repeated_settle_answers_ok(how: Stall, kind: SettleKind) {
         }
     }
     if let Err(s) = &again {
-        panic!("{how:?} {kind:?}: the repeated settle answered {:?} {}", s.code(), s.message());
+        panic!(
+            "{how:?} {kind:?}: the repeated settle answered {:?} {}",
+            s.code(),
+            s.message()
+        );
     }
     // Repeated once more, long after: still OK.
     settle_once(&app, &l, kind)

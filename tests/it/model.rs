@@ -201,7 +201,16 @@ async fn apply(
         }
         Op::Lease { n } => {
             let workers = vec!["w"; n];
-            let batch = store.lease(q, &workers, 60_000).await.expect("lease");
+            let call = jobwire::store::new_lease_call_id();
+            let batch = store
+                .lease(q, &workers, 60_000, &call, &[])
+                .await
+                .expect("lease");
+            // The reply arrived: the leases count as delivered (expiry charges them).
+            store
+                .confirm_lease_calls(q, &[call])
+                .await
+                .expect("confirm");
             let take = n.min(m.waiting.len());
             let expected: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
             let got: Vec<&str> = batch.jobs.iter().map(|l| l.job.id.as_str()).collect();
