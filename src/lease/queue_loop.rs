@@ -131,6 +131,8 @@ impl QueueLoop {
                 self.reserve(&hub)
             };
             if slots.is_empty() {
+                // About to wait: no lease call will carry the confirmations soon.
+                self.confirm_calls(&hub).await;
                 tokio::select! {
                     _ = self.notify.notified() => {}
                     _ = tokio::time::sleep(SAFETY_POLL) => {}
