@@ -13,9 +13,15 @@ use crate::harness::*;
 use crate::procs::{RedisOpts, RedisProc};
 
 /// The server's Redis command timeout in these tests.
-const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
+const REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long Redis stalls: well past the timeout (a call times out, then runs).
-const STALL_MS: u64 = 1500;
+const STALL_MS: u64 = 2000;
+/// No fsync per write: on a busy machine it alone can pass the short timeout before the
+/// stall (persistence is not what these tests are about).
+const NO_AOF: RedisOpts = RedisOpts {
+    aof: None,
+    policy: "noeviction",
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Stall {
@@ -73,7 +79,7 @@ async fn job_count(redis: &RedisProc, queue: &str) -> usize {
 /// producer that still sees UNAVAILABLE retries, as clients do: that must not duplicate
 /// the job either (it can, with no id of its own, only if the server gave up).
 async fn enqueue_without_id_during(how: Stall) {
-    let redis = RedisProc::start(RedisOpts::default()).await;
+    let redis = RedisProc::start(NO_AOF).await;
     let app = app_on(&redis).await;
     enqueue(&app, spec("enq", "warm-up")).await;
     stall(&redis, how).await;
@@ -120,7 +126,7 @@ async fn an_enqueue_without_id_is_written_once_when_redis_sleeps() {
 /// worker. It must come back uncharged (attempt 1 when delivered) and never be
 /// dead-lettered, though its max_attempts is 1.
 async fn lost_lease_is_not_charged(how: Stall) {
-    let redis = RedisProc::start(RedisOpts::default()).await;
+    let redis = RedisProc::start(NO_AOF).await;
     let app = app_on(&redis).await;
     enqueue(&app, spec("lost", "hold")).await;
     let mut w = TestWorker::open(&app, &["lost"], 1, "w").await;
@@ -203,7 +209,7 @@ async fn settle_once(app: &TestApp, l: &pb::Lease, kind: SettleKind) -> Result<(
 /// An ack (or fail) times out while Redis stalls, then is applied: the worker's retry with
 /// the same token answers OK, not LEASE_LOST or NOT_FOUND.
 async fn repeated_settle_answers_ok(how: Stall, kind: SettleKind) {
-    let redis = RedisProc::start(RedisOpts::default()).await;
+    let redis = RedisProc::start(NO_AOF).await;
     // No reaper or renewal call during the stall: the settle is the only call in flight, so
     // the server's connection is not replaced before it reaches Redis.
     let mut cfg = test_config(&redis.url);
