@@ -118,6 +118,12 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,
 
+    /// Timeout of every Redis command (10ms..=60s): a stalled Redis turns into UNAVAILABLE,
+    /// never a hang. A call that timed out may still run in Redis later; jobwire makes that
+    /// safe (see README, "Lost replies").
+    #[arg(long, env = "JOBWIRE_REDIS_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub redis_timeout: Duration,
+
     /// Deadline of a unary RPC.
     #[arg(long, env = "JOBWIRE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -177,6 +183,7 @@ impl ServeArgs {
             heartbeat_timeout: Duration::from_secs(10),
             reaper_interval: Duration::from_millis(100),
             request_timeout: Duration::from_secs(30),
+            redis_timeout: Duration::from_secs(3),
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
@@ -203,6 +210,7 @@ impl ServeArgs {
             ("reaper-interval", self.reaper_interval, MS * 10, MINUTE),
             ("shutdown-grace", self.shutdown_grace, Duration::ZERO, HOUR),
             ("request-timeout", self.request_timeout, MS, HOUR),
+            ("redis-timeout", self.redis_timeout, MS * 10, MINUTE),
         ];
         for (flag, value, lo, hi) in ranges {
             if value < lo || value > hi {
@@ -274,6 +282,7 @@ impl ServeArgs {
             ("JOBWIRE_HEARTBEAT_TIMEOUT", d(self.heartbeat_timeout)),
             ("JOBWIRE_REAPER_INTERVAL", d(self.reaper_interval)),
             ("JOBWIRE_REQUEST_TIMEOUT", d(self.request_timeout)),
+            ("JOBWIRE_REDIS_TIMEOUT", d(self.redis_timeout)),
             (
                 "JOBWIRE_MAX_PAYLOAD_BYTES",
                 self.max_payload_bytes.to_string(),
@@ -330,6 +339,7 @@ impl fmt::Debug for ServeArgs {
             heartbeat_timeout,
             reaper_interval,
             request_timeout,
+            redis_timeout,
             max_payload_bytes,
             default_max_attempts,
             metrics_max_job_names,
@@ -351,6 +361,7 @@ impl fmt::Debug for ServeArgs {
             .field("heartbeat_timeout", heartbeat_timeout)
             .field("reaper_interval", reaper_interval)
             .field("request_timeout", request_timeout)
+            .field("redis_timeout", redis_timeout)
             .field("max_payload_bytes", max_payload_bytes)
             .field("default_max_attempts", default_max_attempts)
             .field("metrics_max_job_names", metrics_max_job_names)

@@ -39,8 +39,6 @@ use crate::config::ServeArgs;
 use crate::redis_embedded::EmbeddedRedis;
 use crate::store::Store;
 
-/// Timeout of every Redis command: a Redis outage turns into UNAVAILABLE, never a hang.
-const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long start-up waits for Redis to answer.
 const REDIS_START_WAIT: Duration = Duration::from_secs(30);
 
@@ -65,7 +63,7 @@ pub async fn run(
         (None, None) => unreachable!("embedded redis exists when no url is given"),
     };
     let result = async {
-        let store = Store::connect(&url, REDIS_TIMEOUT)
+        let store = Store::connect(&url, cfg.redis_timeout)
             .await
             .context("redis url")?
             .with_max_queues(cfg.max_queues);

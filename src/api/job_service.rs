@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
@@ -12,6 +13,14 @@ use crate::jobs::{JobState, NewJob, QueueName};
 use crate::lease::{EchoCredit, Hub};
 use crate::store::{EnqueueOutcome, Store};
 use crate::Error;
+
+/// How long an Enqueue of server-chosen ids retries a store call that failed as unavailable
+/// (the reply may be lost while the write happened). The server's `--request-timeout` may
+/// cut it shorter.
+const ENQUEUE_RETRY_BUDGET: Duration = Duration::from_secs(10);
+/// First pause between those retries; it doubles up to [`ENQUEUE_RETRY_PAUSE_MAX`].
+const ENQUEUE_RETRY_PAUSE: Duration = Duration::from_millis(50);
+const ENQUEUE_RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// The JobService handlers.
 pub struct JobApi {
@@ -27,6 +36,43 @@ impl JobApi {
             store: hub.store().clone(),
             hub,
             limits,
+        }
+    }
+
+    /// Enqueues `jobs` of `queue`. When `ids_ours` (the server chose every id, before the
+    /// first call), a call that fails as unavailable is retried with the same ids within
+    /// [`ENQUEUE_RETRY_BUDGET`]: the failed call may have written the jobs (its reply was
+    /// lost), and the retry then finds them taken. Such a job is still reported as created,
+    /// truthfully: nobody but this request can hold a freshly generated id, so the job is
+    /// the one this request created. Client-chosen ids are not retried here: a taken one
+    /// may be a real duplicate, and the client's own retry dedupes on it anyway.
+    async fn enqueue_retrying(
+        &self,
+        queue: &QueueName,
+        jobs: &[NewJob],
+        ids_ours: bool,
+    ) -> Result<Vec<EnqueueOutcome>, Error> {
+        let deadline = Instant::now() + ENQUEUE_RETRY_BUDGET;
+        let mut pause = ENQUEUE_RETRY_PAUSE;
+        let mut retried = false;
+        loop {
+            match self.enqueue_in(queue, jobs).await {
+                Ok(mut outcomes) => {
+                    if retried {
+                        for o in &mut outcomes {
+                            o.created = true;
+                        }
+                    }
+                    return Ok(outcomes);
+                }
+                Err(Error::Unavailable(e)) if ids_ours && Instant::now() + pause < deadline => {
+                    tracing::debug!(queue = %queue, error = %e, "enqueue unavailable; retrying with the same ids");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(ENQUEUE_RETRY_PAUSE_MAX);
+                    retried = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -82,11 +128,12 @@ impl pb::job_service_server::JobService for JobApi {
             .job
             .ok_or_else(|| Error::invalid("job", "is required"))?;
         let job = convert::new_job("job", &spec, &self.limits)?;
+        let id_ours = spec.job_id.is_empty();
         tracing::Span::current().record("queue", job.queue.as_str());
         tracing::Span::current().record("job_id", job.id.as_str());
         let queue = job.queue.clone();
         let outcome = self
-            .enqueue_in(&queue, std::slice::from_ref(&job))
+            .enqueue_retrying(&queue, std::slice::from_ref(&job), id_ours)
             .await?
             .pop()
             .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
@@ -139,7 +186,8 @@ impl pb::job_service_server::JobService for JobApi {
         let (mut written, mut first_failure) = (false, None);
         for (queue, items) in by_queue {
             let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
-            let outcomes = match self.enqueue_in(&queue, &jobs).await {
+            let ids_ours = items.iter().all(|(i, _)| specs[*i].job_id.is_empty());
+            let outcomes = match self.enqueue_retrying(&queue, &jobs, ids_ours).await {
                 Ok(o) => o,
                 Err(e) => {
                     let status = Status::from(e);

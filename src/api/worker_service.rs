@@ -317,6 +317,11 @@ fn inbound_refusal(s: Status) -> Option<Error> {
 }
 
 fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span) {
+    if o.repeated {
+        // Counted when it was applied; the worker only lost the reply.
+        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %id, "repeated ack answered OK"));
+        return;
+    }
     crate::metrics::completed(queue.as_str(), &o.name, o.now_ms.saturating_sub(o.lease_ms));
     span.in_scope(|| tracing::debug!(queue = %queue, job_id = %id, name = %o.name, "acked"));
 }
@@ -329,6 +334,10 @@ fn record_failure(
     worker: &str,
     span: &tracing::Span,
 ) {
+    if o.repeated {
+        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %item.id, worker_id = %worker, "repeated fail answered OK"));
+        return;
+    }
     let disposition = match item.disposition {
         Disposition::Retry => "retry",
         Disposition::NoRetry => "no_retry",

@@ -223,6 +223,42 @@ impl Hub {
         }
     }
 
+    /// A lease call of `queue` failed, so its reply (if it ran) is lost: releases the call
+    /// by id in the background, retried until Redis answers or the replica stops. Its jobs
+    /// go back to waiting uncharged; if this never runs, the reaper does the same at the
+    /// call's deadline (common.lua, "Lost lease replies").
+    pub(super) fn release_lost_lease_call(&self, queue: QueueName, call: String) {
+        let hub = self.clone();
+        let stop = self.inner.stop.clone();
+        // Long enough for the call to have run or died: several lease durations.
+        let tombstone_ms = (self.config().lease_duration.as_millis() as u64).saturating_mul(4);
+        self.inner.tracker.spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                match hub
+                    .store()
+                    .release_lease_call(&queue, &call, tombstone_ms)
+                    .await
+                {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::info!(queue = %queue, jobs = n, "released the jobs of a lease call whose reply was lost");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(queue = %queue, error = %e, "cannot release a lost lease call yet");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop.cancelled() => return,
+                }
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+
     /// The queues that have a local lease loop.
     pub(super) fn loop_queues(&self) -> Vec<QueueName> {
         self.inner

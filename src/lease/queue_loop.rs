@@ -38,7 +38,14 @@ pub(super) struct QueueLoop {
     pub(super) echoes: AtomicI64,
     /// Cancelled when the loop's last local stream ends (or the replica stops).
     pub(super) stop: CancellationToken,
+    /// Ids of this loop's lease calls whose replies arrived and whose jobs were handed to
+    /// streams, not yet confirmed to Redis (common.lua, "Lost lease replies"). The next
+    /// lease call carries them; a loop about to wait confirms them on its own.
+    unconfirmed: Mutex<Vec<String>>,
 }
+
+/// Most call ids one confirmation carries (a loop that cannot reach Redis keeps the rest).
+const MAX_CONFIRM: usize = 1000;
 
 /// How the loop waits after a lease call.
 enum Wait {
@@ -61,6 +68,7 @@ impl QueueLoop {
             turn: Default::default(),
             backlog: AtomicBool::new(true),
             echoes: AtomicI64::new(0),
+            unconfirmed: Mutex::default(),
         }
     }
 
@@ -123,6 +131,8 @@ impl QueueLoop {
                 self.reserve(&hub)
             };
             if slots.is_empty() {
+                // About to wait: no lease call will carry the confirmations soon.
+                self.confirm_calls(&hub).await;
                 tokio::select! {
                     _ = self.notify.notified() => {}
                     _ = tokio::time::sleep(SAFETY_POLL) => {}
@@ -130,7 +140,11 @@ impl QueueLoop {
                 }
                 continue;
             }
-            match self.lease_into(&hub, &slots).await {
+            let wait = self.lease_into(&hub, &slots).await;
+            if !matches!(wait, Wait::No) {
+                self.confirm_calls(&hub).await;
+            }
+            match wait {
                 Wait::No => {}
                 Wait::Soft(wait) => {
                     tokio::select! {
@@ -149,16 +163,66 @@ impl QueueLoop {
         }
     }
 
+    /// The unconfirmed lease call ids, taken to send (at most [`MAX_CONFIRM`]).
+    fn take_unconfirmed(&self) -> Vec<String> {
+        self.unconfirmed
+            .lock()
+            .map(|mut u| {
+                let n = u.len().min(MAX_CONFIRM);
+                u.drain(..n).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Keeps lease call ids to confirm later.
+    fn keep_unconfirmed(&self, calls: Vec<String>) {
+        if calls.is_empty() {
+            return;
+        }
+        if let Ok(mut u) = self.unconfirmed.lock() {
+            u.extend(calls);
+        }
+    }
+
+    /// Confirms this loop's delivered lease calls before it waits (no lease call would
+    /// carry them soon). On failure they are kept for the next call; a renewal of their
+    /// leases confirms them too.
+    async fn confirm_calls(&self, hub: &Hub) {
+        let calls = self.take_unconfirmed();
+        if calls.is_empty() {
+            return;
+        }
+        if let Err(e) = hub.store().confirm_lease_calls(&self.queue, &calls).await {
+            tracing::debug!(queue = %self.queue, error = %e, "could not confirm lease calls yet");
+            self.keep_unconfirmed(calls);
+        }
+    }
+
     /// Leases for `slots` and delivers. Returns how to wait before trying again.
     async fn lease_into(&self, hub: &Hub, slots: &[Arc<Session>]) -> Wait {
         let workers: Vec<&str> = slots.iter().map(|s| s.worker_id.as_str()).collect();
         let lease_ms = hub.config().lease_duration.as_millis() as u64;
-        let batch = match hub.store().lease(&self.queue, &workers, lease_ms).await {
-            Ok(b) => b,
+        let call = crate::store::new_lease_call_id();
+        let confirm = self.take_unconfirmed();
+        let result = hub
+            .store()
+            .lease(&self.queue, &workers, lease_ms, &call, &confirm)
+            .await;
+        let batch = match result {
+            Ok(b) => {
+                if !b.jobs.is_empty() {
+                    self.keep_unconfirmed(vec![call]);
+                }
+                b
+            }
             Err(e) => {
                 for s in slots {
                     s.unreserve();
                 }
+                self.keep_unconfirmed(confirm);
+                // The call may still run (or have run) in Redis: hand back whatever it
+                // leased, uncharged. No worker got those jobs.
+                hub.release_lost_lease_call(self.queue.clone(), call);
                 tracing::warn!(queue = %self.queue, error = %e, "lease call failed");
                 self.backlog.store(false, Ordering::Relaxed);
                 return Wait::Hard(ERROR_PAUSE);

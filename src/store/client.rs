@@ -53,13 +53,16 @@ fn state(s: &str) -> Result<JobState, StoreError> {
     JobState::parse(s).ok_or_else(|| bad("unknown job state"))
 }
 
+/// Decodes one settle reply; `done` gets the values after 'OK' or 'DONE' and whether the
+/// settle was a repeat of one already applied ('DONE').
 fn settle_status<T>(
     item: Value,
-    done: impl FnOnce(std::vec::IntoIter<Value>) -> Result<T, StoreError>,
+    done: impl FnOnce(std::vec::IntoIter<Value>, bool) -> Result<T, StoreError>,
 ) -> Result<Settle<T>, StoreError> {
     let mut it = array(item)?.into_iter();
     match string(next(&mut it)?)?.as_str() {
-        "OK" => Ok(Settle::Done(done(it)?)),
+        "OK" => Ok(Settle::Done(done(it, false)?)),
+        "DONE" => Ok(Settle::Done(done(it, true)?)),
         "NOT_FOUND" => Ok(Settle::NotFound),
         "LEASE_LOST" => Ok(Settle::LeaseLost(string(next(&mut it)?)?)),
         _ => Err(bad("unknown settle status")),
@@ -128,14 +131,15 @@ impl Store {
         result
     }
 
-    /// Runs a settle-type script (ack, fail, renew) and decodes its per-job replies, each
-    /// `{'OK', ...}` (decoded by `done`), `{'NOT_FOUND'}` or `{'LEASE_LOST', state}`.
+    /// Runs a settle-type script (fail, renew) and decodes its per-job replies, each
+    /// `{'OK', ...}` or `{'DONE', ...}` (a repeat; both decoded by `done`), `{'NOT_FOUND'}`
+    /// or `{'LEASE_LOST', state}`.
     async fn settle_call<T>(
         &self,
         script: &NamedScript,
         queue: &QueueName,
         args: Vec<Vec<u8>>,
-        done: impl Fn(std::vec::IntoIter<Value>) -> Result<T, StoreError>,
+        done: impl Fn(std::vec::IntoIter<Value>, bool) -> Result<T, StoreError>,
     ) -> Result<Vec<Settle<T>>, StoreError> {
         let reply = array(self.run_script(script, &Keys::new(queue), args).await?)?;
         reply
@@ -252,23 +256,30 @@ impl Store {
     }
 
     /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
-    /// the i-th job goes to `worker_ids[i]`, with deadline now + `lease_ms`.
+    /// the i-th job goes to `worker_ids[i]`, with deadline now + `lease_ms`. `call` is this
+    /// call's id ([`new_lease_call_id`]): the jobs stay recorded under it as unconfirmed
+    /// until a later call lists it in `confirm` (or [`Store::confirm_lease_calls`], or a
+    /// renewal of one of its leases); if this call fails, release it with
+    /// [`Store::release_lease_call`]. See common.lua, "Lost lease replies".
     pub async fn lease(
         &self,
         queue: &QueueName,
         worker_ids: &[&str],
         lease_ms: u64,
+        call: &str,
+        confirm: &[String],
     ) -> Result<LeaseBatch, StoreError> {
         let keys = Keys::new(queue);
-        let prefix = format!("{:032x}-", rand::random::<u128>());
         let tokens: Vec<String> = (1..=worker_ids.len())
-            .map(|i| format!("{prefix}{i}"))
+            .map(|i| format!("{call}-{i}"))
             .collect();
-        let mut args = Vec::with_capacity(2 + 2 * worker_ids.len());
+        let mut args = Vec::with_capacity(4 + confirm.len() + worker_ids.len());
         args.push(worker_ids.len().to_string().into_bytes());
         args.push(lease_ms.to_string().into_bytes());
+        args.push(call.as_bytes().to_vec());
+        args.push(confirm.len().to_string().into_bytes());
+        args.extend(confirm.iter().map(|c| c.as_bytes().to_vec()));
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
-        args.extend(tokens.iter().map(|t| t.clone().into_bytes()));
         let mut reply = array(self.run_script(&scripts::LEASE, &keys, args).await?)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
@@ -307,7 +318,8 @@ impl Store {
         })
     }
 
-    /// Completes leased jobs whose token matches (`ack.lua`).
+    /// Completes leased jobs whose token matches (`ack.lua`). An ack repeated with the token
+    /// of one already applied is `Done` with `repeated` set (nothing changes).
     pub async fn ack(
         &self,
         queue: &QueueName,
@@ -327,10 +339,11 @@ impl Store {
                 let lease_ms = int(next(&mut reply)?)? as u64;
                 let text = string(next(&mut reply)?)?;
                 Ok(match status.as_str() {
-                    "OK" => Settle::Done(AckOutcome {
+                    "OK" | "DONE" => Settle::Done(AckOutcome {
                         lease_ms,
                         name: text,
                         now_ms,
+                        repeated: status == "DONE",
                     }),
                     "NOT_FOUND" => Settle::NotFound,
                     "LEASE_LOST" => Settle::LeaseLost(text),
@@ -349,6 +362,8 @@ impl Store {
     /// rate-limited return, or dead letter, each job in one atomic step. The items go in
     /// script calls of at most [`FAIL_CALL_BYTES`] of error text each (at least one item),
     /// so a batch of max-size errors never holds Redis long; outcomes keep the items' order.
+    /// A fail repeated with the token of one already applied is `Done` with the first
+    /// outcome and `repeated` set (nothing changes).
     pub async fn fail(
         &self,
         queue: &QueueName,
@@ -400,8 +415,9 @@ impl Store {
             ]);
         }
         let outcomes = self
-            .settle_call(&scripts::FAIL, queue, args, |mut it| {
+            .settle_call(&scripts::FAIL, queue, args, |mut it, repeated| {
                 Ok(FailOutcome {
+                    repeated,
                     state: state(&string(next(&mut it)?)?)?,
                     at_ms: int(next(&mut it)?)? as u64,
                     dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
@@ -436,7 +452,7 @@ impl Store {
             items.len().to_string().into_bytes(),
         ];
         push_pairs(&mut args, items);
-        self.settle_call(&scripts::RENEW, queue, args, |mut it| {
+        self.settle_call(&scripts::RENEW, queue, args, |mut it, _| {
             Ok(int(next(&mut it)?)? as u64)
         })
         .await
@@ -462,6 +478,41 @@ impl Store {
             }
         }
         Ok(released)
+    }
+
+    /// The server got the replies of these lease calls of `queue` and handed their jobs to
+    /// its streams (`confirm_calls.lua`): their leases now count as delivered.
+    pub async fn confirm_lease_calls(
+        &self,
+        queue: &QueueName,
+        calls: &[String],
+    ) -> Result<(), StoreError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let args = calls.iter().map(|c| c.as_bytes().to_vec()).collect();
+        self.run_script(&scripts::CONFIRM_CALLS, &Keys::new(queue), args)
+            .await?;
+        Ok(())
+    }
+
+    /// The reply of lease call `call` was lost (`release_call.lua`): its jobs go back to
+    /// waiting without an attempt charged, and the call leases nothing if it runs later
+    /// (within `tombstone_ms`). Idempotent; returns how many jobs went back.
+    pub async fn release_lease_call(
+        &self,
+        queue: &QueueName,
+        call: &str,
+        tombstone_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let args = vec![
+            call.as_bytes().to_vec(),
+            tombstone_ms.to_string().into_bytes(),
+        ];
+        let reply = self
+            .run_script(&scripts::RELEASE_CALL, &Keys::new(queue), args)
+            .await?;
+        Ok(int(reply)? as u64)
     }
 
     /// Fails up to `max` expired leases, promotes due delayed jobs and applies the retention
@@ -502,6 +553,11 @@ impl Store {
             reaped,
         })
     }
+}
+
+/// A fresh lease call id (128 random bits, hex): the prefix of the call's lease tokens.
+pub fn new_lease_call_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// The stored form of a job `enqueue.lua` just created at `now` (ms), with the max

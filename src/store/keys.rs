@@ -15,10 +15,10 @@ pub fn wake_channel(queue: &QueueName) -> String {
     format!("jw:wake:{queue}")
 }
 
-/// The eight keys every script takes, in the order `scripts/common.lua` documents.
+/// The twelve keys every script takes, in the order `scripts/common.lua` documents.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) all: [String; 8],
+    pub(crate) all: [String; 12],
     pub(crate) wake: String,
 }
 
@@ -36,6 +36,10 @@ impl Keys {
                 format!("{p}meta"),
                 format!("{p}job:"),
                 format!("{p}limiter"),
+                format!("{p}settled"),
+                format!("{p}settled_at"),
+                format!("{p}calls"),
+                format!("{p}call_jobs"),
             ],
             wake: wake_channel(queue),
         }

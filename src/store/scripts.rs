@@ -33,6 +33,8 @@ script!(FAIL, "fail");
 script!(REAP, "reap");
 script!(RENEW, "renew");
 script!(RELEASE, "release");
+script!(RELEASE_CALL, "release_call");
+script!(CONFIRM_CALLS, "confirm_calls");
 script!(REPLAY, "replay");
 script!(DELETE_DEAD, "delete_dead");
 script!(LIST_DEAD, "list_dead");

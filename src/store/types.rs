@@ -63,6 +63,9 @@ pub struct AckOutcome {
     pub name: String,
     /// Redis's clock at the ack, ms.
     pub now_ms: u64,
+    /// This ack repeated one already applied with the same token (its reply was lost):
+    /// nothing changed, and `lease_ms` and `name` are unknown (0, empty).
+    pub repeated: bool,
 }
 
 /// Where a failed job went.
@@ -82,6 +85,9 @@ pub struct FailOutcome {
     pub attempt: u32,
     /// Redis's clock at the failure, ms.
     pub now_ms: u64,
+    /// This fail repeated one already applied with the same token (its reply was lost):
+    /// nothing changed; state, time and dead reason are the first one's, the rest unknown.
+    pub repeated: bool,
 }
 
 /// What one lease call returned.

@@ -11,6 +11,7 @@ mod ctrl_c;
 mod durability;
 mod killed_worker;
 mod leases;
+mod lost_replies;
 mod readonly;
 mod redis_outage;
 mod replicas;

@@ -113,6 +113,7 @@ impl RedisProc {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--save", "", "--maxmemory-policy", self.opts.policy])
+            .args(["--enable-debug-command", "yes"])
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
         match self.opts.aof {

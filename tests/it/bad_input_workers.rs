@@ -20,13 +20,14 @@ async fn worker_and_dead_letter_services_refuse_bad_input_and_change_nothing() {
         job_id: id.into(),
         lease_token: t.into(),
     };
+    // (Ack twice with the same token answers OK: idempotent, see lost_replies.rs.)
     refuse(
         r,
-        "Ack twice",
+        "Ack a completed job with another lease's token",
         Fp,
         "",
         "",
-        wk.ack(ack("done", &done.lease_token)),
+        wk.ack(ack("done", &held.lease_token)),
     )
     .await;
     refuse(

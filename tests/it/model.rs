@@ -84,6 +84,9 @@ struct Model {
     seq: u64,
     created: u32,
     deleted: u32,
+    /// Tokens whose ack, or fail, was applied: repeating one answers OK.
+    acked: std::collections::HashSet<String>,
+    failed: std::collections::HashSet<String>,
 }
 
 impl Model {
@@ -201,7 +204,16 @@ async fn apply(
         }
         Op::Lease { n } => {
             let workers = vec!["w"; n];
-            let batch = store.lease(q, &workers, 60_000).await.expect("lease");
+            let call = jobwire::store::new_lease_call_id();
+            let batch = store
+                .lease(q, &workers, 60_000, &call, &[])
+                .await
+                .expect("lease");
+            // The reply arrived: the leases count as delivered (expiry charges them).
+            store
+                .confirm_lease_calls(q, &[call])
+                .await
+                .expect("confirm");
             let take = n.min(m.waiting.len());
             let expected: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
             let got: Vec<&str> = batch.jobs.iter().map(|l| l.job.id.as_str()).collect();
@@ -219,10 +231,20 @@ async fn apply(
             let Some((id, token)) = m.pick_active(pick, stale) else {
                 return;
             };
-            let want = m.expect_settle(&id, &token);
-            let r = store.ack(q, &[(id.clone(), token)]).await.expect("ack");
+            // A token whose ack was applied answers OK again and changes nothing.
+            let repeat = m.acked.contains(&token);
+            let want = if repeat {
+                Some(Ok(()))
+            } else {
+                m.expect_settle(&id, &token)
+            };
+            let r = store
+                .ack(q, &[(id.clone(), token.clone())])
+                .await
+                .expect("ack");
             assert_eq!(settled(&r[0]), want, "ack {id}");
-            if want == Some(Ok(())) {
+            if want == Some(Ok(())) && !repeat {
+                m.acked.insert(token);
                 let j = m.jobs.get_mut(&id).expect("job");
                 j.state = "completed";
                 j.old_tokens.push(std::mem::take(&mut j.token));
@@ -232,7 +254,13 @@ async fn apply(
             let Some((id, token)) = m.pick_active(pick, stale) else {
                 return;
             };
-            let want = m.expect_settle(&id, &token);
+            // A token whose fail was applied answers OK again and changes nothing.
+            let repeat = m.failed.contains(&token);
+            let want = if repeat {
+                Some(Ok(()))
+            } else {
+                m.expect_settle(&id, &token)
+            };
             let disposition = [
                 Disposition::Retry,
                 Disposition::NoRetry,
@@ -240,7 +268,7 @@ async fn apply(
             ][how as usize];
             let item = FailItem {
                 id: id.clone(),
-                token,
+                token: token.clone(),
                 disposition,
                 message: "boom".into(),
                 error_type: "E".into(),
@@ -250,7 +278,8 @@ async fn apply(
             };
             let r = store.fail(q, &[item]).await.expect("fail");
             assert_eq!(settled(&r[0]), want, "fail {id}");
-            if want == Some(Ok(())) {
+            if want == Some(Ok(())) && !repeat {
+                m.failed.insert(token);
                 m.fail_attempt(&id, how);
             }
         }

@@ -22,10 +22,16 @@ async fn lease_all(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec
     let mut out = Vec::new();
     while out.len() < n {
         let want = (n - out.len()).min(LEASE_CAP);
+        let call = jobwire::store::new_lease_call_id();
         let b = store
-            .lease(q, &workers[..want], lease_ms)
+            .lease(q, &workers[..want], lease_ms, &call, &[])
             .await
             .expect("lease");
+        // The reply arrived, as the server confirms it: expiry then fails these leases.
+        store
+            .confirm_lease_calls(q, &[call])
+            .await
+            .expect("confirm");
         assert!(!b.jobs.is_empty(), "leased {} of {n}", out.len());
         out.extend(b.jobs);
     }

@@ -3,14 +3,17 @@
 -- removeOnComplete), otherwise it joins the completed set, trimmed to keep_completed entries
 -- and completed_age_ms.
 -- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
+-- An ack repeated with the token of an ack already applied (its reply was lost) answers
+-- 'DONE' and changes nothing (common.lua, "Repeated settles").
 -- Reply: { now ms, then three values per job: 'OK', lease ms, name
+--                                           | 'DONE', 0, ''
 --                                           | 'NOT_FOUND', 0, ''
 --                                           | 'LEASE_LOST', 0, state } (flat: no table a job)
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local keep, max_age_ms = completed_retention()
 local out = { now }
-local done, finished = {}, {}
+local done, finished, remembered = {}, {}, {}
 for j = 0, n - 1 do
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
   local jk = job_key(id)
@@ -20,11 +23,15 @@ for j = 0, n - 1 do
     local rec = redis.call('GET', jk)
     local st, lt, name, tok
     if rec then st, lt, name, tok = lease_fields(rec) end
-    if not rec then
+    if (not rec or st ~= 'active' or tok ~= token) and settled_outcome(token) == 'A' then
+      push3(out, 'DONE', 0, '')
+    elseif not rec then
       push3(out, 'NOT_FOUND', 0, '')
     elseif st ~= 'active' or tok ~= token then
       push3(out, 'LEASE_LOST', 0, st)
     else
+      remembered[#remembered + 1] = token
+      remembered[#remembered + 1] = 'A'
       finished[id] = true
       done[#done + 1] = id
       if keep > 0 then
@@ -48,6 +55,7 @@ for i = 1, #done, 1000 do
     delete_jobs(ids)
   end
 end
+remember_settled(remembered, now)
 if #done > 0 then
   trim_completed(now, #done, keep, max_age_ms)
   wake_if_concurrency_limited()

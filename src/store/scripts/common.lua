@@ -16,6 +16,17 @@
 --                scripts address jobs whose ids they only learn inside the script; the prefix
 --                carries the queue's hash tag, so every job key is in the same cluster slot.
 --   8 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
+--   9 settled    hash  lease token -> outcome of its applied Ack ('A') or Fail
+--                      ('F,<state>,<ready or dead ms>,<dead reason>'), so that a worker
+--                      repeating a settle whose reply it lost hears OK, not LEASE_LOST
+--  10 settled_at zset  lease token -> settle time (ms): the order in which 9 is trimmed.
+--                      9 and 10 keep the last SETTLED_KEEP settles and expire
+--                      SETTLED_TTL_MS after the last one, so they stay small.
+--  11 calls      zset  lease call id -> the call's lease deadline (ms): lease calls whose
+--                      reply jobwire has not confirmed (see "Lost lease replies" below)
+--  12 call_jobs  hash  lease call id -> the ids it leased (MessagePack array), or '' for a
+--                      call released before it ran (a tombstone: it leases nothing if it
+--                      runs later)
 -- ARGV[1] is always the queue's wake-up channel (PUBLISHed when a job becomes ready).
 --
 -- A job is one string key holding MessagePack values back to back:
@@ -51,6 +62,7 @@ local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local JOB_PREFIX = KEYS[7]
 local K_LIMITER = KEYS[8]
+local K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local WAKE = ARGV[1]
 -- "jw:{queue}:job:" -> "jw:{queue}:errors:" (see the error history above).
 local ERR_PREFIX = string.sub(JOB_PREFIX, 1, -5) .. 'errors:'
@@ -488,4 +500,104 @@ local function for_selected_dead(act)
     cursor = scan_dead(ARGV[9], budget, budget, read_filter(3), act, upto)
   end
   return skipped, cursor, upto
+end
+
+-- Repeated settles. A worker whose Ack or Fail reply was lost (Redis answered after the
+-- server's timeout) repeats it with the same token. The last SETTLED_KEEP applied settles
+-- of a queue are remembered by token, for at most SETTLED_TTL_MS after the queue's last
+-- settle, so the repeat answers as the first did.
+local SETTLED_KEEP, SETTLED_TTL_MS = 10000, 3600000
+
+-- Remembers applied settles: `flat` is { token, outcome, token, outcome, ... }.
+local function remember_settled(flat, now)
+  if #flat == 0 then return end
+  local now_s = int(now)
+  local scored = {}
+  for i = 1, #flat, 2 do
+    scored[#scored + 1] = now_s
+    scored[#scored + 1] = flat[i]
+  end
+  for i = 1, #flat, 1000 do
+    redis.call('HSET', K_SETTLED, unpack(flat, i, math.min(i + 999, #flat)))
+    redis.call('ZADD', K_SETTLED_AT, unpack(scored, i, math.min(i + 999, #scored)))
+  end
+  -- At most as many as were just added: the set held at most SETTLED_KEEP before.
+  local excess = redis.call('ZCARD', K_SETTLED_AT) - SETTLED_KEEP
+  if excess > 0 then
+    local gone = redis.call('ZPOPMIN', K_SETTLED_AT, excess)
+    local tokens = {}
+    for i = 1, #gone, 2 do tokens[#tokens + 1] = gone[i] end
+    for i = 1, #tokens, 1000 do
+      redis.call('HDEL', K_SETTLED, unpack(tokens, i, math.min(i + 999, #tokens)))
+    end
+  end
+  redis.call('PEXPIRE', K_SETTLED, SETTLED_TTL_MS)
+  redis.call('PEXPIRE', K_SETTLED_AT, SETTLED_TTL_MS)
+end
+
+-- The remembered outcome of the settle applied with `token`, or nil.
+local function settled_outcome(token)
+  local v = redis.call('HGET', K_SETTLED, token)
+  if v then return v end
+  return nil
+end
+
+-- Lost lease replies. A lease call may run in Redis after the server gave up waiting for
+-- its reply; its jobs then reached no worker. So every lease call carries a call id (its
+-- tokens are '<call id>-<slot>') and records the ids it leased in K_CALLS / K_CALL_JOBS as
+-- unconfirmed. The server confirms the call once it has the reply (in its next lease call,
+-- a confirm call, or implicitly by renewing any of its leases), which deletes the record.
+-- When the reply is lost, the server releases the call by id (release_call.lua, retried
+-- until Redis answers): its jobs still active under its tokens go back to waiting with the
+-- attempt not charged, and a tombstone makes the call lease nothing should it run later.
+-- If that release cannot run in time, the reaper treats the leases of an unconfirmed call
+-- as released, never as failed: no attempt is charged and nothing is dead-lettered for a
+-- lease no worker received. The cost of that rule: a job whose worker got it but whose
+-- server died before confirming is released uncharged when its lease expires.
+
+-- The lease call id of a lease token ('<call id>-<slot>'), or nil.
+local function call_of(token)
+  return string.match(token, '^(.+)%-%d+$')
+end
+
+-- Deletes the records of lease calls whose replies the server received.
+local function confirm_calls(calls)
+  for i = 1, #calls, 1000 do
+    local chunk = { unpack(calls, i, math.min(i + 999, #calls)) }
+    redis.call('ZREM', K_CALLS, unpack(chunk))
+    redis.call('HDEL', K_CALL_JOBS, unpack(chunk))
+  end
+end
+
+-- Is lease call `call` recorded and not confirmed?
+local function unconfirmed(call)
+  return call ~= nil and redis.call('HEXISTS', K_CALL_JOBS, call) == 1
+end
+
+-- Hands the leases of lease call `call` still active under its tokens back to waiting
+-- without consuming the attempt (and their rate-limit starts), and forgets the call.
+-- Returns how many jobs went back to waiting.
+local function release_call(call, now)
+  local packed = redis.call('HGET', K_CALL_JOBS, call)
+  redis.call('ZREM', K_CALLS, call)
+  redis.call('HDEL', K_CALL_JOBS, call)
+  if not packed or packed == '' then return 0 end
+  local prefix = call .. '-'
+  local n = 0
+  for _, id in ipairs(cmsgpack.unpack(packed)) do
+    local jk = job_key(id)
+    local rec = redis.call('GET', jk)
+    if rec then
+      local st, _, _, tok = lease_fields(rec)
+      if st == 'active' and string.sub(tok, 1, #prefix) == prefix then
+        local h, body = split_record(rec)
+        redis.call('ZREM', K_ACTIVE, id)
+        redis.call('ZREM', K_LIMITER, tok)
+        h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
+        make_ready(id, jk, h, body, now)
+        n = n + 1
+      end
+    end
+  end
+  return n
 end

@@ -1,5 +1,6 @@
 -- delete_queue.lua: deletes up to a budget of the queue's jobs in any state; once none is
--- left, also its meta (config, pause flag, counters) and rate limiter, and says it is done.
+-- left, also its meta (config, pause flag, counters), rate limiter, settled-token record and
+-- lease-call records, and says it is done.
 -- Refuses while jobs are leased unless forced (checked before any write, in every call).
 -- ARGV: [1] wake channel (unused), [2] force 1|0, [3] most jobs to delete in this call.
 -- Reply: { 'BUSY', leased jobs } (nothing deleted)
@@ -26,7 +27,7 @@ for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD }) do
 end
 -- Every step took less than it could: nothing is left.
 if left > 0 then
-  redis.call('DEL', K_WAITING, K_META, K_LIMITER)
+  redis.call('DEL', K_WAITING, K_META, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS)
   out[7] = 1
 end
 return out

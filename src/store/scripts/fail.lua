@@ -5,18 +5,26 @@
 -- ARGV: [1] wake channel, [2] n, then 9 per job: id, lease token, disposition
 --       (RETRY|NO_RETRY|RATE_LIMITED), message, error type, details, retry_after ms (-1 =
 --       none), random in [0, 1) for jitter, pause queue (1|0).
+-- A fail repeated with the token of a fail already applied (its reply was lost) answers
+-- 'DONE' with the first one's outcome and changes nothing (common.lua, "Repeated settles").
 -- Reply: per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
+--        | { 'DONE', state, ready-or-dead ms, dead reason, 0, '', 0, now ms }
 --        | { 'NOT_FOUND' }
 --        | { 'LEASE_LOST', state }.
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local out = {}
 local any_waiting = false
+local remembered = {}
 for j = 0, n - 1 do
   local b = 3 + j * 9
   local id, token = ARGV[b], ARGV[b + 1]
   local rec, refusal = leased_record(id, token)
-  if not rec then
+  local earlier = not rec and settled_outcome(token)
+  if earlier and string.sub(earlier, 1, 2) == 'F,' then
+    local st, at, reason = string.match(earlier, '^F,(%a+),(%d+),([%u_]*)$')
+    out[#out + 1] = { 'DONE', st, tonumber(at), reason, 0, '', 0, now }
+  elseif not rec then
     out[#out + 1] = refusal
   else
     local h, body = split_record(rec)
@@ -30,8 +38,11 @@ for j = 0, n - 1 do
       end
     end
     if r[1] == 'waiting' then any_waiting = true end
+    remembered[#remembered + 1] = token
+    remembered[#remembered + 1] = 'F,' .. r[1] .. ',' .. int(r[2]) .. ',' .. r[3]
     out[#out + 1] = { 'OK', r[1], r[2], r[3], lt, name, att, now }
   end
 end
+remember_settled(remembered, now)
 wake_after_failures(any_waiting)
 return out

@@ -3,8 +3,12 @@
 -- paused leases nothing; a worker-reported throttle (throttle_until) leases nothing until
 -- then; max_active caps the leased jobs; the rate limit allows at most rate_max starts in
 -- any window of rate_ms (a sliding window over the limiter set of start times).
--- ARGV: [1] wake channel, [2] n, [3] lease ms, [4 .. 3+n] worker id of each slot,
---       [4+n .. 3+2n] lease token of each slot (random, made by the server).
+-- Every call has an id (random, made by the server); the lease token of slot i is
+-- '<call id>-<i>'. A call that leases jobs records them as unconfirmed until the server
+-- confirms it got the reply; a call released before it ran leases nothing (common.lua,
+-- "Lost lease replies"). The call first confirms the earlier calls it lists.
+-- ARGV: [1] wake channel, [2] n, [3] lease ms, [4] call id, [5] c, [6 .. 5+c] ids of
+--       earlier calls whose replies arrived, [6+c .. 5+c+n] worker id of each slot.
 -- Reply: { now_ms, next delayed due ms or -1, paused 0|1,
 --          limited ('' | 'rate' | 'throttle' | 'concurrency': jobs were left waiting because
 --          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
@@ -12,8 +16,13 @@
 --          job leased has the i-th token (flat: no table a job) }
 local now = now_ms()
 local n, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
+local call, c = ARGV[4], tonumber(ARGV[5])
+local workers = 5 + c
+if c > 0 then confirm_calls({ unpack(ARGV, 6, 5 + c) }) end
 promote_due(now, 1000)
 local out = { now, next_score(K_DELAYED), 0, '', -1 }
+-- Released before it ran (its reply was given up on): lease nothing.
+if redis.call('HEXISTS', K_CALL_JOBS, call) == 1 then return out end
 local m = redis.call('HMGET', K_META, 'paused', 'throttle_until', 'max_active', 'rate_max', 'rate_ms')
 if m[1] == '1' then
   out[3] = 1
@@ -53,6 +62,7 @@ local slot = 0
 local deadline = now + lease_ms
 local deadline_s = int(deadline)
 local active = {}
+local leased = {}
 for _, id in ipairs(pop_ready(allowed)) do
   local jk = job_key(id)
   local rec = redis.call('GET', jk)
@@ -62,19 +72,24 @@ for _, id in ipairs(pop_ready(allowed)) do
   -- A list entry whose job is gone or has moved on (never expected) is dropped.
   if st == 'waiting' then
     slot = slot + 1
-    local token = ARGV[3 + n + slot]
+    local token = call .. '-' .. slot
     local due, due_s, ad = deadline, deadline_s, 0
     if to > 0 then
       ad = now + to
       if ad < deadline then due, due_s = ad, int(ad) end
     end
-    rec = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[3 + slot], ad) .. string.sub(rec, off + 1)
+    rec = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[workers + slot], ad) .. string.sub(rec, off + 1)
     redis.call('SET', jk, rec)
     active[#active + 1] = due_s
     active[#active + 1] = id
     if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
+    leased[slot] = id
     push3(out, id, due, rec)
   end
 end
-if slot > 0 then redis.call('ZADD', K_ACTIVE, unpack(active)) end
+if slot > 0 then
+  redis.call('ZADD', K_ACTIVE, unpack(active))
+  redis.call('ZADD', K_CALLS, deadline_s, call)
+  redis.call('HSET', K_CALL_JOBS, call, cmsgpack.pack(leased))
+end
 return out

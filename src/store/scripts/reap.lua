@@ -4,6 +4,9 @@
 -- promotes due delayed jobs, so a queue with no worker still moves, and applies the
 -- completed and dead retention (count and age), so age limits hold with no traffic.
 -- Idempotent: every replica runs it (on the queues the due index says are due).
+-- Leases of a lease call whose reply was never confirmed are released, not failed: no
+-- worker received them (common.lua, "Lost lease replies"); so are the calls whose deadline
+-- passed (their records and tombstones are dropped).
 -- ARGV: [1] wake channel, [2] max leases to reap, [3 ..] a random in [0, 1) per lease.
 -- Reply: { promoted, next active deadline or -1, next delayed due or -1,
 --          next retention due or -1 (now when the budget ran out: call again),
@@ -16,13 +19,20 @@ local limit = tonumber(ARGV[2])
 local promoted = promote_due(now, 1000)
 if promoted > 0 then redis.call('PUBLISH', WAKE, '1') end
 local out = { promoted, -1, -1, -1, 0, 0 }
-local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 local any_waiting = false
+for _, call in ipairs(redis.call('ZRANGE', K_CALLS, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do
+  if release_call(call, now) > 0 then any_waiting = true end
+end
+local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 for i, id in ipairs(expired) do
   local jk = job_key(id)
   local h, body = load_job(jk)
+  local call = h and h[ST] == 'active' and call_of(h[TOK])
   if not h or h[ST] ~= 'active' then
     redis.call('ZREM', K_ACTIVE, id)
+  elseif unconfirmed(call) then
+    -- Its attempt timed out before its call was confirmed: released, uncharged.
+    if release_call(call, now) > 0 then any_waiting = true end
   else
     local etype, message = 'LEASE_EXPIRED', 'lease expired before the job was acked'
     if h[AD] > 0 and now >= h[AD] then
@@ -34,7 +44,7 @@ for i, id in ipairs(expired) do
     out[#out + 1] = { id, name, etype, r[1], r[3], att }
   end
 end
-if #expired > 0 then wake_after_failures(any_waiting) end
+if #expired > 0 or any_waiting then wake_after_failures(any_waiting) end
 out[2] = next_score(K_ACTIVE)
 out[3] = next_score(K_DELAYED)
 

@@ -1,12 +1,14 @@
 -- renew.lua: pushes the deadlines of leases whose token still matches to now + lease ms,
 -- capped by each attempt's timeout deadline. Used for the batched renewal of live streams'
--- leases and for ExtendLease. The job record is read, not written.
+-- leases and for ExtendLease. The job record is read, not written. Renewing a lease proves
+-- the server got its lease call's reply: that call is confirmed (common.lua).
 -- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
 -- Reply: per job { 'OK', deadline } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
 local now = now_ms()
 local lease_ms, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 local deadlines = {}
+local calls, seen = {}, {}
 local default_s = int(now + lease_ms)
 for j = 0, n - 1 do
   local id, token = ARGV[4 + j * 2], ARGV[5 + j * 2]
@@ -20,10 +22,16 @@ for j = 0, n - 1 do
     if ad > 0 and ad < deadline then deadline, deadline_s = ad, int(ad) end
     deadlines[#deadlines + 1] = deadline_s
     deadlines[#deadlines + 1] = id
+    local call = call_of(token)
+    if call and not seen[call] then
+      seen[call] = true
+      calls[#calls + 1] = call
+    end
     out[#out + 1] = { 'OK', deadline }
   end
 end
 for i = 1, #deadlines, 1000 do
   redis.call('ZADD', K_ACTIVE, unpack(deadlines, i, math.min(i + 999, #deadlines)))
 end
+confirm_calls(calls)
 return out
