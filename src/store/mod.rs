@@ -1,6 +1,8 @@
 //! Redis only: the key schema (`keys.rs`), one Lua script per job state transition
 //! (`scripts/*.lua`, loaded once and called by SHA in `scripts.rs`), the decoding of their
 //! replies (`codec.rs`), and [`Store`], whose methods are named after the scripts they call.
+//! Beside the queues, two global keys (`registry.rs`): the queue registry (capped by
+//! `--max-queues`) and the due index the reaper follows; no queue script writes them.
 //!
 //! Invariants: every state change is exactly one script call, so a crash at any instant
 //! leaves each job in exactly one state; all of a queue's keys share the hash tag `{queue}`;
