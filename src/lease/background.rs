@@ -219,7 +219,8 @@ impl Hub {
     /// Listens on the wake-up channel of every queue that has a local lease loop (and of
     /// each new one as its loop starts, until the loop ends) and wakes that loop. Queues no local worker serves
     /// are not listened to, so their enqueues cost this replica nothing. Reconnects with a
-    /// pause after any error, and wakes every loop after reconnecting, since messages sent
+    /// pause after any error, at once when the store's connection was replaced (a new master
+    /// behind the address), and wakes every loop after reconnecting, since messages sent
     /// while it was away are lost.
     async fn wake_listener(
         self,
@@ -227,7 +228,9 @@ impl Hub {
         mut new_queues: mpsc::UnboundedReceiver<Subscription>,
     ) {
         let stop = self.inner.stop.clone();
+        let mut replaced = self.store().connection_replaced();
         loop {
+            replaced.borrow_and_update();
             let run = async {
                 let client = redis::Client::open(url.as_str())?;
                 let (mut sink, mut messages) = client.get_async_pubsub().await?.split();
@@ -260,16 +263,24 @@ impl Hub {
                                 sink.unsubscribe(wake_channel(&q)).await?;
                             }
                         },
+                        // The store found a replica behind the address and connected
+                        // again: so must pub/sub, or it stays on the demoted node, where
+                        // the new master's PUBLISHes never arrive.
+                        Ok(()) = replaced.changed() => {
+                            tracing::info!("wake-up listener connects again: the store's connection was replaced");
+                            return Ok(true);
+                        }
                     }
                 }
-                Ok::<(), redis::RedisError>(())
+                Ok::<bool, redis::RedisError>(false)
             };
             tokio::select! {
-                r = run => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "wake-up listener lost its connection");
-                    }
-                }
+                r = run => match r {
+                    // At once: the new master is known to answer.
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(error = %e, "wake-up listener lost its connection"),
+                },
                 _ = stop.cancelled() => return,
             }
             tokio::select! {

@@ -37,6 +37,9 @@ struct Shared {
     current: RwLock<(u64, ConnectionManager)>,
     /// When the connection was last replaced (None: never).
     replaced_at: RwLock<Option<Instant>>,
+    /// The current generation, for those who follow replacements (the wake-up listener's
+    /// pub/sub connection must move to the new master too).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl Conn {
@@ -49,6 +52,7 @@ impl Conn {
                 config,
                 current: RwLock::new((0, manager)),
                 replaced_at: RwLock::new(None),
+                generation: tokio::sync::watch::Sender::new(0),
             }),
         })
     }
@@ -101,10 +105,20 @@ impl Conn {
             Ok(fresh) => {
                 *guard = (generation + 1, fresh);
                 *replaced_at = Some(Instant::now());
+                self.shared.generation.send_replace(generation + 1);
                 tracing::warn!("redis answered as a replica (READONLY or MASTERDOWN); connecting again to reach the current master");
             }
             Err(err) => tracing::warn!(error = %err, "cannot make a new redis connection"),
         }
+    }
+}
+
+impl super::Store {
+    /// Changes each time the store's connection is replaced because Redis answered as a
+    /// replica: whatever else holds a connection to the same address (the wake-up
+    /// listener's pub/sub) should connect again to reach the current master.
+    pub fn connection_replaced(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.conn.shared.generation.subscribe()
     }
 }
 

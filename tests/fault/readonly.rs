@@ -230,3 +230,61 @@ async fn an_evicting_policy_set_at_run_time_means_not_serving_with_the_reason_in
     redis_cmd(&redis, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
     server.wait_serving().await;
 }
+
+/// After the Redis behind jobwire's address is replaced by a new master, wake-ups still
+/// reach an idle worker at once: the pub/sub listener follows the store's connection to the
+/// new master instead of staying subscribed on the demoted one (where no PUBLISH arrives,
+/// so only the lease loop's 2 s safety poll found new jobs).
+#[tokio::test]
+async fn after_a_new_master_wake_ups_reach_an_idle_worker_at_once() {
+    let mut old = RedisProc::start(RedisOpts::default()).await;
+    // `a` serves the worker; `b` enqueues, so the wake-up must travel over pub/sub.
+    let a = TestApp::spawn(test_config(&old.url)).await;
+    let b = TestApp::spawn(test_config(&old.url)).await;
+    let mut w = TestWorker::open(&a, &["wake"], 1, "w").await;
+    enqueue(&b, spec("wake", "before")).await;
+    let l = w.lease().await;
+    assert_eq!(w.ack(&l).await.code, 0);
+
+    redis_cmd(&old, &["REPLICAOF", "127.0.0.1", &free_port().to_string()]).await;
+    let path = old.url.trim_start_matches("redis+unix://").to_owned();
+    std::fs::remove_file(&path).expect("unlink the old socket");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _new = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket", &path, "--save", ""])
+        .args(["--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    wait_for_redis(&old.url, Duration::from_secs(20)).await;
+    // Both replicas' health probes meet READONLY and reconnect; then they are ready.
+    eventually(PATIENCE, || async {
+        health(&a).await == 1 && health(&b).await == 1 && {
+            w.heartbeat();
+            try_enqueue(&b, spec("wake", "probe")).await.is_ok()
+        }
+    })
+    .await;
+    let probe = w.lease().await;
+    assert_eq!(w.ack(&probe).await.code, 0);
+
+    let mut slowest = Duration::ZERO;
+    for i in 0..4 {
+        // Give the loop time to go idle after its last lease.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        w.heartbeat();
+        let t = std::time::Instant::now();
+        enqueue(&b, spec("wake", &format!("after{i}"))).await;
+        let l = w.lease().await;
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(w.ack(&l).await.code, 0);
+    }
+    println!("slowest enqueue-to-lease after the new master: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "wake-ups wait for the safety poll: {slowest:?}"
+    );
+    old.kill().await;
+}
