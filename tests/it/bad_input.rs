@@ -29,7 +29,7 @@ use crate::refusal::*;
 async fn job_service_refuses_bad_fields_and_changes_nothing() {
     let (redis, app) = TestApp::with_redis().await;
     let r = &redis;
-    let (mut w, _done, held, _dead) = some_state(&app).await;
+    let (mut w, _done, held, _dead) = some_state(&redis, &app).await;
     let jobs = app.jobs();
     let e = |req: pb::EnqueueRequest| {
         let mut j = jobs.clone();

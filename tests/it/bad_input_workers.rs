@@ -13,7 +13,7 @@ async fn worker_and_dead_letter_services_refuse_bad_input_and_change_nothing() {
     use Code::{FailedPrecondition as Fp, InvalidArgument as Ia, NotFound as Nf};
     let (redis, app) = TestApp::with_redis().await;
     let r = &redis;
-    let (mut w, done, held, _dead) = some_state(&app).await;
+    let (mut w, done, held, _dead) = some_state(&redis, &app).await;
     let mut wk = app.workers();
     let ack = |id: &str, t: &str| pb::AckRequest {
         queue: "bad".into(),

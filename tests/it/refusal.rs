@@ -11,24 +11,50 @@ use tonic_types::StatusExt;
 
 use crate::harness::*;
 
-pub(crate) async fn snapshot(redis: &TestRedis) -> Vec<(String, Vec<u8>)> {
+/// Keys that are not job state and change by themselves, whatever a refused call does: the
+/// due index is the reaper's schedule (it moves in the background after earlier, accepted
+/// calls), and the readiness probe rewrites `jw:health` every 500 ms (`store/health.rs`).
+const NOT_JOB_STATE: [&str; 2] = ["jw:due", "jw:health"];
+
+/// Every key of job state, sorted: all keys but [`NOT_JOB_STATE`].
+pub(crate) async fn state_keys(redis: &TestRedis) -> Vec<String> {
     let mut c = redis.conn().await;
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut c)
         .await
         .expect("keys");
-    // The due index is the reaper's schedule: it moves in the background after earlier
-    // (accepted) calls, whatever a refused call does.
-    keys.retain(|k| k != "jw:due");
+    keys.retain(|k| !NOT_JOB_STATE.contains(&k.as_str()));
     keys.sort();
+    keys
+}
+
+/// Redis byte for byte (DUMP of every key of [`state_keys`]), except the scores of each
+/// queue's active set: a live stream renews its leases in the background, which moves their
+/// deadlines; the set's members (which jobs are leased) are compared. Callers holding leases
+/// wait for their lease calls' confirmation first ([`some_state`]), which is the other
+/// background write.
+pub(crate) async fn snapshot(redis: &TestRedis) -> Vec<(String, Vec<u8>)> {
+    let mut c = redis.conn().await;
     let mut out = Vec::new();
-    for k in keys {
-        let v: Vec<u8> = redis::cmd("DUMP")
-            .arg(&k)
-            .query_async(&mut c)
-            .await
-            .expect("dump");
+    for k in state_keys(redis).await {
+        let v: Vec<u8> = if k.ends_with(":active") {
+            let mut ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&k)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut c)
+                .await
+                .expect("zrange");
+            ids.sort();
+            format!("active members {ids:?}").into_bytes()
+        } else {
+            redis::cmd("DUMP")
+                .arg(&k)
+                .query_async(&mut c)
+                .await
+                .expect("dump")
+        };
         out.push((k, v));
     }
     out
@@ -141,7 +167,10 @@ pub(crate) fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
 
 /// A completed, a leased (still held by the returned worker) and a dead job in queue "bad":
 /// returns the worker and the leases of (done, held, dead).
-pub(crate) async fn some_state(app: &TestApp) -> (TestWorker, pb::Lease, pb::Lease, pb::Lease) {
+pub(crate) async fn some_state(
+    redis: &TestRedis,
+    app: &TestApp,
+) -> (TestWorker, pb::Lease, pb::Lease, pb::Lease) {
     // Some state that refusals must leave alone: a completed, a leased and a dead job.
     enqueue(app, spec("bad", "done")).await;
     enqueue(app, spec("bad", "held")).await;
@@ -176,5 +205,23 @@ pub(crate) async fn some_state(app: &TestApp) -> (TestWorker, pb::Lease, pb::Lea
         0
     );
 
+    // The server confirms delivered lease calls in the background (removing them from the
+    // calls set and hash): wait for it, so that it cannot change Redis during a refusal.
+    let mut c = redis.conn().await;
+    let mut waited = 0;
+    loop {
+        let pending: i64 = redis::cmd("EXISTS")
+            .arg("jw:{bad}:calls")
+            .arg("jw:{bad}:call_jobs")
+            .query_async(&mut c)
+            .await
+            .expect("exists");
+        if pending == 0 {
+            break;
+        }
+        waited += 1;
+        assert!(waited < 500, "lease calls never confirmed");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     (w, done, held, dead)
 }

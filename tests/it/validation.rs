@@ -5,20 +5,13 @@ use jobwire::pb;
 use tonic_types::StatusExt;
 
 use crate::harness::*;
+use crate::refusal::state_keys;
 
 fn violation_field(s: &tonic::Status) -> String {
     s.get_error_details()
         .bad_request()
         .and_then(|b| b.field_violations.first().map(|v| v.field.clone()))
         .unwrap_or_default()
-}
-
-async fn key_count(redis: &TestRedis) -> i64 {
-    let mut c = redis.conn().await;
-    redis::cmd("DBSIZE")
-        .query_async(&mut c)
-        .await
-        .expect("dbsize")
 }
 
 #[tokio::test]
@@ -170,7 +163,11 @@ async fn bad_enqueues_name_the_field_and_change_nothing() {
         .await
         .expect_err("no job");
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
-    assert_eq!(key_count(&redis).await, 0, "nothing was written");
+    assert_eq!(
+        state_keys(&redis).await,
+        Vec::<String>::new(),
+        "nothing was written"
+    );
 }
 
 #[tokio::test]
