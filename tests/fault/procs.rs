@@ -84,17 +84,25 @@ impl Default for RedisOpts {
 pub struct RedisProc {
     dir: tempfile::TempDir,
     opts: RedisOpts,
+    /// Also listening on this loopback TCP port (0: socket only).
+    port: u16,
     child: Option<Child>,
     pub url: String,
 }
 
 impl RedisProc {
     pub async fn start(opts: RedisOpts) -> RedisProc {
+        RedisProc::start_on(opts, 0).await
+    }
+
+    /// Starts one that also listens on loopback TCP `port` (replication speaks TCP only).
+    pub async fn start_on(opts: RedisOpts, port: u16) -> RedisProc {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("redis+unix://{}", dir.path().join("r.sock").display());
         let mut r = RedisProc {
             dir,
             opts,
+            port,
             child: None,
             url,
         };
@@ -108,7 +116,8 @@ impl RedisProc {
         let sock = self.dir.path().join("r.sock");
         let _ = std::fs::remove_file(&sock);
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", "0", "--unixsocket"])
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--unixsocket")
             .arg(&sock)
             .arg("--dir")
             .arg(self.dir.path())

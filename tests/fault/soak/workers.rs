@@ -1,0 +1,226 @@
+//! The soak's clients: workers that ack, fail, hang and reconnect; worker child processes
+//! SIGKILLed mid-job; and a worker that stops reading its stream. Every lease a client reads
+//! is recorded in [`Stats`], so the soak can check that no job was charged an attempt for a
+//! lease that never reached a worker.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jobwire::pb;
+use jobwire::pb::worker_service_client::WorkerServiceClient;
+use pb::subscribe_request::Message as In;
+use pb::subscribe_response::Message as Out;
+use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::Streaming;
+
+use super::{pick, Servers, Stats, CREDITS, QUEUE};
+
+/// Credits of the worker that stops reading.
+const STALL_CREDITS: u32 = 200;
+use crate::procs::WorkerProc;
+
+/// Opens a Subscribe stream on `channel`; None if the server could not be reached.
+async fn open(
+    channel: tonic::transport::Channel,
+    credits: u32,
+    worker_id: String,
+) -> Option<(
+    mpsc::UnboundedSender<pb::SubscribeRequest>,
+    Streaming<pb::SubscribeResponse>,
+)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let open = In::Open(pb::OpenStream {
+        queues: vec![QUEUE.into()],
+        credits,
+        worker_id,
+    });
+    tx.send(pb::SubscribeRequest {
+        message: Some(open),
+    })
+    .ok()?;
+    let resp = WorkerServiceClient::new(channel)
+        .subscribe(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await
+        .ok()?;
+    Some((tx, resp.into_inner()))
+}
+
+/// Reads what the transport already holds for a stream the worker is abandoning, recording
+/// each lease as delivered: those leases did reach the worker's process, so charging them an
+/// attempt when they expire is right. Stops at the end of the stream or after 500 ms of quiet.
+async fn read_rest(stream: &mut Streaming<pb::SubscribeResponse>, stats: &Stats) {
+    while let Ok(Ok(Some(m))) =
+        tokio::time::timeout(Duration::from_millis(500), stream.message()).await
+    {
+        if let Some(Out::Lease(l)) = m.message {
+            if let Some(job) = l.job {
+                stats.delivered(&job.job_id);
+            }
+        }
+    }
+}
+
+/// A worker that reconnects forever: per lease it acks (89 %), fails RETRY (10 %) or hangs
+/// (1 %: goes silent past the heartbeat timeout, then abandons its stream).
+pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: CancellationToken) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(n);
+    while !stop.is_cancelled() {
+        let (_, channel) = pick(&servers, &mut rng);
+        let Some((tx, mut stream)) = open(channel, CREDITS, format!("soak-{n}")).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let mut beat = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            let msg = tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = beat.tick() => {
+                    let hb = pb::SubscribeRequest { message: Some(In::Heartbeat(pb::Heartbeat {})) };
+                    if tx.send(hb).is_err() { break }
+                    continue;
+                }
+                m = stream.message() => m,
+            };
+            match msg {
+                Ok(Some(pb::SubscribeResponse {
+                    message: Some(Out::Lease(l)),
+                })) => {
+                    let job = l.job.as_ref().expect("job");
+                    stats.delivered(&job.job_id);
+                    let (queue, job_id, lease_token) =
+                        (job.queue.clone(), job.job_id.clone(), l.lease_token.clone());
+                    let r: f64 = rng.random();
+                    let m = if r < 0.01 {
+                        stats.hangs.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                        break;
+                    } else if r < 0.11 {
+                        stats.fails.fetch_add(1, Ordering::Relaxed);
+                        In::Fail(pb::FailRequest {
+                            queue,
+                            job_id,
+                            lease_token,
+                            disposition: pb::FailDisposition::Retry as i32,
+                            error: Some(pb::JobError {
+                                message: "chaos".into(),
+                                error_type: "chaos".into(),
+                                details: String::new(),
+                            }),
+                            retry_after: None,
+                            pause_queue: false,
+                        })
+                    } else {
+                        In::Ack(pb::AckRequest {
+                            queue,
+                            job_id,
+                            lease_token,
+                        })
+                    };
+                    if tx.send(pb::SubscribeRequest { message: Some(m) }).is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(pb::SubscribeResponse {
+                    message: Some(Out::Settled(s)),
+                })) => {
+                    if s.code == 0 && s.state == pb::JobState::Completed as i32 {
+                        if let Ok(mut a) = stats.acks.lock() {
+                            *a.entry(s.job_id).or_default() += 1;
+                        }
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        drop(tx);
+        read_rest(&mut stream, &stats).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Spawns worker child processes (one credit each) on random replicas and SIGKILLs each
+/// mid-job. A child killed before it reported a lease may still have had one in flight:
+/// those kills are counted apart, as the only leases the soak cannot see arrive.
+pub(super) async fn killer(servers: Servers, stats: Arc<Stats>, stop: CancellationToken) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+    while !stop.is_cancelled() {
+        let (addr, _) = pick(&servers, &mut rng);
+        let mut child = WorkerProc::spawn(&addr, QUEUE);
+        let leased = tokio::select! {
+            l = child.leased(Duration::from_secs(5)) => l,
+            _ = stop.cancelled() => None,
+        };
+        child.sigkill().await;
+        match leased {
+            Some(l) => {
+                stats.delivered(&l.job_id);
+                stats.kills.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                stats.unreported_kills.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A worker that stops reading: it opens a stream with many credits, reads one lease, then
+/// heartbeats for `stall` without reading a byte (its HTTP/2 window fills up). Then it
+/// drains its stream (no more leases), reads what the transport already holds and walks away
+/// without settling anything, and starts over. The leases it read expire and are charged;
+/// the ones that never left the server must come back without an attempt.
+pub(super) async fn stalled_reader(
+    servers: Servers,
+    stats: Arc<Stats>,
+    stall: Duration,
+    stop: CancellationToken,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4242);
+    while !stop.is_cancelled() {
+        let (addr, _) = pick(&servers, &mut rng);
+        // A small HTTP/2 window: a few leases fill it, the rest must wait inside the server.
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .initial_stream_window_size(Some(4096))
+            .connect_lazy();
+        let Some((tx, mut stream)) = open(channel, STALL_CREDITS, "stalled-reader".into()).await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            m = tokio::time::timeout(Duration::from_secs(5), stream.message()) => m,
+        };
+        if let Ok(Ok(Some(pb::SubscribeResponse {
+            message: Some(Out::Lease(l)),
+        }))) = first
+        {
+            if let Some(job) = l.job {
+                stats.delivered(&job.job_id);
+            }
+        }
+        stats.stalls.fetch_add(1, Ordering::Relaxed);
+        let until = tokio::time::Instant::now() + stall;
+        while tokio::time::Instant::now() < until && !stop.is_cancelled() {
+            let hb = pb::SubscribeRequest {
+                message: Some(In::Heartbeat(pb::Heartbeat {})),
+            };
+            if tx.send(hb).is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let _ = tx.send(pb::SubscribeRequest {
+            message: Some(In::Drain(pb::DrainStream {})),
+        });
+        read_rest(&mut stream, &stats).await;
+        drop(tx);
+        drop(stream);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
