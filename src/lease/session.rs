@@ -7,7 +7,10 @@
 //! HTTP/2 window has room; the lease loop leases for a stream only while its outbox has
 //! room ([`OUTBOX_LEASES`]). A worker that stops reading therefore stops being leased to,
 //! and the leases still in the outbox when its stream ends go back to waiting without an
-//! attempt (`Hub::close_session`).
+//! attempt (`Hub::close_session`). A lease the transport leaves in the outbox too long goes
+//! back the same way while the stream lives (`Session::release_overdue`, swept by the hub),
+//! so its job's attempt timeout, running in Redis since the lease, never charges a worker
+//! that did not receive it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
