@@ -27,6 +27,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// N / 4 seconds (10 000 queues: 42 minutes), at a cost independent of N.
 const SWEEP_CHUNK: usize = 4;
 
+/// How often the outbox sweep looks for leases waiting too long for their stream's
+/// transport.
+const OUTBOX_SWEEP: Duration = Duration::from_millis(100);
+
 /// A change to the wake-up listener's subscriptions.
 #[derive(Debug)]
 pub(super) enum Subscription {
@@ -48,6 +52,10 @@ impl Hub {
         self.inner
             .tracker
             .spawn(async move { hub.reap_loop().await });
+        let hub = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { hub.outbox_loop().await });
         let hub = self.clone();
         let url = redis_url.to_owned();
         let new_queues = self
@@ -103,6 +111,34 @@ impl Hub {
                         tracing::warn!(queue = %queue, error = %e, "lease renewal failed")
                     }
                 }
+            }
+        }
+    }
+
+    /// Every [`OUTBOX_SWEEP`], hands back to waiting (without an attempt) the leases that
+    /// waited in a stream's outbox past their release time: the stream's transport did not
+    /// take them (its worker stopped reading), so no worker received them, and their
+    /// attempt deadline, running in Redis since the lease, must not charge an attempt.
+    async fn outbox_loop(self) {
+        let stop = self.inner.stop.clone();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(OUTBOX_SWEEP) => {}
+                _ = stop.cancelled() => return,
+            }
+            let now = std::time::Instant::now();
+            let mut overdue = Vec::new();
+            for s in self.sessions() {
+                let taken = s.release_overdue(now);
+                if !taken.is_empty() {
+                    tracing::info!(worker_id = %s.worker_id, leases = taken.len(),
+                        "the stream did not take its leases in time; handing them back");
+                    overdue.extend(taken);
+                }
+            }
+            if !overdue.is_empty() {
+                self.release(overdue, "handed back leases a stalled stream did not take")
+                    .await;
             }
         }
     }

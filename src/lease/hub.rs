@@ -109,6 +109,13 @@ impl Hub {
         self.inner.started.elapsed().as_millis() as u64
     }
 
+    /// Longest a lease waits in a stream's outbox for the transport to take it: 1 s, or a
+    /// quarter of the lease duration if shorter (each lease also at most half its job's
+    /// timeout, see `Session::deliver`). Past it, the lease goes back to waiting uncharged.
+    fn outbox_wait(&self) -> Duration {
+        OUTBOX_MAX_WAIT.min(self.config().lease_duration / 4)
+    }
+
     /// Is the replica shutting down (no new leases, no new streams)?
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::Relaxed)
@@ -124,7 +131,14 @@ impl Hub {
         worker_id: String,
     ) -> (Arc<Session>, OutboundStream) {
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
-        let session = Session::new(id, worker_id, queues, credits, self.mono_ms());
+        let session = Session::new(
+            id,
+            worker_id,
+            queues,
+            credits,
+            self.mono_ms(),
+            self.outbox_wait(),
+        );
         let session = Arc::new(session);
         if let Ok(mut s) = self.inner.sessions.lock() {
             s.insert(id, session.clone());
@@ -403,7 +417,7 @@ impl Hub {
 
     /// Hands `leases` back to waiting (no attempt consumed), one script call per queue and
     /// at most [`RELEASE_BATCH`] leases per call.
-    async fn release(&self, leases: Vec<LeaseRef>, what: &'static str) {
+    pub(super) async fn release(&self, leases: Vec<LeaseRef>, what: &'static str) {
         let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
         for (q, id, token) in leases {
             by_queue.entry(q).or_default().push((id, token));
@@ -420,6 +434,9 @@ impl Hub {
         }
     }
 }
+
+/// Longest a lease waits in a stream's outbox (see `Hub::outbox_wait`).
+const OUTBOX_MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// Most leases one release call hands back.
 const RELEASE_BATCH: usize = 1000;

@@ -38,6 +38,11 @@ impl Stream for OutboundStream {
         if self.done {
             return Poll::Ready(None);
         }
+        // The transport has room again: a stream whose overdue leases were released may
+        // be leased to.
+        if self.session.unstall() {
+            self.hub.notify_queues(&self.session.queues);
+        }
         match self.session.poll_outbound(cx) {
             Poll::Ready(Taken::Msg(m, low_water)) => {
                 if low_water {

@@ -7,7 +7,10 @@
 //! HTTP/2 window has room; the lease loop leases for a stream only while its outbox has
 //! room ([`OUTBOX_LEASES`]). A worker that stops reading therefore stops being leased to,
 //! and the leases still in the outbox when its stream ends go back to waiting without an
-//! attempt (`Hub::close_session`).
+//! attempt (`Hub::close_session`). A lease the transport leaves in the outbox too long goes
+//! back the same way while the stream lives (`Session::release_overdue`, swept by the hub),
+//! so its job's attempt timeout, running in Redis since the lease, never charges a worker
+//! that did not receive it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -71,6 +74,8 @@ pub struct Session {
     pub(crate) draining: AtomicBool,
     /// Index into `queues` of the queue whose turn it is to use a credit (fairness).
     turn: AtomicUsize,
+    /// Longest a lease waits in the outbox (shortened per lease by its job's timeout).
+    outbox_wait: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +100,7 @@ impl Session {
         queues: Vec<QueueName>,
         credits: u32,
         now_ms: u64,
+        outbox_wait: Duration,
     ) -> Session {
         Session {
             id,
@@ -106,6 +112,7 @@ impl Session {
             last_seen_ms: AtomicU64::new(now_ms),
             draining: AtomicBool::new(false),
             turn: AtomicUsize::new(0),
+            outbox_wait,
         }
     }
 
@@ -137,13 +144,23 @@ impl Session {
 
     /// The lease loop got `lj` for a credit it reserved here: the stream holds it and the
     /// transport takes it from the outbox. `Err` gives it back when the stream has closed.
+    ///
+    /// If the transport has not taken it after the session's outbox wait, or half the job's
+    /// per-attempt timeout if that is shorter, [`Session::release_overdue`] takes it back:
+    /// its attempt deadline runs in Redis from the lease, and a lease no worker received
+    /// must not time out as an attempt.
     pub(crate) fn deliver(
         &self,
         queue: &QueueName,
         lj: Box<LeasedJob>,
         span: tracing::Span,
     ) -> Result<(), Box<LeasedJob>> {
-        self.book().deliver(queue, lj, span)?;
+        let mut wait = self.outbox_wait;
+        if lj.job.timeout_ms > 0 {
+            wait = wait.min(Duration::from_millis(lj.job.timeout_ms / 2));
+        }
+        let release_at = std::time::Instant::now() + wait;
+        self.book().deliver(queue, lj, span, release_at)?;
         self.wake_outbound();
         Ok(())
     }
@@ -168,6 +185,19 @@ impl Session {
         }
         out.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// Takes the leases that waited in the outbox past their release time (see
+    /// [`Session::deliver`]) to hand back to waiting without an attempt; the stream gets no
+    /// more leases until its transport polls again.
+    pub(crate) fn release_overdue(&self, now: std::time::Instant) -> Vec<LeaseRef> {
+        self.book().release_overdue(now)
+    }
+
+    /// The transport polled: a stream stalled by [`Session::release_overdue`] may be
+    /// leased to again. True if it was stalled (its queues' loops should look again).
+    pub(crate) fn unstall(&self) -> bool {
+        self.book().unstall()
     }
 
     /// Closes the stream's book: no more leases; returns the undelivered leases to hand

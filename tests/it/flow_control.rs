@@ -145,7 +145,7 @@ async fn a_stream_cancelled_after_one_message_charges_only_what_left_the_server(
     let (charged, waiting, dead) = charged(&app, "cancel", "j", 1000).await;
     println!("1000 credits, read 1, cancelled: {charged} jobs charged an attempt, {waiting} waiting, {dead} dead");
     assert!(
-        charged <= 8,
+        charged <= 16,
         "{charged} jobs were charged an attempt; only the few in the transport may be"
     );
     assert_eq!(dead, charged, "a charged job (max attempts 1) is dead");
@@ -289,4 +289,65 @@ async fn a_stream_that_sends_but_never_reads_is_not_read_without_limit() {
         "the server kept reading ({taken} of {N}) though its replies pile up unread"
     );
     drop(rx);
+}
+
+/// A worker that reads one lease and then stops reading, but keeps heartbeating: the leases
+/// waiting in the server for its transport must not run out their per-attempt timeout
+/// there. They go back to waiting uncharged long before it; only what the transport took
+/// (the HTTP/2 window and tonic's encode buffer) can time out.
+#[tokio::test]
+async fn leases_waiting_for_a_stalled_stream_are_released_before_their_timeout() {
+    let (_redis, app) = TestApp::with_redis().await;
+    let n = 200;
+    let mut i = 0;
+    while i < n {
+        let jobs = (i..n.min(i + 50))
+            .map(|k| pb::JobSpec {
+                payload: vec![7u8; 8 * 1024],
+                timeout: Some(ms(Duration::from_secs(2))),
+                max_attempts: Some(1),
+                ..spec("slow", &format!("j-{k}"))
+            })
+            .collect();
+        app.jobs()
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+            .await
+            .expect("enqueue batch");
+        i += 50;
+    }
+    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
+        .expect("uri")
+        .initial_stream_window_size(4096)
+        .initial_connection_window_size(4096)
+        .connect()
+        .await
+        .expect("connect");
+    let (tx, mut rx) = raw_stream(channel, "slow", 100).await;
+    let first = rx.message().await.expect("read").expect("a message");
+    let Some(pb::subscribe_response::Message::Lease(read)) = first.message else {
+        panic!("not a lease: {first:?}");
+    };
+    // Stop reading; stay alive well past the 2 s timeout.
+    for _ in 0..25 {
+        tx.send(pb::SubscribeRequest {
+            message: Some(In::Heartbeat(pb::Heartbeat {})),
+        })
+        .expect("stream open");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (charged, waiting, dead) = charged(&app, "slow", "j", n).await;
+    println!(
+        "100 credits, 8 KiB leases, 4 KiB window, read 1 ({}) then stalled 5 s: \
+         {charged} charged, {dead} dead, {waiting} waiting",
+        read.job.map(|j| j.job_id).unwrap_or_default()
+    );
+    // The one read, plus what the window and tonic's 32 KiB encode buffer let through.
+    assert!(
+        charged <= 16,
+        "{charged} jobs charged an attempt, {dead} dead: leases that never left the server \
+         timed out in its outbox"
+    );
+    assert_eq!(waiting + charged, n);
+    drop(rx);
+    drop(tx);
 }

@@ -4,10 +4,16 @@
 //! either token returns exactly its own credit), and the outbox: held leases not yet taken
 //! by the transport.
 //!
+//! A lease waits in the outbox at most until its release time (see `Session::deliver`):
+//! then it is taken out, its credit freed, and handed back to waiting without an attempt
+//! ([`Book::release_overdue`]); the book is then *stalled* (no more leases) until the
+//! transport polls again ([`Book::unstall`]).
+//!
 //! Invariant (checked by the property test in `tests.rs`): `free + reserved + held` equals
 //! what the worker granted, capped at [`MAX_CREDITS`]; a grant past the cap is clamped.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use crate::jobs::{LeasedJob, QueueName};
 
@@ -58,8 +64,12 @@ pub(crate) struct Book<L = Box<LeasedJob>> {
     reserved: i64,
     /// Keyed by (queue, lease token).
     held: HashMap<(QueueName, String), Held>,
-    /// Held leases the transport has not taken yet, oldest first.
-    outbox: VecDeque<(QueueName, L)>,
+    /// Held leases the transport has not taken yet, oldest first, each with the time it is
+    /// released if still here.
+    outbox: VecDeque<(QueueName, L, Instant)>,
+    /// Leases were released from the outbox because the transport did not take them: lease
+    /// no more until it polls again.
+    stalled: bool,
     closed: bool,
 }
 
@@ -71,6 +81,7 @@ impl<L: Lease> Book<L> {
             reserved: 0,
             held: HashMap::new(),
             outbox: VecDeque::new(),
+            stalled: false,
             closed: false,
         }
     }
@@ -102,10 +113,11 @@ impl<L: Lease> Book<L> {
         add
     }
 
-    /// Could a lease call use a credit of this stream now (open, a free credit, room in
-    /// the outbox)? Draining is the session's business.
+    /// Could a lease call use a credit of this stream now (open, not stalled, a free credit,
+    /// room in the outbox)? Draining is the session's business.
     pub(crate) fn can_reserve(&self) -> bool {
         !self.closed
+            && !self.stalled
             && self.free > 0
             && self.outbox.len() + (self.reserved as usize) < OUTBOX_LEASES
     }
@@ -128,13 +140,15 @@ impl<L: Lease> Book<L> {
         }
     }
 
-    /// A reserved credit got `lj`: it is held and waits in the outbox. On a closed book
-    /// the credit is freed and the lease is handed back as `Err` (the caller releases it).
+    /// A reserved credit got `lj`: it is held and waits in the outbox, at most until
+    /// `release_at`. On a closed book the credit is freed and the lease is handed back as
+    /// `Err` (the caller releases it).
     pub(crate) fn deliver(
         &mut self,
         queue: &QueueName,
         lj: L,
         span: tracing::Span,
+        release_at: Instant,
     ) -> Result<(), L> {
         self.reserved = (self.reserved - 1).max(0);
         if self.closed {
@@ -149,13 +163,47 @@ impl<L: Lease> Book<L> {
                 span,
             },
         );
-        self.outbox.push_back((queue.clone(), lj));
+        self.outbox.push_back((queue.clone(), lj, release_at));
         Ok(())
     }
 
     /// The oldest lease the transport has not taken yet.
     pub(crate) fn take_outbox(&mut self) -> Option<L> {
-        self.outbox.pop_front().map(|(_, lj)| lj)
+        self.outbox.pop_front().map(|(_, lj, _)| lj)
+    }
+
+    /// Takes the leases whose release time is at or before `now` out of the outbox: the
+    /// transport did not take them in time, so they never reached the worker. They are
+    /// forgotten (credits freed) and returned, to hand back to waiting without an attempt,
+    /// and the book stalls until [`Book::unstall`].
+    pub(crate) fn release_overdue(&mut self, now: Instant) -> Vec<LeaseRef> {
+        if self.outbox.iter().all(|(_, _, at)| *at > now) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.outbox.len());
+        for (q, lj, at) in self.outbox.drain(..) {
+            if at > now {
+                keep.push_back((q, lj, at));
+                continue;
+            }
+            if self
+                .held
+                .remove(&(q.clone(), lj.token().to_owned()))
+                .is_some()
+            {
+                self.free += 1;
+                out.push((q, lj.job_id().to_owned(), lj.token().to_owned()));
+            }
+        }
+        self.outbox = keep;
+        self.stalled = true;
+        out
+    }
+
+    /// The transport polled: leasing may go on. True if the book was stalled.
+    pub(crate) fn unstall(&mut self) -> bool {
+        std::mem::take(&mut self.stalled)
     }
 
     /// A lease was settled with `token`: `Some` if this stream held it (its credit is free
@@ -167,7 +215,7 @@ impl<L: Lease> Book<L> {
         }
         let held = self.held.remove(&key)?;
         self.outbox
-            .retain(|(q, lj)| !(q == queue && lj.token() == token));
+            .retain(|(q, lj, _)| !(q == queue && lj.token() == token));
         self.free += 1;
         Some(held)
     }
@@ -198,7 +246,7 @@ impl<L: Lease> Book<L> {
         self.closed = true;
         let undelivered: Vec<_> = self.outbox.drain(..).collect();
         let mut out = Vec::with_capacity(undelivered.len());
-        for (q, lj) in undelivered {
+        for (q, lj, _) in undelivered {
             if self
                 .held
                 .remove(&(q.clone(), lj.token().to_owned()))

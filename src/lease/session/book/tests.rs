@@ -1,6 +1,7 @@
 //! Property test of the credit book: for any sequence of grant / reserve / lease (new job, or
 //! the stream's own job coming back under a new token) / unfilled slot / transport take /
-//! settle (current, stale or unknown token) / lost / close / hand-back, the credits add up:
+//! settle (current, stale or unknown token) / lost / outbox leases overdue (released, the
+//! book stalled) / transport poll (unstall) / close / hand-back, the credits add up:
 //! free + reserved + held == granted, capped at `MAX_CREDITS`.
 
 use std::collections::BTreeMap;
@@ -42,6 +43,9 @@ enum Op {
     Lost(usize),
     Close,
     TakeAll,
+    /// The outbox sweep at this many ms after the start (leases are due 0..100 ms after it).
+    Overdue(u64),
+    Unstall,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -56,6 +60,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Lost),
         1 => Just(Op::Close),
         1 => Just(Op::TakeAll),
+        2 => (0u64..150).prop_map(Op::Overdue),
+        2 => Just(Op::Unstall),
     ]
 }
 
@@ -79,6 +85,8 @@ proptest! {
         let mut gone: Vec<(String, String)> = Vec::new();
         let mut closed = false;
         let mut next = 0u64;
+        let start = std::time::Instant::now();
+        let mut stalled = false;
         for op in ops {
             match op {
                 Op::Grant(n) => {
@@ -102,7 +110,8 @@ proptest! {
                         Some(pick) => held.values().nth(pick % held.len()).cloned().unwrap_or_default(),
                         None => format!("j{next}"),
                     };
-                    let r = book.deliver(&q, leased(&id, &token), tracing::Span::none());
+                    let at = start + std::time::Duration::from_millis(next % 100);
+                    let r = book.deliver(&q, leased(&id, &token), tracing::Span::none(), at);
                     prop_assert_eq!(r.is_err(), closed);
                     if !closed {
                         held.insert(token, id);
@@ -148,6 +157,21 @@ proptest! {
                     }
                     closed = true;
                 }
+                Op::Overdue(after) => {
+                    let now = start + std::time::Duration::from_millis(after);
+                    let before = book.outbox_len();
+                    let back = book.release_overdue(now);
+                    prop_assert!(back.len() <= before);
+                    stalled |= !back.is_empty();
+                    for (_, id, token) in back {
+                        prop_assert_eq!(held.remove(&token), Some(id.clone()));
+                        gone.push((token, id));
+                    }
+                }
+                Op::Unstall => {
+                    prop_assert_eq!(book.unstall(), stalled);
+                    stalled = false;
+                }
                 Op::TakeAll => {
                     let back = book.take_all();
                     prop_assert_eq!(back.len(), held.len());
@@ -164,6 +188,7 @@ proptest! {
             prop_assert!(book.outbox_len() <= book.held_count());
             prop_assert!(book.outbox_len() + book.reserved as usize <= OUTBOX_LEASES);
             prop_assert!(!closed || book.outbox_len() == 0);
+            prop_assert!(!stalled || !book.can_reserve(), "a stalled book leases no more");
         }
     }
 }
