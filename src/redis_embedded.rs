@@ -2,8 +2,12 @@
 //!
 //! Used when no `--redis-url` is given (as Faktory does). The child runs with append-only
 //! persistence, no RDB snapshots and `noeviction`, listens on `<data_dir>/redis.sock` only (no TCP
-//! port), and logs to `<data_dir>/redis.log`. The data dir is private: mode 0700, and the child
-//! runs with umask 077, so its append-only files and the log are 0600 (they hold every payload).
+//! port), and logs to `<data_dir>/redis.log`. Its files are private (they hold every payload):
+//! the child is started through `sh -c 'umask 077 && exec redis-server …'`, so the umask applies
+//! to the child alone (jobwire's own umask never changes, so no other thread races a changed
+//! one) and its append-only files and the log are 0600, `appendonlydir` 0700. A data dir
+//! jobwire creates is 0700; an existing one keeps its mode (it is the user's: `--data-dir .`
+//! must not chmod a working directory), with a warning when others may read it.
 //! The child runs in its own process group: a terminal's Ctrl-C (SIGINT to the foreground group)
 //! reaches jobwire only, which hands its leases back and then stops the child.
 //!
@@ -117,6 +121,7 @@ impl EmbeddedRedis {
             let path = path.to_path_buf();
             move |source| EmbeddedError::DataDir { path, source }
         };
+        let existed = std::fs::symlink_metadata(data_dir).is_ok();
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(PRIVATE_DIR)
@@ -128,6 +133,11 @@ impl EmbeddedRedis {
             .map_err(data_err(data_dir))?;
         let socket = dir.join("redis.sock");
         let log = dir.join("redis.log");
+        if existed {
+            if let Some(w) = exposed_dir_warning(&dir) {
+                tracing::warn!("{w}");
+            }
+        }
         make_private(&dir).map_err(data_err(&dir))?;
         if socket.as_os_str().len() > MAX_SOCKET_PATH {
             return Err(EmbeddedError::SocketPathTooLong(socket));
@@ -156,8 +166,14 @@ impl EmbeddedRedis {
             .map_err(data_err(&log))?;
         let log_file2 = log_file.try_clone().map_err(data_err(&log))?;
 
-        let mut cmd = Command::new(binary);
-        cmd.arg("--port")
+        // A shell sets the umask for the child alone, then becomes redis-server (same pid, so
+        // process group and kill-on-drop apply to it): 077 makes every file it creates (AOF
+        // files, appendonlydir, rewrites) 0600/0700. `$0` is the binary, `$@` its arguments.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"umask 077 && exec "$0" "$@""#)
+            .arg(binary)
+            .arg("--port")
             .arg("0")
             .arg("--unixsocket")
             .arg(&socket)
@@ -184,12 +200,7 @@ impl EmbeddedRedis {
             // jobwire has handed its leases back.
             .process_group(0)
             .kill_on_drop(true);
-        // The child inherits the umask at spawn: 077 makes every file it creates (AOF files,
-        // appendonlydir, rewrites) 0600/0700. Ours is restored at once.
-        let ours = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-        let spawned = cmd.spawn();
-        rustix::process::umask(ours);
-        let child = spawned.map_err(|err| match err.kind() {
+        let child = cmd.spawn().map_err(|err| match err.kind() {
             std::io::ErrorKind::NotFound => EmbeddedError::NotFound,
             _ => EmbeddedError::Spawn(err),
         })?;
@@ -242,6 +253,10 @@ impl EmbeddedRedis {
         let deadline = Instant::now() + PROCESS_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                // The shell's "command not found".
+                if status.code() == Some(127) {
+                    return Err(EmbeddedError::NotFound);
+                }
                 return Err(EmbeddedError::ExitedEarly {
                     status,
                     log_tail: log_tail(log).await,
@@ -277,11 +292,11 @@ const PRIVATE_DIR: u32 = 0o700;
 /// Mode of the files in the data dir.
 const PRIVATE_FILE: u32 = 0o600;
 
-/// Makes `dir` 0700, and the log and append-only files an earlier version left readable to
-/// others 0600 (new files are private through the child's umask).
+/// Makes jobwire's own files in `dir` private: `appendonlydir` 0700, the log and append-only
+/// files (an earlier version left them readable to others) 0600. `dir` itself is left alone:
+/// jobwire creates it 0700, and an existing one is the user's.
 fn make_private(dir: &Path) -> std::io::Result<()> {
     use std::fs::Permissions;
-    std::fs::set_permissions(dir, Permissions::from_mode(PRIVATE_DIR))?;
     let aof_dir = dir.join("appendonlydir");
     let mut files = vec![dir.join("redis.log")];
     if aof_dir.is_dir() {
@@ -297,6 +312,19 @@ fn make_private(dir: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The warning for an existing data dir `dir` that its group or others may enter or read
+/// (mode bits in 0o077), naming it and its mode; `None` when private or unreadable.
+fn exposed_dir_warning(dir: &Path) -> Option<String> {
+    let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "data dir {} is mode {mode:04o}: its group or others may reach the embedded Redis's              files (kept 0600, but the directory is listable); consider `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        )
+    })
 }
 
 fn unix_url(socket: &Path) -> String {

@@ -105,13 +105,19 @@ fn mode(path: &Path) -> u32 {
 }
 
 #[tokio::test]
-async fn data_dir_is_0700_and_redis_files_are_0600_also_after_a_rewrite() {
+async fn redis_files_are_0600_also_after_a_rewrite_and_a_users_dir_keeps_its_mode() {
     use std::os::unix::fs::PermissionsExt;
     let parent = tempfile::tempdir().expect("tempdir");
     let dir = parent.path().join("data");
-    // An existing, world-readable data dir (as earlier versions made it) is tightened too.
+    // The user's existing, world-readable directory (`--data-dir .`, say) is not chmodded:
+    // jobwire warns about it and keeps its own files in it private.
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    assert!(
+        exposed_dir_warning(&dir)
+            .is_some_and(|w| w.contains(&dir.display().to_string()) && w.contains("0755")),
+        "the warning names the directory and its mode"
+    );
     let r = EmbeddedRedis::start(&dir, Fsync::Always)
         .await
         .expect("start");
@@ -140,7 +146,7 @@ async fn data_dir_is_0700_and_redis_files_are_0600_also_after_a_rewrite() {
         assert!(Instant::now() < deadline, "rewrite did not finish");
         sleep(POLL_INTERVAL).await;
     }
-    assert_eq!(mode(&dir), 0o700, "data dir");
+    assert_eq!(mode(&dir), 0o755, "the user's data dir keeps its mode");
     assert_eq!(mode(&dir.join("redis.log")), 0o600, "redis.log");
     let aof_dir = dir.join("appendonlydir");
     assert_eq!(mode(&aof_dir), 0o700, "appendonlydir");
@@ -152,5 +158,17 @@ async fn data_dir_is_0700_and_redis_files_are_0600_also_after_a_rewrite() {
     }
     assert!(files >= 2, "a manifest and at least one AOF file");
     drop(c);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_data_dir_jobwire_creates_is_0700() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dir = parent.path().join("new/data");
+    let r = EmbeddedRedis::start(&dir, Fsync::No).await.expect("start");
+    assert_eq!(mode(&dir), 0o700, "created data dir");
+    assert_eq!(mode(&parent.path().join("new")), 0o700, "created parent");
+    assert_eq!(mode(&dir.join("redis.log")), 0o600, "redis.log");
+    assert!(exposed_dir_warning(&dir).is_none());
     r.stop().await;
 }
