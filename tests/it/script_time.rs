@@ -1,7 +1,10 @@
-//! The longest single script call at the server's own batch caps, with max-size error text,
-//! on jobs that already carry a full error history (issue 11 item 1): measured with Redis's
-//! SLOWLOG (every command logged, its execution time inside Redis). The figure is printed
-//! (run with --nocapture); the bound asserted is generous, the measure is the point.
+//! The longest single script call at the server's own batch caps (issue 11 item 1), measured
+//! with Redis's SLOWLOG (every command logged, its execution time inside Redis): with
+//! max-size error text on jobs that already carry a full error history, and with max-size
+//! payloads (1 MiB, the `--max-payload-bytes` default) through every script that touches
+//! jobs. A table of the longest call of each script is printed (run with --nocapture); the
+//! target is about 10 ms on a quiet machine, the bound asserted (50 ms) leaves room for a
+//! loaded 2-core CI box: the printed figure is the measure.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -132,7 +135,7 @@ async fn no_script_call_holds_redis_long_at_the_batch_caps() {
         .expect("delete ids");
 
     let longest = slowlog_report(&mut c, "max-size errors at the batch caps").await;
-    assert!(longest < 100_000, "a call held Redis {longest} µs");
+    assert!(longest < 50_000, "a call held Redis {longest} µs");
 }
 
 /// The scripts by SHA1 (as EVALSHA names them in SLOWLOG): common.lua + each file.
