@@ -239,7 +239,7 @@ impl Hub {
             }
             crate::metrics::trimmed(queue.as_str(), "completed", report.trimmed_completed);
             crate::metrics::trimmed(queue.as_str(), "dead", report.trimmed_dead);
-            if report.reaped.len() < REAP_BATCH {
+            if report.reaped.len() < REAP_BATCH && !report.more {
                 if let Err(e) = self
                     .store()
                     .set_next_due(queue, seen, report.next_work_ms())

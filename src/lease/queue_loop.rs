@@ -242,7 +242,8 @@ impl QueueLoop {
                 orphans.push((lj.job.id, lj.token));
             }
         }
-        let full = leased == slots.len();
+        // A call whose byte budget ran out leased fewer than asked with jobs still waiting.
+        let full = leased == slots.len() || batch.more;
         self.backlog.store(full, Ordering::Relaxed);
         for s in &slots[leased..] {
             s.unreserve();

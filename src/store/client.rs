@@ -32,12 +32,19 @@ pub struct Store {
     reloads: Arc<AtomicU64>,
 }
 
-/// Appends (id, lease token) pairs as script arguments.
+/// The byte budget of one script call, as `scripts/common.lua` sets it (`CALL_BYTES`): a
+/// script walking jobs stops taking the next one once the records it read (or, for
+/// enqueue, the bodies it wrote) reach it, and replies for the jobs it did; the store then
+/// calls again for the rest. Copying a record costs about 2-5 ms per MiB inside Redis
+/// (`tests/it/script_time.rs`), so a call stays near 10 ms with max-size payloads.
+pub const CALL_BYTES: usize = 1 << 20;
+
 /// Most error text (message + details bytes) one `fail.lua` call takes. Recording an error
 /// costs about 1.3 ms per 72 KiB inside Redis (measured: `tests/it/script_time.rs`), so a
 /// call stays near 5 ms; a batch of small errors still goes in one call.
 pub const FAIL_CALL_BYTES: usize = 256 * 1024;
 
+/// Appends (id, lease token) pairs as script arguments.
 fn push_pairs(args: &mut Vec<Vec<u8>>, items: &[(String, String)]) {
     for (id, token) in items {
         args.push(id.clone().into_bytes());
@@ -168,8 +175,13 @@ impl Store {
             .ok_or_else(|| bad("CONFIG GET maxmemory-policy"))
     }
 
-    /// Creates jobs of one queue in one script call (`enqueue.lua`); a taken id returns the
-    /// existing job with `created = false`. Outcomes are in input order.
+    /// Creates jobs of one queue (`enqueue.lua`); a taken id returns the existing job with
+    /// `created = false`. Outcomes are in input order. The jobs go in script calls of at most
+    /// [`CALL_BYTES`] of payload (at least one job each), and a call whose budget runs out on
+    /// the records of taken ids answers for the first jobs only: the rest go in the next
+    /// call. Each job is created (or found taken) atomically; a batch spanning several calls
+    /// is not one atomic step, so an error may leave its first jobs created (a retry finds
+    /// their ids taken).
     pub async fn enqueue(
         &self,
         queue: &QueueName,
@@ -178,6 +190,39 @@ impl Store {
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
         self.remember_queue(queue).await?;
         let keys = Keys::new(queue);
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut start = 0;
+        while start < jobs.len() {
+            let mut end = start + 1;
+            let mut size = jobs[start].payload.len();
+            while end < jobs.len() {
+                size += jobs[end].payload.len();
+                if size > CALL_BYTES {
+                    break;
+                }
+                end += 1;
+            }
+            let done = self
+                .enqueue_call(queue, &keys, &jobs[start..end], default_max_attempts)
+                .await?;
+            if done.is_empty() {
+                return Err(bad("enqueue.lua answered for no job"));
+            }
+            start += done.len();
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// One `enqueue.lua` call for `jobs`: the outcomes of the first jobs (all of them unless
+    /// the call's byte budget ran out).
+    async fn enqueue_call(
+        &self,
+        queue: &QueueName,
+        keys: &Keys,
+        jobs: &[NewJob],
+        default_max_attempts: u32,
+    ) -> Result<Vec<EnqueueOutcome>, StoreError> {
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 8);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
@@ -209,15 +254,17 @@ impl Store {
                     .into_bytes(),
             ]);
         }
-        let mut reply = array(self.run_script(&scripts::ENQUEUE, &keys, args).await?)?.into_iter();
+        let mut reply = array(self.run_script(&scripts::ENQUEUE, keys, args).await?)?.into_iter();
         let now = int(next(&mut reply)?)? as u64;
         let default_max = int(next(&mut reply)?)? as u32;
         let default_backoff = Backoff::decode(&string(next(&mut reply)?)?);
         let default_timeout = int(next(&mut reply)?)? as u64;
-        if let Some(delay) = jobs.iter().map(|j| j.delay_ms).filter(|d| *d > 0).min() {
+        let answered = &jobs[..reply.len().min(jobs.len())];
+        if let Some(delay) = answered.iter().map(|j| j.delay_ms).filter(|d| *d > 0).min() {
             self.mark_due(queue, now + delay).await;
         }
-        jobs.iter()
+        answered
+            .iter()
             .map(|j| {
                 let item = bytes(next(&mut reply)?)?;
                 if item == b"C" {
@@ -292,6 +339,7 @@ impl Store {
             _ => return Err(bad("lease limit")),
         };
         let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
+        let more = int(next(&mut reply)?)? == 1;
         let mut jobs = Vec::new();
         for token in tokens {
             let Some(id) = reply.next() else { break };
@@ -315,12 +363,32 @@ impl Store {
             paused,
             limited,
             wait_until_ms,
+            more,
         })
     }
 
     /// Completes leased jobs whose token matches (`ack.lua`). An ack repeated with the token
-    /// of one already applied is `Done` with `repeated` set (nothing changes).
+    /// of one already applied is `Done` with `repeated` set (nothing changes). A call whose
+    /// byte budget ([`CALL_BYTES`]) runs out answers for the first items; the rest go in the
+    /// next call.
     pub async fn ack(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
+        let mut out = Vec::with_capacity(items.len());
+        while out.len() < items.len() {
+            let done = self.ack_call(queue, &items[out.len()..]).await?;
+            if done.is_empty() {
+                return Err(bad("ack.lua answered for no job"));
+            }
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// One `ack.lua` call: the outcomes of the first items (all unless the budget ran out).
+    async fn ack_call(
         &self,
         queue: &QueueName,
         items: &[(String, String)],
@@ -332,7 +400,8 @@ impl Store {
             .await?;
         let mut reply = array(reply)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
-        let outcomes: Vec<Settle<AckOutcome>> = items
+        let answered = (reply.len() / 3).min(items.len());
+        let outcomes: Vec<Settle<AckOutcome>> = items[..answered]
             .iter()
             .map(|_| {
                 let status = string(next(&mut reply)?)?;
@@ -361,7 +430,8 @@ impl Store {
     /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
     /// rate-limited return, or dead letter, each job in one atomic step. The items go in
     /// script calls of at most [`FAIL_CALL_BYTES`] of error text each (at least one item),
-    /// so a batch of max-size errors never holds Redis long; outcomes keep the items' order.
+    /// and a call whose byte budget ([`CALL_BYTES`]) runs out on the records answers for its
+    /// first items (the rest go in the next call), so no call holds Redis long; outcomes keep the items' order.
     /// A fail repeated with the token of one already applied is `Done` with the first
     /// outcome and `repeated` set (nothing changes).
     pub async fn fail(
@@ -381,8 +451,13 @@ impl Store {
                 }
                 end += 1;
             }
-            out.extend(self.fail_call(queue, &items[start..end]).await?);
-            start = end;
+            let done = self.fail_call(queue, &items[start..end]).await?;
+            if done.is_empty() {
+                return Err(bad("fail.lua answered for no job"));
+            }
+            // Short when the call's byte budget ran out: the rest go in the next call.
+            start += done.len();
+            out.extend(done);
         }
         Ok(out)
     }
@@ -459,22 +534,30 @@ impl Store {
     }
 
     /// Hands leased jobs back to waiting without consuming the attempt (`release.lua`);
-    /// returns how many were released.
+    /// returns how many were released. A call whose byte budget ([`CALL_BYTES`]) runs out
+    /// answers for its first items; the rest go in the next call.
     pub async fn release(
         &self,
         queue: &QueueName,
         items: &[(String, String)],
     ) -> Result<usize, StoreError> {
-        let mut args = vec![items.len().to_string().into_bytes()];
-        push_pairs(&mut args, items);
-        let reply = array(
-            self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
-                .await?,
-        )?;
-        let mut released = 0;
-        for v in reply {
-            if int(v)? == 1 {
-                released += 1;
+        let (mut start, mut released) = (0, 0);
+        while start < items.len() {
+            let rest = &items[start..];
+            let mut args = vec![rest.len().to_string().into_bytes()];
+            push_pairs(&mut args, rest);
+            let reply = array(
+                self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
+                    .await?,
+            )?;
+            if reply.is_empty() {
+                return Err(bad("release.lua answered for no job"));
+            }
+            start += reply.len();
+            for v in reply {
+                if int(v)? == 1 {
+                    released += 1;
+                }
             }
         }
         Ok(released)
@@ -531,6 +614,7 @@ impl Store {
         let next_retention_ms = opt_ms(int(next(&mut reply)?)?);
         let trimmed_completed = int(next(&mut reply)?)? as u64;
         let trimmed_dead = int(next(&mut reply)?)? as u64;
+        let more = int(next(&mut reply)?)? == 1;
         let mut reaped = Vec::new();
         for item in reply {
             let mut f = array(item)?.into_iter();
@@ -551,6 +635,7 @@ impl Store {
             trimmed_completed,
             trimmed_dead,
             reaped,
+            more,
         })
     }
 }

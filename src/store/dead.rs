@@ -128,12 +128,23 @@ impl Store {
         let keys = Keys::new(queue);
         let (mut done, mut skipped) = (Vec::new(), Vec::new());
         if let DeadSelector::Ids(ids) = selector {
-            for chunk in ids.chunks(IDS_PER_CALL) {
+            let mut start = 0;
+            while start < ids.len() {
+                let chunk = &ids[start..(start + IDS_PER_CALL).min(ids.len())];
                 let mut a = vec![b"ids".to_vec(), chunk.len().to_string().into_bytes()];
                 a.extend(chunk.iter().map(|id| id.clone().into_bytes()));
                 let mut reply = array(self.run_script(script, &keys, a).await?)?.into_iter();
-                done.extend(strings(next(&mut reply)?)?);
-                skipped.extend(strings(next(&mut reply)?)?);
+                let d = strings(next(&mut reply)?)?;
+                let s = strings(next(&mut reply)?)?;
+                // Fewer than sent when the call's byte budget ran out: the ids not reached
+                // (the rest of the chunk) go in the next call.
+                let answered = d.len() + s.len();
+                if answered == 0 {
+                    return Err(super::codec::bad("dead-letter script answered for no id"));
+                }
+                start += answered;
+                done.extend(d);
+                skipped.extend(s);
             }
             return Ok((done, skipped));
         }

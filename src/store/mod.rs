@@ -21,7 +21,7 @@ mod scripts;
 mod stats;
 mod types;
 
-pub use client::{new_lease_call_id, Store};
+pub use client::{new_lease_call_id, Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};

@@ -105,6 +105,9 @@ pub struct LeaseBatch {
     pub limited: Option<Limit>,
     /// When the limit admits the next start, ms (rate and throttle limits).
     pub wait_until_ms: Option<u64>,
+    /// The call's byte budget ([`super::CALL_BYTES`]) ran out before the slots did, with jobs
+    /// still waiting: fewer jobs than slots, yet the caller should lease again at once.
+    pub more: bool,
 }
 
 /// A job whose lease the reaper failed.
@@ -143,6 +146,9 @@ pub struct ReapReport {
     pub trimmed_dead: u64,
     /// Expired leases failed.
     pub reaped: Vec<ReapedJob>,
+    /// The call's byte budget ([`super::CALL_BYTES`]) ran out before the expired leases
+    /// did (so `reaped` may hold fewer than asked): call again.
+    pub more: bool,
 }
 
 impl ReapReport {

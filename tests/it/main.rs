@@ -13,6 +13,7 @@ mod metrics_zero;
 mod bad_input;
 mod bad_input_workers;
 mod batch_items;
+mod big_payloads;
 mod coalesce;
 mod core_flow;
 mod dead_letters;

@@ -5,7 +5,8 @@
 -- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
 -- An ack repeated with the token of an ack already applied (its reply was lost) answers
 -- 'DONE' and changes nothing (common.lua, "Repeated settles").
--- Reply: { now ms, then three values per job: 'OK', lease ms, name
+-- Reply: { now ms, then three values per job (for the first jobs only, when the call's byte
+--          budget ran out: common.lua): 'OK', lease ms, name
 --                                           | 'DONE', 0, ''
 --                                           | 'NOT_FOUND', 0, ''
 --                                           | 'LEASE_LOST', 0, state } (flat: no table a job)
@@ -15,12 +16,16 @@ local keep, max_age_ms = completed_retention()
 local out = { now }
 local done, finished, remembered = {}, {}, {}
 for j = 0, n - 1 do
+  -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
+  if j > 0 and over_budget() then break end
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
   local jk = job_key(id)
   if finished[id] then
     push3(out, 'LEASE_LOST', 0, 'completed')
   else
-    local rec = redis.call('GET', jk)
+    -- Without retention the job is deleted: its lease part is all that is read.
+    local rec
+    if keep > 0 then rec = get_record(jk) else rec = get_lease_part(jk) end
     local st, lt, name, tok
     if rec then st, lt, name, tok = lease_fields(rec) end
     if (not rec or st ~= 'active' or tok ~= token) and settled_outcome(token) == 'A' then

@@ -68,6 +68,36 @@ local WAKE = ARGV[1]
 local ERR_PREFIX = string.sub(JOB_PREFIX, 1, -5) .. 'errors:'
 local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 
+-- The per-call byte budget. Every job record a script reads is copied into Lua (and most
+-- are written back whole, body included): about 2-5 ms per MiB inside Redis, measured in
+-- tests/it/script_time.rs. So a script that walks a list of jobs stops taking the next one
+-- once the records it has read reach CALL_BYTES (it always takes the first): what it did is
+-- complete, each job's change atomic, and its reply says where it stopped, so the server
+-- calls again for the rest. `spent` counts the bytes read by this call.
+local CALL_BYTES = 1048576
+local spent = 0
+
+local function over_budget()
+  return spent >= CALL_BYTES
+end
+
+-- GET of a job record, counted in `spent`.
+local function get_record(jk)
+  local rec = redis.call('GET', jk)
+  if rec then spent = spent + #rec end
+  return rec
+end
+
+-- The lease part of a job record only (state .. attempt deadline: short strings and
+-- numbers, under 1 KiB: names, tokens and worker ids are capped by the API), without
+-- copying the rest; enough for lease_fields and lease_refusal.
+local LEASE_PART_BYTES = 1024
+local function get_lease_part(jk)
+  local rec = redis.call('GETRANGE', jk, 0, LEASE_PART_BYTES - 1)
+  if rec == '' then return nil end
+  return rec
+end
+
 local ST, ATT, TO, NAME, LT, TOK, WK, AD, MAX, PRI, BO, C0, RT, FT, RP, DR, ERR =
   2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
 local HEADER_VALUES, LEASE_VALUES = 17, 8
@@ -108,7 +138,7 @@ end
 
 -- The job's header and body, or nil when the job does not exist.
 local function load_job(jk)
-  local rec = redis.call('GET', jk)
+  local rec = get_record(jk)
   if not rec then return nil end
   return split_record(rec)
 end
@@ -167,19 +197,39 @@ end
 
 -- Pops up to n waiting ids, highest priority first, FIFO within a level. A level whose
 -- list ran dry leaves the level set (lazily: a level may outlive its list by one call).
+-- Returns the ids and the level of each (for unpop_ready).
 local function pop_ready(n)
-  local ids = {}
+  local ids, levels = {}, {}
   while #ids < n do
     local level = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
     if not level then break end
     local want = n - #ids
     local got = redis.call('LPOP', level_key(level), want)
     if got then
-      for _, id in ipairs(got) do ids[#ids + 1] = id end
+      for _, id in ipairs(got) do
+        ids[#ids + 1] = id
+        levels[#ids] = level
+      end
     end
     if not got or #got < want then redis.call('ZREM', K_WAITING, level) end
   end
-  return ids
+  return ids, levels
+end
+
+-- Puts ids[from ..] (popped by pop_ready, with their levels) back at the head of their
+-- lists, in their order, as if they had never been popped.
+local function unpop_ready(ids, levels, from)
+  for k = #ids, from, -1 do
+    redis.call('LPUSH', level_key(levels[k]), ids[k])
+  end
+  local seen = {}
+  for k = from, #ids do
+    local level = levels[k]
+    if not seen[level] then
+      seen[level] = true
+      redis.call('ZADD', K_WAITING, -tonumber(level), level)
+    end
+  end
 end
 
 -- The number of waiting jobs, summed over the levels.
@@ -196,6 +246,8 @@ local function promote_due(now, limit)
   local due = redis.call('ZRANGE', K_DELAYED, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
   local n = 0
   for i = 1, #due, 2 do
+    -- Past the byte budget the rest stay due: the caller sees a due time already passed.
+    if over_budget() then break end
     local id = due[i]
     local jk = job_key(id)
     redis.call('ZREM', K_DELAYED, id)
@@ -393,7 +445,7 @@ end
 -- The job of a settle-type call when it is active under `token`: its record; otherwise nil
 -- and the refusal (see lease_refusal).
 local function leased_record(id, token)
-  local rec = redis.call('GET', job_key(id))
+  local rec = get_record(job_key(id))
   local refusal = lease_refusal(rec, token)
   if refusal then return nil, refusal end
   return rec
@@ -438,7 +490,7 @@ local function scan_dead(cursor, want, budget, filter, visit, upto)
       examined = examined + 1
       from = '(' .. score
       local jk = job_key(id)
-      local rec = redis.call('GET', jk)
+      local rec = get_record(jk)
       local stop = false
       if rec then
         local h, body = split_record(rec)
@@ -447,7 +499,7 @@ local function scan_dead(cursor, want, budget, filter, visit, upto)
           matched = matched + 1
         end
       end
-      if stop or examined >= budget or matched >= want then return score end
+      if stop or examined >= budget or matched >= want or over_budget() then return score end
     end
   end
 end
@@ -478,14 +530,22 @@ end
 -- replayed twice by one call. (Dead scores are ms * 1000 + a sequence mod 1000: an entry
 -- added in the same millisecond as the newest one when the walk began, after a sequence
 -- wrap, could still fall under the bound.)
-local function for_selected_dead(act)
+local function for_selected_dead(act, header_only)
   local skipped, cursor, upto = {}, '', ''
   if ARGV[2] == 'ids' then
     for i = 1, tonumber(ARGV[3]) do
+      -- Past the byte budget: the ids not reached are in neither list; the caller sends
+      -- them again.
+      if i > 1 and over_budget() then break end
       local id = ARGV[3 + i]
       local jk = job_key(id)
-      local h, body = load_job(jk)
-      if h and h[ST] == 'dead' then act(id, jk, h, body) else skipped[#skipped + 1] = id end
+      if header_only then
+        local part = get_lease_part(jk)
+        if part and lease_fields(part) == 'dead' then act(id, jk) else skipped[#skipped + 1] = id end
+      else
+        local h, body = load_job(jk)
+        if h and h[ST] == 'dead' then act(id, jk, h, body) else skipped[#skipped + 1] = id end
+      end
     end
   else
     local budget = tonumber(ARGV[10])
@@ -586,7 +646,7 @@ local function release_call(call, now)
   local n = 0
   for _, id in ipairs(cmsgpack.unpack(packed)) do
     local jk = job_key(id)
-    local rec = redis.call('GET', jk)
+    local rec = get_record(jk)
     if rec then
       local st, _, _, tok = lease_fields(rec)
       if st == 'active' and string.sub(tok, 1, #prefix) == prefix then

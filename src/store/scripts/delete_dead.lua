@@ -11,5 +11,6 @@ local function delete(id, jk)
   redis.call('DEL', jk, errors_key(id))
   deleted[#deleted + 1] = id
 end
-local skipped, cursor, upto = for_selected_dead(delete)
+-- By id, only the state is read (the record is not copied into Lua).
+local skipped, cursor, upto = for_selected_dead(delete, true)
 return { deleted, skipped, cursor, upto }

@@ -6,7 +6,9 @@
 --       timeout ms.
 -- Reply: { now ms, default max attempts, default backoff, default timeout ms (the queue's,
 --          else the server's: what a created job left unset took), then per job 'C'
---          (created) or the existing job's record (the id was taken) }.
+--          (created) or the existing job's record (the id was taken) }; only for the first
+--          jobs when the call's byte budget (bodies written and records read, common.lua)
+--          ran out: the server sends the rest again.
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local d = redis.call('HMGET', K_META, 'd_max', 'd_bo', 'd_to')
@@ -16,6 +18,9 @@ local out = { now, d_max, d_bo, d_to }
 local ready, levels = {}, {}
 for j = 0, n - 1 do
   local b = 4 + j * 8
+  -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
+  if j > 0 and over_budget() then break end
+  spent = spent + #ARGV[b + 2]
   local id = ARGV[b]
   local jk = job_key(id)
   local delay, pri = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
@@ -36,7 +41,7 @@ for j = 0, n - 1 do
     out[#out + 1] = 'C'
   else
     -- Taken (also by an earlier job of this batch: it stands, this one is a duplicate).
-    out[#out + 1] = redis.call('GET', jk)
+    out[#out + 1] = get_record(jk)
   end
 end
 for _, pri in ipairs(levels) do

@@ -7,7 +7,7 @@
 --       none), random in [0, 1) for jitter, pause queue (1|0).
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
 -- 'DONE' with the first one's outcome and changes nothing (common.lua, "Repeated settles").
--- Reply: per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
+-- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
 --        | { 'DONE', state, ready-or-dead ms, dead reason, 0, '', 0, now ms }
 --        | { 'NOT_FOUND' }
 --        | { 'LEASE_LOST', state }.
@@ -17,6 +17,8 @@ local out = {}
 local any_waiting = false
 local remembered = {}
 for j = 0, n - 1 do
+  -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
+  if j > 0 and over_budget() then break end
   local b = 3 + j * 9
   local id, token = ARGV[b], ARGV[b + 1]
   local rec, refusal = leased_record(id, token)

@@ -12,6 +12,8 @@
 -- Reply: { now_ms, next delayed due ms or -1, paused 0|1,
 --          limited ('' | 'rate' | 'throttle' | 'concurrency': jobs were left waiting because
 --          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
+--          more 0|1 (1: the call's byte budget ran out with jobs still waiting, common.lua:
+--          call again at once),
 --          then three values per leased job: id, deadline, record (as saved); the i-th
 --          job leased has the i-th token (flat: no table a job) }
 local now = now_ms()
@@ -20,7 +22,7 @@ local call, c = ARGV[4], tonumber(ARGV[5])
 local workers = 5 + c
 if c > 0 then confirm_calls({ unpack(ARGV, 6, 5 + c) }) end
 promote_due(now, 1000)
-local out = { now, next_score(K_DELAYED), 0, '', -1 }
+local out = { now, next_score(K_DELAYED), 0, '', -1, 0 }
 -- Released before it ran (its reply was given up on): lease nothing.
 if redis.call('HEXISTS', K_CALL_JOBS, call) == 1 then return out end
 local m = redis.call('HMGET', K_META, 'paused', 'throttle_until', 'max_active', 'rate_max', 'rate_ms')
@@ -63,9 +65,17 @@ local deadline = now + lease_ms
 local deadline_s = int(deadline)
 local active = {}
 local leased = {}
-for _, id in ipairs(pop_ready(allowed)) do
+local popped, levels = pop_ready(allowed)
+for i, id in ipairs(popped) do
+  -- Past the byte budget (common.lua): the popped jobs not reached go back to the head of
+  -- their lists, in order, and the reply says more are waiting.
+  if slot > 0 and over_budget() then
+    unpop_ready(popped, levels, i)
+    out[6] = 1
+    break
+  end
   local jk = job_key(id)
-  local rec = redis.call('GET', jk)
+  local rec = get_record(jk)
   -- Only the lease part is decoded and written anew; the rest is copied as it is.
   local off, st, att, to, name
   if rec then off, st, att, to, name = cmsgpack.unpack_limit(rec, LEASE_VALUES, 0) end

@@ -12,19 +12,23 @@
 --          next retention due or -1 (now when the budget ran out: call again),
 --          completed jobs trimmed, dead jobs trimmed (by this call and by the ack and fail
 --          calls since the last reap: the meta counters are collected and reset),
---          per reaped job: { id, name, error type, state, dead reason, attempt } }
+--          more (1: the call's byte budget ran out before the expired leases did: call
+--          again; common.lua), per reaped job: { id, name, error type, state, dead reason, attempt } }
 local RETENTION_BUDGET = 1000
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local promoted = promote_due(now, 1000)
 if promoted > 0 then redis.call('PUBLISH', WAKE, '1') end
-local out = { promoted, -1, -1, -1, 0, 0 }
+local out = { promoted, -1, -1, -1, 0, 0, 0 }
 local any_waiting = false
 for _, call in ipairs(redis.call('ZRANGE', K_CALLS, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do
+  if over_budget() then out[7] = 1; break end
   if release_call(call, now) > 0 then any_waiting = true end
 end
 local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 for i, id in ipairs(expired) do
+  -- Past the byte budget (common.lua): the rest wait for the next call.
+  if over_budget() then out[7] = 1; break end
   local jk = job_key(id)
   local h, body = load_job(jk)
   local call = h and h[ST] == 'active' and call_of(h[TOK])
