@@ -23,9 +23,9 @@ const REAP_BATCH: usize = 100;
 const DUE_BATCH: usize = 1000;
 /// How often the safety sweep reaps a few registered queues whatever the due index says.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-/// Registered queues the sweep reaps each time: a full sweep of N queues takes about
-/// N / 4 seconds (10 000 queues: 42 minutes), at a cost independent of N.
-const SWEEP_CHUNK: usize = 4;
+/// Default registered queues the sweep reaps each second (`--reaper-sweep-rate`): a full
+/// sweep of N queues takes about N / rate seconds, at a cost independent of N.
+pub const DEFAULT_SWEEP_RATE: u32 = 4;
 
 /// How often the outbox sweep looks for leases waiting too long for their stream's
 /// transport.
@@ -153,7 +153,7 @@ impl Hub {
     /// leases, due delayed jobs, retention ages); a queue with none costs nothing. Each reap
     /// moves the queue's entry to its next due time. As a safety net for lost index updates
     /// (a crash or a Redis error between a script and its index update), a slow sweep also
-    /// reaps [`SWEEP_CHUNK`] registered queues every [`SWEEP_EVERY`], whatever the index says,
+    /// reaps `sweep_rate` registered queues every [`SWEEP_EVERY`], whatever the index says,
     /// and on start an empty index (a deployment from before it existed) is seeded with every
     /// registered queue.
     async fn reap_loop(self) {
@@ -188,9 +188,10 @@ impl Hub {
                 }
                 Err(e) => tracing::debug!(error = %e, "reaper cannot read the due index"),
             }
-            if last_sweep.elapsed() >= SWEEP_EVERY {
+            let sweep_chunk = self.config().sweep_rate as usize;
+            if sweep_chunk > 0 && last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = tokio::time::Instant::now();
-                match self.store().scan_queues(cursor, SWEEP_CHUNK).await {
+                match self.store().scan_queues(cursor, sweep_chunk).await {
                     Ok((next, queues)) => {
                         cursor = next;
                         for queue in queues {
