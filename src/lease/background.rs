@@ -153,8 +153,9 @@ impl Hub {
     /// leases, due delayed jobs, retention ages) or a write announced (an intent, see
     /// `store/registry.rs`); a queue with none costs nothing. Each reap moves the queue's
     /// entry to its next due time. As a last resort (an index edited by hand, a Redis that
-    /// lost writes), a sweep also reaps `sweep_rate` registered queues every
-    /// [`SWEEP_EVERY`], whatever the index says, and on start an empty index (a deployment
+    /// lost writes), a sweep also looks at `sweep_rate` registered queues every
+    /// [`SWEEP_EVERY`] (one EXISTS each) and reaps those with leased or delayed jobs,
+    /// whatever the index says, and on start an empty index (a deployment
     /// from before it existed) is seeded with every registered queue.
     async fn reap_loop(self) {
         let stop = self.inner.stop.clone();
@@ -196,8 +197,13 @@ impl Hub {
                 match self.store().scan_queues(cursor, sweep_chunk).await {
                     Ok((next, queues)) => {
                         cursor = next;
-                        for queue in queues {
-                            self.reap_queue(&queue, &[]).await;
+                        match self.store().with_timed_work(queues).await {
+                            Ok(queues) => {
+                                for queue in queues {
+                                    self.reap_queue(&queue, &[]).await;
+                                }
+                            }
+                            Err(e) => tracing::debug!(error = %e, "reaper sweep cannot look"),
                         }
                     }
                     Err(e) => tracing::debug!(error = %e, "reaper sweep cannot list queues"),

@@ -294,6 +294,32 @@ impl Store {
         ))
     }
 
+    /// Those of `queues` that have leased or delayed jobs (one EXISTS a queue, in one
+    /// pipeline): the sweep reaps only these, so a registered queue without such jobs costs
+    /// it one command.
+    pub async fn with_timed_work(
+        &self,
+        queues: Vec<QueueName>,
+    ) -> Result<Vec<QueueName>, StoreError> {
+        if queues.is_empty() {
+            return Ok(queues);
+        }
+        let mut pipe = redis::pipe();
+        for q in &queues {
+            let keys = super::keys::Keys::new(q);
+            // all[1]: delayed, all[2]: active (keys.rs).
+            pipe.cmd("EXISTS").arg(&keys.all[1]).arg(&keys.all[2]);
+        }
+        let mut conn = self.conn.clone();
+        let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+        Ok(queues
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(q, _)| q)
+            .collect())
+    }
+
     /// If the due index is missing (a fresh Redis, or data from before the index existed),
     /// marks every registered queue due now, so the reaper looks at each once. Returns how
     /// many were marked.
