@@ -153,17 +153,21 @@ impl Store {
 
     /// Before a script that may create reaper work on `queue`: writes its intent
     /// (`+<queue>`, due between 100 ms and [`INTENT_AHEAD`] from now, `scripts/intent.lua`).
-    /// An error is returned (the caller then does not run its script), so no such write can
-    /// leave its queue out of the index.
-    pub(super) async fn intend_due(&self, queue: &QueueName) -> Result<(), StoreError> {
+    /// A failure is only logged and the caller goes on: a timed-out intent is still queued in
+    /// Redis ahead of the script (so it runs first if the script runs at all), and a refused
+    /// one means the script will most likely be refused too; the index update after the
+    /// script remains as a second chance.
+    pub(super) async fn intend_due(&self, queue: &QueueName) {
         let mut inv = scripts::INTENT.script.prepare_invoke();
         inv.key(DUE_KEY)
             .arg(format!("{INTENT_PREFIX}{queue}"))
             .arg(INTENT_AHEAD.as_millis() as u64)
             .arg(INTENT_GUARD.as_millis() as u64);
         let mut conn = self.conn.clone();
-        let _: Value = inv.invoke_async(&mut conn).await?;
-        Ok(())
+        let r: Result<Value, _> = inv.invoke_async(&mut conn).await;
+        if let Err(e) = r {
+            tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
+        }
     }
 
     /// Tells the due index that `queue` has reaper work at `at_ms` (or earlier, if it already
