@@ -118,6 +118,12 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_REAPER_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub reaper_interval: Duration,
 
+    /// Registered queues the reaper's safety sweep visits per second whatever the due index
+    /// says (0..=1000; 0 turns the sweep off). It repairs due-index updates lost to a Redis
+    /// error; a full sweep of N queues takes N / rate seconds.
+    #[arg(long, env = "JOBWIRE_REAPER_SWEEP_RATE", default_value_t = crate::lease::DEFAULT_SWEEP_RATE)]
+    pub reaper_sweep_rate: u32,
+
     /// Timeout of every Redis command (10ms..=60s): a stalled Redis turns into UNAVAILABLE,
     /// never a hang. A call that timed out may still run in Redis later; jobwire makes that
     /// safe (see README, "Lost replies").
@@ -182,6 +188,7 @@ impl ServeArgs {
             lease_duration: Duration::from_secs(2),
             heartbeat_timeout: Duration::from_secs(10),
             reaper_interval: Duration::from_millis(100),
+            reaper_sweep_rate: crate::lease::DEFAULT_SWEEP_RATE,
             request_timeout: Duration::from_secs(30),
             redis_timeout: Duration::from_secs(3),
             max_payload_bytes: 1_048_576,
@@ -244,6 +251,12 @@ impl ServeArgs {
                 self.metrics_max_queues
             ));
         }
+        if self.reaper_sweep_rate > 1000 {
+            return Err(format!(
+                "--reaper-sweep-rate must be between 0 and 1000, got {}",
+                self.reaper_sweep_rate
+            ));
+        }
         if !(1..=1_000_000).contains(&self.max_queues) {
             return Err(format!(
                 "--max-queues must be between 1 and 1000000, got {}",
@@ -281,6 +294,10 @@ impl ServeArgs {
             ("JOBWIRE_LEASE_DURATION", d(self.lease_duration)),
             ("JOBWIRE_HEARTBEAT_TIMEOUT", d(self.heartbeat_timeout)),
             ("JOBWIRE_REAPER_INTERVAL", d(self.reaper_interval)),
+            (
+                "JOBWIRE_REAPER_SWEEP_RATE",
+                self.reaper_sweep_rate.to_string(),
+            ),
             ("JOBWIRE_REQUEST_TIMEOUT", d(self.request_timeout)),
             ("JOBWIRE_REDIS_TIMEOUT", d(self.redis_timeout)),
             (
@@ -338,6 +355,7 @@ impl fmt::Debug for ServeArgs {
             lease_duration,
             heartbeat_timeout,
             reaper_interval,
+            reaper_sweep_rate,
             request_timeout,
             redis_timeout,
             max_payload_bytes,
@@ -360,6 +378,7 @@ impl fmt::Debug for ServeArgs {
             .field("lease_duration", lease_duration)
             .field("heartbeat_timeout", heartbeat_timeout)
             .field("reaper_interval", reaper_interval)
+            .field("reaper_sweep_rate", reaper_sweep_rate)
             .field("request_timeout", request_timeout)
             .field("redis_timeout", redis_timeout)
             .field("max_payload_bytes", max_payload_bytes)

@@ -154,6 +154,7 @@ pub async fn serve(
             lease_duration: cfg.lease_duration,
             heartbeat_timeout: cfg.heartbeat_timeout,
             reaper_interval: cfg.reaper_interval,
+            sweep_rate: cfg.reaper_sweep_rate,
         },
     );
     hub.start_background(redis_url);

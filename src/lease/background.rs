@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::hub::Hub;
 use crate::jobs::QueueName;
-use crate::store::wake_channel;
+use crate::store::{wake_channel, DueEntry};
 
 /// Most leases one renew call renews: a stream may hold up to `MAX_CREDITS` (10 000) and a
 /// queue may have many streams, so one queue's renewal is split into calls this size to keep
@@ -23,9 +23,9 @@ const REAP_BATCH: usize = 100;
 const DUE_BATCH: usize = 1000;
 /// How often the safety sweep reaps a few registered queues whatever the due index says.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-/// Registered queues the sweep reaps each time: a full sweep of N queues takes about
-/// N / 4 seconds (10 000 queues: 42 minutes), at a cost independent of N.
-const SWEEP_CHUNK: usize = 4;
+/// Default registered queues the sweep reaps each second (`--reaper-sweep-rate`): a full
+/// sweep of N queues takes about N / rate seconds, at a cost independent of N.
+pub const DEFAULT_SWEEP_RATE: u32 = 25;
 
 /// How often the outbox sweep looks for leases waiting too long for their stream's
 /// transport.
@@ -150,12 +150,13 @@ impl Hub {
     }
 
     /// Every reaper_interval, reaps the queues the due index says have work due (expired
-    /// leases, due delayed jobs, retention ages); a queue with none costs nothing. Each reap
-    /// moves the queue's entry to its next due time. As a safety net for lost index updates
-    /// (a crash or a Redis error between a script and its index update), a slow sweep also
-    /// reaps [`SWEEP_CHUNK`] registered queues every [`SWEEP_EVERY`], whatever the index says,
-    /// and on start an empty index (a deployment from before it existed) is seeded with every
-    /// registered queue.
+    /// leases, due delayed jobs, retention ages) or a write announced (an intent, see
+    /// `store/registry.rs`); a queue with none costs nothing. Each reap moves the queue's
+    /// entry to its next due time. As a last resort (an index edited by hand, a Redis that
+    /// lost writes), a sweep also looks at `sweep_rate` registered queues every
+    /// [`SWEEP_EVERY`] (one EXISTS each) and reaps those with leased or delayed jobs,
+    /// whatever the index says, and on start an empty index (a deployment
+    /// from before it existed) is seeded with every registered queue.
     async fn reap_loop(self) {
         let stop = self.inner.stop.clone();
         let mut seeded = false;
@@ -181,20 +182,28 @@ impl Hub {
                 }
             }
             match self.store().due_queues(DUE_BATCH).await {
-                Ok(due) => {
-                    for (queue, seen) in due {
-                        self.reap_queue(&queue, Some(&seen)).await;
+                Ok(mut due) => {
+                    // A queue's own entry and an intent for it may both be due: one reap.
+                    due.sort_by(|a, b| a.queue.cmp(&b.queue));
+                    for entries in due.chunk_by(|a, b| a.queue == b.queue) {
+                        self.reap_queue(&entries[0].queue, entries).await;
                     }
                 }
                 Err(e) => tracing::debug!(error = %e, "reaper cannot read the due index"),
             }
-            if last_sweep.elapsed() >= SWEEP_EVERY {
+            let sweep_chunk = self.config().sweep_rate as usize;
+            if sweep_chunk > 0 && last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = tokio::time::Instant::now();
-                match self.store().scan_queues(cursor, SWEEP_CHUNK).await {
+                match self.store().scan_queues(cursor, sweep_chunk).await {
                     Ok((next, queues)) => {
                         cursor = next;
-                        for queue in queues {
-                            self.reap_queue(&queue, None).await;
+                        match self.store().with_timed_work(queues).await {
+                            Ok(queues) => {
+                                for queue in queues {
+                                    self.reap_queue(&queue, &[]).await;
+                                }
+                            }
+                            Err(e) => tracing::debug!(error = %e, "reaper sweep cannot look"),
                         }
                     }
                     Err(e) => tracing::debug!(error = %e, "reaper sweep cannot list queues"),
@@ -203,9 +212,9 @@ impl Hub {
         }
     }
 
-    /// Reaps `queue` until no expired lease is left, then sets its due-index entry (read as
-    /// `seen`, `None` for the sweep) to its next due time.
-    async fn reap_queue(&self, queue: &QueueName, seen: Option<&str>) {
+    /// Reaps `queue` until no expired lease is left, then moves the due-index `entries` it
+    /// was reaped for (none for the sweep) to its next due time.
+    async fn reap_queue(&self, queue: &QueueName, entries: &[DueEntry]) {
         loop {
             let report = match self.store().reap(queue, REAP_BATCH).await {
                 Ok(r) => r,
@@ -240,12 +249,17 @@ impl Hub {
             crate::metrics::trimmed(queue.as_str(), "completed", report.trimmed_completed);
             crate::metrics::trimmed(queue.as_str(), "dead", report.trimmed_dead);
             if report.reaped.len() < REAP_BATCH && !report.more {
-                if let Err(e) = self
-                    .store()
-                    .set_next_due(queue, seen, report.next_work_ms())
-                    .await
-                {
-                    tracing::debug!(queue = %queue, error = %e, "due index not updated");
+                let next = report.next_work_ms();
+                // The sweep's update only lowers the entry: with nothing due, none.
+                let updates: Vec<Option<&DueEntry>> = if entries.is_empty() {
+                    next.map(|_| None).into_iter().collect()
+                } else {
+                    entries.iter().map(Some).collect()
+                };
+                for entry in updates {
+                    if let Err(e) = self.store().set_next_due(queue, entry, next).await {
+                        tracing::debug!(queue = %queue, error = %e, "due index not updated");
+                    }
                 }
                 return;
             }

@@ -27,6 +27,8 @@ pub struct HubConfig {
     pub heartbeat_timeout: Duration,
     /// How often the reaper looks for expired leases and due delayed jobs.
     pub reaper_interval: Duration,
+    /// Registered queues the reaper's safety sweep visits per second (0: none).
+    pub sweep_rate: u32,
 }
 
 /// Shared by every stream and background task of this replica; cheap to clone.

@@ -13,6 +13,7 @@ mod session;
 mod settle;
 mod wakeup;
 
+pub use background::DEFAULT_SWEEP_RATE;
 pub use hub::{Hub, HubConfig};
 pub use outbound::OutboundStream;
 pub use session::{Outbound, Session, Settled, MAX_CREDITS};

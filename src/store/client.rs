@@ -254,6 +254,9 @@ impl Store {
                     .into_bytes(),
             ]);
         }
+        if jobs.iter().any(|j| j.delay_ms > 0) {
+            self.intend_due(queue).await;
+        }
         let mut reply = array(self.run_script(&scripts::ENQUEUE, keys, args).await?)?.into_iter();
         let now = int(next(&mut reply)?)? as u64;
         let default_max = int(next(&mut reply)?)? as u32;
@@ -327,6 +330,7 @@ impl Store {
         args.push(confirm.len().to_string().into_bytes());
         args.extend(confirm.iter().map(|c| c.as_bytes().to_vec()));
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
+        self.intend_due(queue).await;
         let mut reply = array(self.run_script(&scripts::LEASE, &keys, args).await?)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
@@ -395,6 +399,7 @@ impl Store {
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
         push_pairs(&mut args, items);
+        self.intend_due(queue).await;
         let reply = self
             .run_script(&scripts::ACK, &Keys::new(queue), args)
             .await?;
@@ -489,6 +494,7 @@ impl Store {
                 },
             ]);
         }
+        self.intend_due(queue).await;
         let outcomes = self
             .settle_call(&scripts::FAIL, queue, args, |mut it, repeated| {
                 Ok(FailOutcome {

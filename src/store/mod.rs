@@ -25,7 +25,7 @@ pub use client::{new_lease_call_id, Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
-pub use registry::DEFAULT_MAX_QUEUES;
+pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;
 pub use types::{
     AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch,

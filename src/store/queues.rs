@@ -40,6 +40,7 @@ impl Store {
             .into_iter()
             .flat_map(|(k, v)| [k.as_bytes().to_vec(), v.into_bytes()])
             .collect();
+        self.intend_due(queue).await;
         self.run_script(&scripts::SET_META, &Keys::new(queue), args)
             .await?;
         // A new retention age may already be due: let the reaper look now.

@@ -1,10 +1,17 @@
 //! The global keys beside the queues: the registry of queue names (`jw:queues`, capped by the
 //! server's queue limit) and the due index (`jw:due`, a sorted set: queue -> the next time the
 //! reaper has work on it, ms on Redis's clock). Neither is written inside a queue script
-//! (DESIGN.md section 10): they are updated beside the script calls, idempotently, and a lost
-//! update only delays work until the reaper's slow sweep repairs it (see
-//! `lease/background.rs`). A queue with no leased, delayed or age-limited finished jobs has
-//! no entry in the due index, so it costs the reaper nothing.
+//! (DESIGN.md section 10): they are updated beside the script calls, idempotently.
+//!
+//! A write that may create reaper work (a lease, a delayed enqueue, a fail, an ack) first
+//! writes an intent, `+<queue>`, due at most [`INTENT_AHEAD`] later ([`Store::intend_due`],
+//! `scripts/intent.lua`), then runs its queue script, then lowers `<queue>` to the work's
+//! time. If the last step is lost (a crash, a timeout), the intent still makes the reaper
+//! look at the queue, after the script ran, and record its real next due time; the
+//! reaper's own update compares the score it read, so it never erases an intent written
+//! meanwhile (`scripts/due.lua`). The reaper's slow sweep is only a last resort (for an
+//! index edited by hand, or a Redis that lost writes). A queue with no leased, delayed or
+//! age-limited finished jobs has no entry in the due index, so it costs the reaper nothing.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +29,30 @@ pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// How long this store trusts that a queue it registered is still registered (another replica
 /// may delete it); after that the next write registers it again.
 const KNOWN_FOR: Duration = Duration::from_secs(10);
+
+/// How far after a write its intent comes due in the index at the latest: a lease whose
+/// own index update was lost is reaped at its deadline or this long after its call,
+/// whichever is later.
+pub const INTENT_AHEAD: Duration = Duration::from_secs(5);
+
+/// How soon after a write its intent may come due at the earliest: longer than the gap
+/// between the intent and the write's script reaching Redis (sent right after it), so the
+/// reap the intent causes sees the write.
+const INTENT_GUARD: Duration = Duration::from_millis(100);
+
+/// Prefix of an intent member in the due index (not a queue-name character).
+const INTENT_PREFIX: &str = "+";
+
+/// One due entry of the index, as [`Store::due_queues`] read it.
+#[derive(Clone, Debug)]
+pub struct DueEntry {
+    /// The queue to reap.
+    pub queue: QueueName,
+    /// The score read (pass it back to [`Store::set_next_due`]).
+    pub seen: String,
+    /// A write's intent (`+<queue>`), not the queue's own entry.
+    pub intent: bool,
+}
 
 impl Store {
     /// This store refuses to register more than `max` queues (see [`Store::remember_queues`]).
@@ -114,14 +145,34 @@ impl Store {
             .cmd("ZREM")
             .arg(DUE_KEY)
             .arg(queue.as_str())
+            .arg(format!("{INTENT_PREFIX}{queue}"))
             .query_async(&mut conn)
             .await?;
         Ok(())
     }
 
+    /// Before a script that may create reaper work on `queue`: writes its intent
+    /// (`+<queue>`, due between 100 ms and [`INTENT_AHEAD`] from now, `scripts/intent.lua`).
+    /// A failure is only logged and the caller goes on: a timed-out intent is still queued in
+    /// Redis ahead of the script (so it runs first if the script runs at all), and a refused
+    /// one means the script will most likely be refused too; the index update after the
+    /// script remains as a second chance.
+    pub(super) async fn intend_due(&self, queue: &QueueName) {
+        let mut inv = scripts::INTENT.script.prepare_invoke();
+        inv.key(DUE_KEY)
+            .arg(format!("{INTENT_PREFIX}{queue}"))
+            .arg(INTENT_AHEAD.as_millis() as u64)
+            .arg(INTENT_GUARD.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let r: Result<Value, _> = inv.invoke_async(&mut conn).await;
+        if let Err(e) = r {
+            tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
+        }
+    }
+
     /// Tells the due index that `queue` has reaper work at `at_ms` (or earlier, if it already
-    /// says so). Called after the script that created the work; a failure is only logged: the
-    /// sweep repairs it.
+    /// says so). Called after the script that created the work; a failure is only logged:
+    /// the intent written before the script makes the reaper find the work anyway.
     pub(super) async fn mark_due(&self, queue: &QueueName, at_ms: u64) {
         let mut conn = self.conn.clone();
         let r: Result<Value, _> = redis::cmd("ZADD")
@@ -136,9 +187,9 @@ impl Store {
         }
     }
 
-    /// The queues whose due time has come (at most `max`, earliest first), each with the
-    /// score seen (pass it back to [`Store::set_next_due`]).
-    pub async fn due_queues(&self, max: usize) -> Result<Vec<(QueueName, String)>, StoreError> {
+    /// The entries whose due time has come (at most `max`, earliest first): queues' own
+    /// entries and writes' intents.
+    pub async fn due_queues(&self, max: usize) -> Result<Vec<DueEntry>, StoreError> {
         let mut conn = self.conn.clone();
         let time: Vec<String> = redis::cmd("TIME").query_async(&mut conn).await?;
         let secs: u64 = time.first().and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -158,26 +209,49 @@ impl Store {
         let mut out = Vec::with_capacity(reply.len() / 2);
         let mut it = reply.into_iter();
         while let (Some(name), Some(score)) = (it.next(), it.next()) {
-            let (name, score) = (string(name)?, string(score)?);
-            match QueueName::parse(&name) {
-                Ok(q) => out.push((q, score)),
+            let (name, seen) = (string(name)?, string(score)?);
+            let (queue, intent) = match name.strip_prefix(INTENT_PREFIX) {
+                Some(q) => (q, true),
+                None => (name.as_str(), false),
+            };
+            match QueueName::parse(queue) {
+                Ok(queue) => out.push(DueEntry {
+                    queue,
+                    seen,
+                    intent,
+                }),
                 // Not a queue name: nobody should have written it; drop it.
-                Err(_) => self.set_next_due_raw(&name, &score, None).await?,
+                Err(_) => self.set_next_due_raw(&name, &seen, None, None).await?,
             }
         }
         Ok(out)
     }
 
-    /// After a reap of `queue`: its entry becomes `next_ms` (or goes, with `None`) unless a
-    /// writer announced earlier work since the reaper read `seen` (`scripts/due.lua`).
+    /// After a reap of `queue` for `entry` (`None` for the sweep): the queue's entry becomes
+    /// `next_ms` (or goes, with `None`) unless a writer announced earlier work since the
+    /// reaper read it; a reaped intent goes unless a newer one replaced it, and `next_ms`
+    /// lowers the queue's own entry (`scripts/due.lua`).
     pub async fn set_next_due(
         &self,
         queue: &QueueName,
-        seen: Option<&str>,
+        entry: Option<&DueEntry>,
         next_ms: Option<u64>,
     ) -> Result<(), StoreError> {
-        self.set_next_due_raw(queue.as_str(), seen.unwrap_or(""), next_ms)
-            .await
+        match entry {
+            Some(e) if e.intent => {
+                let member = format!("{INTENT_PREFIX}{queue}");
+                self.set_next_due_raw(&member, &e.seen, next_ms, Some(queue.as_str()))
+                    .await
+            }
+            Some(e) => {
+                self.set_next_due_raw(queue.as_str(), &e.seen, next_ms, None)
+                    .await
+            }
+            None => {
+                self.set_next_due_raw(queue.as_str(), "", next_ms, None)
+                    .await
+            }
+        }
     }
 
     async fn set_next_due_raw(
@@ -185,12 +259,16 @@ impl Store {
         member: &str,
         seen: &str,
         next_ms: Option<u64>,
+        own: Option<&str>,
     ) -> Result<(), StoreError> {
         let mut inv = scripts::DUE.script.prepare_invoke();
         inv.key(DUE_KEY)
             .arg(member)
             .arg(seen)
             .arg(next_ms.map_or(-1, |n| n as i64));
+        if let Some(own) = own {
+            inv.arg(own);
+        }
         let mut conn = self.conn.clone();
         let _: Value = inv.invoke_async(&mut conn).await?;
         Ok(())
@@ -218,6 +296,32 @@ impl Store {
                 .filter_map(|n| QueueName::parse(n).ok())
                 .collect(),
         ))
+    }
+
+    /// Those of `queues` that have leased or delayed jobs (one EXISTS a queue, in one
+    /// pipeline): the sweep reaps only these, so a registered queue without such jobs costs
+    /// it one command.
+    pub async fn with_timed_work(
+        &self,
+        queues: Vec<QueueName>,
+    ) -> Result<Vec<QueueName>, StoreError> {
+        if queues.is_empty() {
+            return Ok(queues);
+        }
+        let mut pipe = redis::pipe();
+        for q in &queues {
+            let keys = super::keys::Keys::new(q);
+            // all[1]: delayed, all[2]: active (keys.rs).
+            pipe.cmd("EXISTS").arg(&keys.all[1]).arg(&keys.all[2]);
+        }
+        let mut conn = self.conn.clone();
+        let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+        Ok(queues
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(q, _)| q)
+            .collect())
     }
 
     /// If the due index is missing (a fresh Redis, or data from before the index existed),

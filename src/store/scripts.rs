@@ -56,4 +56,5 @@ macro_rules! global_script {
 }
 
 global_script!(DUE, "due");
+global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");

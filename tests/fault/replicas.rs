@@ -150,3 +150,54 @@ async fn sigkill_of_a_replica_lets_its_leases_expire_into_the_other() {
     assert_eq!(job.state, pb::JobState::Completed as i32);
     assert_eq!(job.errors[0].error_type, "LEASE_EXPIRED");
 }
+
+/// A replica killed right after a lease call whose due-index update (made after the reply)
+/// never happened: the lease must still expire into the other replica within a few reaper
+/// intervals, not wait for the safety sweep (turned off here, as with many queues it
+/// would take minutes to reach this one).
+#[tokio::test]
+async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
+    let redis = RedisProc::start(RedisOpts::default()).await;
+    let no_sweep = || {
+        let mut args = server_args(&redis.url);
+        args.extend(["--reaper-sweep-rate", "0"].map(String::from));
+        args
+    };
+    let mut a = ServerProc::spawn(no_sweep()).await;
+    let b = ServerProc::spawn(no_sweep()).await;
+    // B's reaper has looked at the (missing) index once: it seeds an empty index with every
+    // registered queue only at its start, which would repair the loss by chance.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut on_a = TestWorker::open_on(a.channel.clone(), &["lost-due"], 1, "on-a").await;
+    enqueue_on(&a, "lost-due", "j").await;
+    let first = on_a.lease().await;
+    assert_eq!(first.attempt, 1);
+    // The update after the reply is lost (as if A died just before it).
+    let mut conn = redis.conn().await;
+    let _: i64 = redis::cmd("ZREM")
+        .arg("jw:due")
+        .arg("lost-due")
+        .query_async(&mut conn)
+        .await
+        .expect("ZREM");
+    let killed = Instant::now();
+    a.sigkill().await;
+    drop(on_a);
+    let mut on_b = TestWorker::open_on(b.channel.clone(), &["lost-due"], 1, "on-b").await;
+    // The intent written before the lease call comes due at most 5 s after it (the lease
+    // of 1 s has expired by then); reaper 100 ms; slack for a busy machine.
+    let again = on_b.lease_within(Duration::from_secs(10)).await;
+    println!(
+        "lease with a lost due-index update: back through the other replica after {:?} ({:?})",
+        killed.elapsed(),
+        again.as_ref().map(|l| l.attempt)
+    );
+    let again = again.unwrap_or_else(|| {
+        panic!(
+            "the expired lease is reaped without the sweep\n{}",
+            b.log_tail()
+        )
+    });
+    assert_eq!(id_of(&again), "j");
+    assert_eq!(on_b.ack(&again).await.code, 0);
+}
