@@ -330,8 +330,13 @@ impl Store {
         args.push(confirm.len().to_string().into_bytes());
         args.extend(confirm.iter().map(|c| c.as_bytes().to_vec()));
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
-        self.intend_due(queue).await;
-        let mut reply = array(self.run_script(&scripts::LEASE, &keys, args).await?)?.into_iter();
+        // The intent and the script leave together (one round trip, in this order on the
+        // connection), so the lease call stays right behind an Enqueue that woke it.
+        let (_, reply) = tokio::join!(
+            self.intend_due(queue),
+            self.run_script(&scripts::LEASE, &keys, args)
+        );
+        let mut reply = array(reply?)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
         let next_due_ms = opt_ms(int(next(&mut reply)?)?);
         let paused = int(next(&mut reply)?)? == 1;
@@ -399,10 +404,12 @@ impl Store {
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut args = vec![items.len().to_string().into_bytes()];
         push_pairs(&mut args, items);
-        self.intend_due(queue).await;
-        let reply = self
-            .run_script(&scripts::ACK, &Keys::new(queue), args)
-            .await?;
+        let keys = Keys::new(queue);
+        let (_, reply) = tokio::join!(
+            self.intend_due(queue),
+            self.run_script(&scripts::ACK, &keys, args)
+        );
+        let reply = reply?;
         let mut reply = array(reply)?.into_iter();
         let now_ms = int(next(&mut reply)?)? as u64;
         let answered = (reply.len() / 3).min(items.len());
@@ -494,9 +501,9 @@ impl Store {
                 },
             ]);
         }
-        self.intend_due(queue).await;
-        let outcomes = self
-            .settle_call(&scripts::FAIL, queue, args, |mut it, repeated| {
+        let (_, outcomes) = tokio::join!(
+            self.intend_due(queue),
+            self.settle_call(&scripts::FAIL, queue, args, |mut it, repeated| {
                 Ok(FailOutcome {
                     repeated,
                     state: state(&string(next(&mut it)?)?)?,
@@ -508,7 +515,8 @@ impl Store {
                     now_ms: int(next(&mut it)?)? as u64,
                 })
             })
-            .await?;
+        );
+        let outcomes = outcomes?;
         // A retry's due time, or a dead letter's retention, is reaper work.
         let now = outcomes.iter().find_map(|o| match o {
             Settle::Done(f) => Some(f.now_ms),
