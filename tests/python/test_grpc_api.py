@@ -326,18 +326,20 @@ def test_stale_lease_token_is_failed_precondition(stubs, channel, queue_name):
         assert second.lease_token != first.lease_token
         assert second.idempotency_key == first.idempotency_key
 
-        # The first token is stale: refused both on the stream and through unary Ack / Fail.
+        # The first token is stale: an Ack with it is refused, on the stream and unary.
         worker.ack(first)
         stale = settled_for(worker, first.lease_token)
         assert stale.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], stale
         err = rpc_error(workers.Ack, pb.AckRequest(queue=queue_name, job_id="fenced",
                                                    lease_token=first.lease_token), timeout=10)
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, f"{err.code().name}: {err.details()}"
-        err = rpc_error(workers.Fail, pb.FailRequest(queue=queue_name, job_id="fenced",
-                                                     lease_token=first.lease_token,
-                                                     disposition=pb.FAIL_DISPOSITION_NO_RETRY,
-                                                     error=pb.JobError(message="late")), timeout=10)
-        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, f"{err.code().name}: {err.details()}"
+        # A Fail repeated with the token its first Fail was applied with (a lost reply's retry)
+        # answers that first outcome again and changes nothing, whatever it asks now.
+        again = workers.Fail(pb.FailRequest(queue=queue_name, job_id="fenced",
+                                            lease_token=first.lease_token,
+                                            disposition=pb.FAIL_DISPOSITION_NO_RETRY,
+                                            error=pb.JobError(message="late")), timeout=10)
+        assert again.state == pb.JOB_STATE_WAITING, again
         job = get_job(pb, channel, queue_name, "fenced")
         assert job.state == pb.JOB_STATE_ACTIVE and job.attempts_made == 2
 
@@ -348,10 +350,14 @@ def test_stale_lease_token_is_failed_precondition(stubs, channel, queue_name):
     assert job.state == pb.JOB_STATE_COMPLETED
     assert [e.error_type for e in job.errors] == ["test_error"]
 
-    # After completion the old tokens stay refused.
+    # After completion the failed attempt's token stays refused, while an Ack repeated with
+    # the token it was applied with (a lost reply's retry) answers OK and changes nothing.
     err = rpc_error(workers.Ack, pb.AckRequest(queue=queue_name, job_id="fenced",
-                                               lease_token=second.lease_token), timeout=10)
+                                               lease_token=first.lease_token), timeout=10)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, f"{err.code().name}: {err.details()}"
+    workers.Ack(pb.AckRequest(queue=queue_name, job_id="fenced", lease_token=second.lease_token),
+                timeout=10)
+    assert get_job(pb, channel, queue_name, "fenced").state == pb.JOB_STATE_COMPLETED
 
 
 def test_expired_lease_is_retried_and_its_token_is_stale(stubs, channel, queue_name):
