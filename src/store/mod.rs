@@ -12,19 +12,22 @@ mod client;
 mod codec;
 mod conn;
 mod dead;
+mod enqueue;
 mod error;
 mod health;
 mod keys;
+mod leases;
 mod queues;
 mod registry;
 mod scripts;
 mod stats;
 mod types;
 
-pub use client::{new_lease_call_id, Store, CALL_BYTES};
+pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
+pub use leases::new_lease_call_id;
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;
 pub use types::{
