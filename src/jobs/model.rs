@@ -73,7 +73,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// The stored form, `kind,delay_ms,jitter,max_delay_ms`, which `backoff_delay` in
-    /// `store/scripts/common.lua` parses.
+    /// `store/scripts/attempts.lua` parses.
     pub fn encode(&self) -> String {
         let kind = match self.kind {
             BackoffKind::Fixed => "fixed",
@@ -173,7 +173,7 @@ impl DeadReason {
     }
 }
 
-/// One failed attempt, as `fail_attempt` in `common.lua` records it (JSON, short keys).
+/// One failed attempt, as `fail_attempt` in `attempts.lua` records it (JSON, short keys).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct AttemptError {
     /// The attempt number, 1-based.

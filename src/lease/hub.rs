@@ -242,7 +242,7 @@ impl Hub {
     /// A lease call of `queue` failed, so its reply (if it ran) is lost: releases the call
     /// by id in the background, retried until Redis answers or the replica stops. Its jobs
     /// go back to waiting uncharged; if this never runs, the reaper does the same at the
-    /// call's deadline (common.lua, "Lost lease replies").
+    /// call's deadline (attempts.lua, "Lost lease replies").
     pub(super) fn release_lost_lease_call(&self, queue: QueueName, call: String) {
         let hub = self.clone();
         let stop = self.inner.stop.clone();

@@ -39,7 +39,7 @@ pub(super) struct QueueLoop {
     /// Cancelled when the loop's last local stream ends (or the replica stops).
     pub(super) stop: CancellationToken,
     /// Ids of this loop's lease calls whose replies arrived and whose jobs were handed to
-    /// streams, not yet confirmed to Redis (common.lua, "Lost lease replies"). The next
+    /// streams, not yet confirmed to Redis (attempts.lua, "Lost lease replies"). The next
     /// lease call carries them; a loop about to wait confirms them on its own.
     unconfirmed: Mutex<Vec<String>>,
 }

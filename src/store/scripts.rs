@@ -1,5 +1,5 @@
 //! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA, loaded
-//! again on NOSCRIPT). Each script is `common.lua` followed by its own file.
+//! again on NOSCRIPT). Each script is `common.lua`, then `attempts.lua`, then its own file.
 
 use std::sync::LazyLock;
 
@@ -13,12 +13,13 @@ pub(crate) struct NamedScript {
 
 macro_rules! script {
     ($name:ident, $label:literal) => {
-        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua`.")]
+        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua` and `scripts/attempts.lua`.")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             script: LazyLock::new(|| {
                 Script::new(concat!(
                     include_str!("scripts/common.lua"),
+                    include_str!("scripts/attempts.lua"),
                     include_str!(concat!("scripts/", $label, ".lua"))
                 ))
             }),

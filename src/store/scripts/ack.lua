@@ -4,7 +4,7 @@
 -- and completed_age_ms.
 -- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
 -- An ack repeated with the token of an ack already applied (its reply was lost) answers
--- 'DONE' and changes nothing (common.lua, "Repeated settles").
+-- 'DONE' and changes nothing (attempts.lua, "Repeated settles").
 -- Reply: { now ms, then three values per job (for the first jobs only, when the call's byte
 --          budget ran out: common.lua): 'OK', lease ms, name
 --                                           | 'DONE', 0, ''

@@ -6,7 +6,7 @@
 --       (RETRY|NO_RETRY|RATE_LIMITED), message, error type, details, retry_after ms (-1 =
 --       none), random in [0, 1) for jitter, pause queue (1|0).
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
--- 'DONE' with the first one's outcome and changes nothing (common.lua, "Repeated settles").
+-- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles").
 -- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
 --        | { 'DONE', state, ready-or-dead ms, dead reason, 0, '', 0, now ms }
 --        | { 'NOT_FOUND' }

@@ -5,7 +5,7 @@
 -- completed and dead retention (count and age), so age limits hold with no traffic.
 -- Idempotent: every replica runs it (on the queues the due index says are due).
 -- Leases of a lease call whose reply was never confirmed are released, not failed: no
--- worker received them (common.lua, "Lost lease replies"); so are the calls whose deadline
+-- worker received them (attempts.lua, "Lost lease replies"); so are the calls whose deadline
 -- passed (their records and tombstones are dropped).
 -- ARGV: [1] wake channel, [2] max leases to reap, [3 ..] a random in [0, 1) per lease.
 -- Reply: { promoted, next active deadline or -1, next delayed due or -1,

@@ -1,7 +1,7 @@
 -- renew.lua: pushes the deadlines of leases whose token still matches to now + lease ms,
 -- capped by each attempt's timeout deadline. Used for the batched renewal of live streams'
 -- leases and for ExtendLease. Only the job record's lease part is read (GETRANGE, never the body); nothing is written to it. Renewing a lease proves
--- the server got its lease call's reply: that call is confirmed (common.lua).
+-- the server got its lease call's reply: that call is confirmed (attempts.lua, "Lost lease replies").
 -- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
 -- Reply: per job { 'OK', deadline } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
 local now = now_ms()

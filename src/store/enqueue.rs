@@ -1,0 +1,182 @@
+//! [`Store::enqueue`] and [`Store::get_job`]: creating jobs (in calls bounded by
+//! [`CALL_BYTES`] of payload) and reading one back with its error history.
+
+use super::client::CALL_BYTES;
+use super::codec::{
+    array, bad, bytes, encode_body, int, job_from_record, next, string, with_history,
+};
+use super::keys::Keys;
+use super::scripts;
+use super::types::*;
+use super::{Store, StoreError};
+use crate::jobs::{Backoff, Job, JobState, NewJob, QueueName};
+
+impl Store {
+    /// Creates jobs of one queue (`enqueue.lua`); a taken id returns the existing job with
+    /// `created = false`. Outcomes are in input order. The jobs go in script calls of at most
+    /// [`CALL_BYTES`] of payload (at least one job each), and a call whose budget runs out on
+    /// the records of taken ids answers for the first jobs only: the rest go in the next
+    /// call. Each job is created (or found taken) atomically; a batch spanning several calls
+    /// is not one atomic step, so an error may leave its first jobs created (a retry finds
+    /// their ids taken).
+    pub async fn enqueue(
+        &self,
+        queue: &QueueName,
+        jobs: &[NewJob],
+        default_max_attempts: u32,
+    ) -> Result<Vec<EnqueueOutcome>, StoreError> {
+        self.remember_queue(queue).await?;
+        let keys = Keys::new(queue);
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut start = 0;
+        while start < jobs.len() {
+            let mut end = start + 1;
+            let mut size = jobs[start].payload.len();
+            while end < jobs.len() {
+                size += jobs[end].payload.len();
+                if size > CALL_BYTES {
+                    break;
+                }
+                end += 1;
+            }
+            let done = self
+                .enqueue_call(queue, &keys, &jobs[start..end], default_max_attempts)
+                .await?;
+            if done.is_empty() {
+                return Err(bad("enqueue.lua answered for no job"));
+            }
+            start += done.len();
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// One `enqueue.lua` call for `jobs`: the outcomes of the first jobs (all of them unless
+    /// the call's byte budget ran out).
+    async fn enqueue_call(
+        &self,
+        queue: &QueueName,
+        keys: &Keys,
+        jobs: &[NewJob],
+        default_max_attempts: u32,
+    ) -> Result<Vec<EnqueueOutcome>, StoreError> {
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 8);
+        args.push(jobs.len().to_string().into_bytes());
+        args.push(default_max_attempts.to_string().into_bytes());
+        for j in jobs {
+            let metadata = if j.metadata.is_empty() {
+                String::new()
+            } else {
+                serde_json::to_string(&j.metadata)
+                    .map_err(|e| StoreError::Decode(format!("metadata: {e}")))?
+            };
+            args.extend([
+                j.id.clone().into_bytes(),
+                j.name.clone().into_bytes(),
+                encode_body(&j.payload, &j.content_type, &metadata),
+                j.delay_ms.to_string().into_bytes(),
+                j.priority.to_string().into_bytes(),
+                j.max_attempts
+                    .map(|m| m.to_string())
+                    .unwrap_or_default()
+                    .into_bytes(),
+                j.backoff
+                    .as_ref()
+                    .map(|b| b.encode())
+                    .unwrap_or_default()
+                    .into_bytes(),
+                j.timeout_ms
+                    .map(|t| t.to_string())
+                    .unwrap_or_default()
+                    .into_bytes(),
+            ]);
+        }
+        if jobs.iter().any(|j| j.delay_ms > 0) {
+            self.intend_due(queue).await;
+        }
+        let mut reply = array(self.run_script(&scripts::ENQUEUE, keys, args).await?)?.into_iter();
+        let now = int(next(&mut reply)?)? as u64;
+        let default_max = int(next(&mut reply)?)? as u32;
+        let default_backoff = Backoff::decode(&string(next(&mut reply)?)?);
+        let default_timeout = int(next(&mut reply)?)? as u64;
+        let answered = &jobs[..reply.len().min(jobs.len())];
+        if let Some(delay) = answered.iter().map(|j| j.delay_ms).filter(|d| *d > 0).min() {
+            self.mark_due(queue, now + delay).await;
+        }
+        answered
+            .iter()
+            .map(|j| {
+                let item = bytes(next(&mut reply)?)?;
+                if item == b"C" {
+                    let backoff = j.backoff.clone().or_else(|| default_backoff.clone());
+                    let max = j.max_attempts.unwrap_or(default_max);
+                    let timeout = j.timeout_ms.unwrap_or(default_timeout);
+                    Ok(EnqueueOutcome {
+                        job: created_job(j, now, max, backoff, timeout),
+                        created: true,
+                    })
+                } else {
+                    Ok(EnqueueOutcome {
+                        job: job_from_record(queue, j.id.clone(), &item)?,
+                        created: false,
+                    })
+                }
+            })
+            .collect()
+    }
+
+    /// Reads one job (`None` if there is none with that id).
+    pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
+        let mut conn = self.conn.clone();
+        let keys = Keys::new(queue);
+        // One MULTI: the record and its history as of the same moment.
+        let (rec, history): (Option<Vec<u8>>, redis::Value) = redis::pipe()
+            .atomic()
+            .get(keys.job(id))
+            .hgetall(keys.errors(id))
+            .query_async(&mut conn)
+            .await?;
+        let Some(rec) = rec else { return Ok(None) };
+        let mut job = job_from_record(queue, id.to_owned(), &rec)?;
+        with_history(&mut job, history)?;
+        Ok(Some(job))
+    }
+}
+
+/// The stored form of a job `enqueue.lua` just created at `now` (ms), with the max
+/// attempts, backoff and timeout it got (its own, else the defaults).
+fn created_job(
+    j: &NewJob,
+    now: u64,
+    max_attempts: u32,
+    backoff: Option<Backoff>,
+    timeout_ms: u64,
+) -> Job {
+    Job {
+        queue: j.queue.clone(),
+        id: j.id.clone(),
+        name: j.name.clone(),
+        payload: j.payload.clone(),
+        content_type: j.content_type.clone(),
+        metadata: j.metadata.clone(),
+        state: if j.delay_ms > 0 {
+            JobState::Delayed
+        } else {
+            JobState::Waiting
+        },
+        priority: j.priority,
+        max_attempts,
+        attempts_made: 0,
+        backoff,
+        timeout_ms,
+        errors: Vec::new(),
+        errors_dropped: 0,
+        dead_reason: None,
+        create_ms: now,
+        ready_ms: now + j.delay_ms,
+        lease_ms: 0,
+        finish_ms: 0,
+        idempotency_key: super::codec::idempotency_key(&j.queue, &j.id, now),
+        replays: 0,
+    }
+}

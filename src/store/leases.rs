@@ -1,0 +1,365 @@
+//! The lease side of [`Store`]: lease, ack, fail, renew, release, the lease-call
+//! bookkeeping of lost replies (confirm, release by call id) and the reaper's call.
+
+use super::client::{opt_ms, push_pairs, state, FAIL_CALL_BYTES};
+use super::codec::{array, bad, bytes, int, job_from_record, next, string};
+use super::keys::Keys;
+use super::scripts;
+use super::types::*;
+use super::{Store, StoreError};
+use crate::jobs::{DeadReason, LeasedJob, QueueName};
+
+impl Store {
+    /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
+    /// the i-th job goes to `worker_ids[i]`, with deadline now + `lease_ms`. `call` is this
+    /// call's id ([`new_lease_call_id`]): the jobs stay recorded under it as unconfirmed
+    /// until a later call lists it in `confirm` (or [`Store::confirm_lease_calls`], or a
+    /// renewal of one of its leases); if this call fails, release it with
+    /// [`Store::release_lease_call`]. See attempts.lua, "Lost lease replies".
+    pub async fn lease(
+        &self,
+        queue: &QueueName,
+        worker_ids: &[&str],
+        lease_ms: u64,
+        call: &str,
+        confirm: &[String],
+    ) -> Result<LeaseBatch, StoreError> {
+        let keys = Keys::new(queue);
+        let tokens: Vec<String> = (1..=worker_ids.len())
+            .map(|i| format!("{call}-{i}"))
+            .collect();
+        let mut args = Vec::with_capacity(4 + confirm.len() + worker_ids.len());
+        args.push(worker_ids.len().to_string().into_bytes());
+        args.push(lease_ms.to_string().into_bytes());
+        args.push(call.as_bytes().to_vec());
+        args.push(confirm.len().to_string().into_bytes());
+        args.extend(confirm.iter().map(|c| c.as_bytes().to_vec()));
+        args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
+        // The intent and the script leave together (one round trip, in this order on the
+        // connection), so the lease call stays right behind an Enqueue that woke it.
+        let (_, reply) = tokio::join!(
+            self.intend_due(queue),
+            self.run_script(&scripts::LEASE, &keys, args)
+        );
+        let mut reply = array(reply?)?.into_iter();
+        let now_ms = int(next(&mut reply)?)? as u64;
+        let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+        let paused = int(next(&mut reply)?)? == 1;
+        let limited = match string(next(&mut reply)?)?.as_str() {
+            "" => None,
+            "rate" => Some(Limit::Rate),
+            "throttle" => Some(Limit::Throttle),
+            "concurrency" => Some(Limit::Concurrency),
+            _ => return Err(bad("lease limit")),
+        };
+        let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
+        let more = int(next(&mut reply)?)? == 1;
+        let mut jobs = Vec::new();
+        for token in tokens {
+            let Some(id) = reply.next() else { break };
+            let id = string(id)?;
+            let deadline_ms = int(next(&mut reply)?)? as u64;
+            let job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
+            jobs.push(LeasedJob {
+                attempt: job.attempts_made,
+                job,
+                token,
+                deadline_ms,
+            });
+        }
+        if let Some(first) = jobs.iter().map(|j| j.deadline_ms).min() {
+            self.mark_due(queue, first).await;
+        }
+        Ok(LeaseBatch {
+            now_ms,
+            jobs,
+            next_due_ms,
+            paused,
+            limited,
+            wait_until_ms,
+            more,
+        })
+    }
+
+    /// Completes leased jobs whose token matches (`ack.lua`). An ack repeated with the token
+    /// of one already applied is `Done` with `repeated` set (nothing changes). A call whose
+    /// byte budget ([`CALL_BYTES`]) runs out answers for the first items; the rest go in the
+    /// next call.
+    pub async fn ack(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
+        let mut out = Vec::with_capacity(items.len());
+        while out.len() < items.len() {
+            let done = self.ack_call(queue, &items[out.len()..]).await?;
+            if done.is_empty() {
+                return Err(bad("ack.lua answered for no job"));
+            }
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// One `ack.lua` call: the outcomes of the first items (all unless the budget ran out).
+    async fn ack_call(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
+        let mut args = vec![items.len().to_string().into_bytes()];
+        push_pairs(&mut args, items);
+        let keys = Keys::new(queue);
+        let (_, reply) = tokio::join!(
+            self.intend_due(queue),
+            self.run_script(&scripts::ACK, &keys, args)
+        );
+        let reply = reply?;
+        let mut reply = array(reply)?.into_iter();
+        let now_ms = int(next(&mut reply)?)? as u64;
+        let answered = (reply.len() / 3).min(items.len());
+        let outcomes: Vec<Settle<AckOutcome>> = items[..answered]
+            .iter()
+            .map(|_| {
+                let status = string(next(&mut reply)?)?;
+                let lease_ms = int(next(&mut reply)?)? as u64;
+                let text = string(next(&mut reply)?)?;
+                Ok(match status.as_str() {
+                    "OK" | "DONE" => Settle::Done(AckOutcome {
+                        lease_ms,
+                        name: text,
+                        now_ms,
+                        repeated: status == "DONE",
+                    }),
+                    "NOT_FOUND" => Settle::NotFound,
+                    "LEASE_LOST" => Settle::LeaseLost(text),
+                    _ => return Err(bad("unknown settle status")),
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        if outcomes.iter().any(|o| matches!(o, Settle::Done(_))) {
+            // Retention: the reaper applies the age limit and counts what was trimmed.
+            self.mark_due(queue, now_ms).await;
+        }
+        Ok(outcomes)
+    }
+
+    /// Fails the current attempt of leased jobs whose token matches (`fail.lua`): retry,
+    /// rate-limited return, or dead letter, each job in one atomic step. The items go in
+    /// script calls of at most [`FAIL_CALL_BYTES`] of error text each (at least one item),
+    /// and a call whose byte budget ([`CALL_BYTES`]) runs out on the records answers for its
+    /// first items (the rest go in the next call), so no call holds Redis long; outcomes keep the items' order.
+    /// A fail repeated with the token of one already applied is `Done` with the first
+    /// outcome and `repeated` set (nothing changes).
+    pub async fn fail(
+        &self,
+        queue: &QueueName,
+        items: &[FailItem],
+    ) -> Result<Vec<Settle<FailOutcome>>, StoreError> {
+        let mut out = Vec::with_capacity(items.len());
+        let mut start = 0;
+        while start < items.len() {
+            let mut end = start + 1;
+            let mut size = items[start].message.len() + items[start].details.len();
+            while end < items.len() {
+                size += items[end].message.len() + items[end].details.len();
+                if size > FAIL_CALL_BYTES {
+                    break;
+                }
+                end += 1;
+            }
+            let done = self.fail_call(queue, &items[start..end]).await?;
+            if done.is_empty() {
+                return Err(bad("fail.lua answered for no job"));
+            }
+            // Short when the call's byte budget ran out: the rest go in the next call.
+            start += done.len();
+            out.extend(done);
+        }
+        Ok(out)
+    }
+
+    /// One `fail.lua` call for `items`.
+    async fn fail_call(
+        &self,
+        queue: &QueueName,
+        items: &[FailItem],
+    ) -> Result<Vec<Settle<FailOutcome>>, StoreError> {
+        let mut args = vec![items.len().to_string().into_bytes()];
+        for i in items {
+            args.extend([
+                i.id.clone().into_bytes(),
+                i.token.clone().into_bytes(),
+                i.disposition.as_str().as_bytes().to_vec(),
+                i.message.clone().into_bytes(),
+                i.error_type.clone().into_bytes(),
+                i.details.clone().into_bytes(),
+                i.retry_after_ms
+                    .map_or(-1, |ms| ms as i64)
+                    .to_string()
+                    .into_bytes(),
+                rand::random::<f64>().to_string().into_bytes(),
+                if i.pause_queue {
+                    b"1".to_vec()
+                } else {
+                    b"0".to_vec()
+                },
+            ]);
+        }
+        let (_, outcomes) = tokio::join!(
+            self.intend_due(queue),
+            self.settle_call(&scripts::FAIL, queue, args, |mut it, repeated| {
+                Ok(FailOutcome {
+                    repeated,
+                    state: state(&string(next(&mut it)?)?)?,
+                    at_ms: int(next(&mut it)?)? as u64,
+                    dead_reason: DeadReason::parse(&string(next(&mut it)?)?),
+                    lease_ms: int(next(&mut it)?)? as u64,
+                    name: string(next(&mut it)?)?,
+                    attempt: int(next(&mut it)?)? as u32,
+                    now_ms: int(next(&mut it)?)? as u64,
+                })
+            })
+        );
+        let outcomes = outcomes?;
+        // A retry's due time, or a dead letter's retention, is reaper work.
+        let now = outcomes.iter().find_map(|o| match o {
+            Settle::Done(f) => Some(f.now_ms),
+            _ => None,
+        });
+        if let Some(now) = now {
+            self.mark_due(queue, now).await;
+        }
+        Ok(outcomes)
+    }
+
+    /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
+    /// attempt timeout (`renew.lua`); `Done` carries the new deadline, ms.
+    pub async fn renew(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+        lease_ms: u64,
+    ) -> Result<Vec<Settle<u64>>, StoreError> {
+        let mut args = vec![
+            lease_ms.to_string().into_bytes(),
+            items.len().to_string().into_bytes(),
+        ];
+        push_pairs(&mut args, items);
+        self.settle_call(&scripts::RENEW, queue, args, |mut it, _| {
+            Ok(int(next(&mut it)?)? as u64)
+        })
+        .await
+    }
+
+    /// Hands leased jobs back to waiting without consuming the attempt (`release.lua`);
+    /// returns how many were released. A call whose byte budget ([`CALL_BYTES`]) runs out
+    /// answers for its first items; the rest go in the next call.
+    pub async fn release(
+        &self,
+        queue: &QueueName,
+        items: &[(String, String)],
+    ) -> Result<usize, StoreError> {
+        let (mut start, mut released) = (0, 0);
+        while start < items.len() {
+            let rest = &items[start..];
+            let mut args = vec![rest.len().to_string().into_bytes()];
+            push_pairs(&mut args, rest);
+            let reply = array(
+                self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
+                    .await?,
+            )?;
+            if reply.is_empty() {
+                return Err(bad("release.lua answered for no job"));
+            }
+            start += reply.len();
+            for v in reply {
+                if int(v)? == 1 {
+                    released += 1;
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// The server got the replies of these lease calls of `queue` and handed their jobs to
+    /// its streams (`confirm_calls.lua`): their leases now count as delivered.
+    pub async fn confirm_lease_calls(
+        &self,
+        queue: &QueueName,
+        calls: &[String],
+    ) -> Result<(), StoreError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let args = calls.iter().map(|c| c.as_bytes().to_vec()).collect();
+        self.run_script(&scripts::CONFIRM_CALLS, &Keys::new(queue), args)
+            .await?;
+        Ok(())
+    }
+
+    /// The reply of lease call `call` was lost (`release_call.lua`): its jobs go back to
+    /// waiting without an attempt charged, and the call leases nothing if it runs later
+    /// (within `tombstone_ms`). Idempotent; returns how many jobs went back.
+    pub async fn release_lease_call(
+        &self,
+        queue: &QueueName,
+        call: &str,
+        tombstone_ms: u64,
+    ) -> Result<u64, StoreError> {
+        let args = vec![
+            call.as_bytes().to_vec(),
+            tombstone_ms.to_string().into_bytes(),
+        ];
+        let reply = self
+            .run_script(&scripts::RELEASE_CALL, &Keys::new(queue), args)
+            .await?;
+        Ok(int(reply)? as u64)
+    }
+
+    /// Fails up to `max` expired leases, promotes due delayed jobs and applies the retention
+    /// limits (`reap.lua`).
+    pub async fn reap(&self, queue: &QueueName, max: usize) -> Result<ReapReport, StoreError> {
+        let mut args = vec![max.to_string().into_bytes()];
+        args.extend((0..max).map(|_| rand::random::<f64>().to_string().into_bytes()));
+        let mut reply = array(
+            self.run_script(&scripts::REAP, &Keys::new(queue), args)
+                .await?,
+        )?
+        .into_iter();
+        let promoted = int(next(&mut reply)?)? as u64;
+        let next_deadline_ms = opt_ms(int(next(&mut reply)?)?);
+        let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+        let next_retention_ms = opt_ms(int(next(&mut reply)?)?);
+        let trimmed_completed = int(next(&mut reply)?)? as u64;
+        let trimmed_dead = int(next(&mut reply)?)? as u64;
+        let more = int(next(&mut reply)?)? == 1;
+        let mut reaped = Vec::new();
+        for item in reply {
+            let mut f = array(item)?.into_iter();
+            reaped.push(ReapedJob {
+                id: string(next(&mut f)?)?,
+                name: string(next(&mut f)?)?,
+                error_type: string(next(&mut f)?)?,
+                state: state(&string(next(&mut f)?)?)?,
+                dead_reason: DeadReason::parse(&string(next(&mut f)?)?),
+                attempt: int(next(&mut f)?)? as u32,
+            });
+        }
+        Ok(ReapReport {
+            promoted,
+            next_deadline_ms,
+            next_due_ms,
+            next_retention_ms,
+            trimmed_completed,
+            trimmed_dead,
+            reaped,
+            more,
+        })
+    }
+}
+
+/// A fresh lease call id (128 random bits, hex): the prefix of the call's lease tokens.
+pub fn new_lease_call_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

@@ -1,0 +1,336 @@
+-- attempts.lua: the second half of the code every queue script starts with (after
+-- common.lua, whose keys, record layout and helpers it uses): how an attempt ends and is
+-- accounted for. Backoff, the bounded error history, failing an attempt, lease token checks,
+-- the dead-set filters and walks, wake-ups after failures, repeated settles and lost lease
+-- replies.
+
+-- The delay before the retry that follows failed attempt `att` (1-based), in ms.
+-- fixed: d; exponential: d * 2^(att-1) (BullMQ's formula); then capped by max_delay, then
+-- jittered: drawn uniformly from [(1 - jitter) * d, d] using the caller's random r in [0, 1).
+local function backoff_delay(bo, att, r)
+  if not bo or bo == '' then return 0 end
+  local kind, base, jitter, cap = string.match(bo, '^(%a+),(%d+),([%d%.eE%-]+),(%d+)$')
+  base, jitter, cap = tonumber(base), tonumber(jitter), tonumber(cap)
+  local d = base
+  if kind == 'exponential' then d = base * (2 ^ (att - 1)) end
+  if cap > 0 and d > cap then d = cap end
+  d = d * (1 - jitter * r)
+  return math.floor(d)
+end
+
+-- Appends one error (JSON) to history hash ek, then drops the oldest entries but the
+-- first while more than HISTORY_LAST follow it or they pass HISTORY_BYTES (the newest
+-- stays), counting them. O(1) a call but for the drops: no entry is decoded.
+local function append_error(ek, entry)
+  local n = redis.call('HINCRBY', ek, 'n', 1)
+  redis.call('HSET', ek, n, entry)
+  if n == 1 then return end
+  local bytes = redis.call('HINCRBY', ek, 'bytes', #entry)
+  local lo = tonumber(redis.call('HGET', ek, 'lo')) or 2
+  local gone = 0
+  while lo < n and (n - lo + 1 > HISTORY_LAST or bytes > HISTORY_BYTES) do
+    bytes = bytes - redis.call('HSTRLEN', ek, lo)
+    redis.call('HDEL', ek, lo)
+    lo, gone = lo + 1, gone + 1
+  end
+  if gone > 0 then
+    redis.call('HSET', ek, 'lo', lo, 'bytes', bytes)
+    redis.call('HINCRBY', ek, 'dropped', gone)
+  end
+end
+
+-- Records error `e` (a table) of job `id` in its history; returns the header's copy (the
+-- last error with its details cut to LAST_DETAILS_BYTES). A record written before the
+-- history key existed has its whole history in the header: it moves to the hash first.
+local function record_error(id, h, e)
+  local ek = errors_key(id)
+  if h[ERR] ~= '' and redis.call('EXISTS', ek) == 0 then
+    local old = cjson.decode(h[ERR])
+    for i, o in ipairs(old) do
+      if i == 1 or i > #old - HISTORY_LAST then append_error(ek, cjson.encode(o)) end
+    end
+    if #old > HISTORY_LAST + 1 then redis.call('HINCRBY', ek, 'dropped', #old - HISTORY_LAST - 1) end
+  end
+  append_error(ek, cjson.encode(e))
+  local d = e.d or ''
+  if #d > LAST_DETAILS_BYTES then
+    -- Cut on a UTF-8 boundary (not inside a continuation byte), then mark the cut.
+    local keep = LAST_DETAILS_BYTES - 40
+    while keep > 0 and string.byte(d, keep + 1) >= 128 and string.byte(d, keep + 1) < 192 do keep = keep - 1 end
+    e.d = string.sub(d, 1, keep) .. '\226\128\166[truncated ' .. (#d - keep) .. ' bytes]'
+  end
+  return '[' .. cjson.encode(e) .. ']'
+end
+
+-- Ends the current attempt of leased job `id` (header h, body) as failed: records the
+-- error, then retries (delayed or waiting), returns the job without consuming the attempt
+-- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
+-- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
+-- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
+-- Returns state, time (ready or dead), dead reason ('' unless dead). A job made waiting
+-- needs a wake-up: the caller PUBLISHes once for all of its jobs (wake_after_failures).
+local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
+  local att = h[ATT]
+  local reason = ''
+  local delay = 0
+  if disposition == 'RATE_LIMITED' then
+    if retry_after < 0 then retry_after = 1000 end
+    delay = retry_after
+    h[ATT] = att - 1
+  elseif disposition == 'NO_RETRY' then
+    reason = 'NO_RETRY'
+  elseif att >= h[MAX] then
+    reason = exhausted_reason
+  elseif retry_after >= 0 then
+    delay = retry_after
+  else
+    delay = backoff_delay(h[BO], att, r)
+  end
+
+  h[ERR] = record_error(id, h, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
+  h[TOK], h[AD] = '', 0
+  redis.call('ZREM', K_ACTIVE, id)
+
+  if reason ~= '' then
+    h[ST], h[DR], h[FT] = 'dead', reason, now
+    save_job(jk, h, body)
+    redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
+    trim_dead(now)
+    return { 'dead', now, reason }
+  elseif delay > 0 then
+    schedule(id, jk, h, body, now + delay)
+    return { 'delayed', now + delay, '' }
+  end
+  make_ready(id, jk, h, body, now)
+  return { 'waiting', now, '' }
+end
+
+-- Checks the lease token of a settle-type call (ack, fail, renew) against the record
+-- `rec` of job `id`. Returns nil when the job is active under `token`; otherwise the reply
+-- for the job: { 'NOT_FOUND' } or { 'LEASE_LOST', state }.
+local function lease_refusal(rec, token)
+  if not rec then return { 'NOT_FOUND' } end
+  local st, _, _, tok = lease_fields(rec)
+  if st ~= 'active' or tok ~= token then return { 'LEASE_LOST', st } end
+  return nil
+end
+
+-- The job of a settle-type call when it is active under `token`: its record; otherwise nil
+-- and the refusal (see lease_refusal).
+local function leased_record(id, token)
+  local rec = get_record(job_key(id))
+  local refusal = lease_refusal(rec, token)
+  if refusal then return nil, refusal end
+  return rec
+end
+
+-- Does dead job header h (dead at `dead_ms`) match the filter
+-- {name, error type, reason, message prefix, after ms, before ms} ('' or -1 = any)?
+local function matches(h, dead_ms, filter)
+  if filter[5] >= 0 and dead_ms < filter[5] then return false end
+  if filter[6] >= 0 and dead_ms >= filter[6] then return false end
+  if filter[1] ~= '' and h[NAME] ~= filter[1] then return false end
+  if filter[3] ~= '' and h[DR] ~= filter[3] then return false end
+  if filter[2] ~= '' or filter[4] ~= '' then
+    local errors = h[ERR] ~= '' and cjson.decode(h[ERR]) or {}
+    local last = errors[#errors]
+    if not last then return false end
+    if filter[2] ~= '' and last.t ~= filter[2] then return false end
+    if filter[4] ~= '' and string.sub(last.m or '', 1, #filter[4]) ~= filter[4] then return false end
+  end
+  return true
+end
+
+-- Reads the filter from ARGV[i..i+5]; returns it and the next index.
+local function read_filter(i)
+  return { ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]) }, i + 6
+end
+
+-- Walks the dead set in dead-time order after the cursor score (exclusive; '-inf' = from the
+-- start) up to the score `upto` (inclusive; nil = '+inf'), calling visit(id, jk, h, body, rec)
+-- for each matching entry, until `want` matched or `budget` entries were examined or visit
+-- returned true. visit may remove the entry. Returns the cursor score of the last entry
+-- examined, or '' when the set is exhausted.
+local function scan_dead(cursor, want, budget, filter, visit, upto)
+  local examined, matched = 0, 0
+  local from = '-inf'
+  if cursor ~= '-inf' and cursor ~= '' then from = '(' .. cursor end
+  while true do
+    local chunk = redis.call('ZRANGE', K_DEAD, from, upto or '+inf', 'BYSCORE', 'LIMIT', 0, 200, 'WITHSCORES')
+    if #chunk == 0 then return '' end
+    for i = 1, #chunk, 2 do
+      local id, score = chunk[i], chunk[i + 1]
+      examined = examined + 1
+      from = '(' .. score
+      local jk = job_key(id)
+      local rec = get_record(jk)
+      local stop = false
+      if rec then
+        local h, body = split_record(rec)
+        if matches(h, math.floor(tonumber(score) / DEAD_SCALE), filter) then
+          stop = visit(id, jk, h, body, rec)
+          matched = matched + 1
+        end
+      end
+      if stop or examined >= budget or matched >= want or over_budget() then return score end
+    end
+  end
+end
+
+-- A concurrency-limited queue frees a slot: wake the lease loops of every replica.
+local function wake_if_concurrency_limited()
+  if redis.call('HEXISTS', K_META, 'max_active') == 1 then
+    redis.call('PUBLISH', WAKE, '1')
+  end
+end
+
+-- After failed attempts: one wake-up when any job went back to waiting (or, on a
+-- concurrency-limited queue, when a slot came free).
+local function wake_after_failures(any_waiting)
+  if any_waiting then
+    redis.call('PUBLISH', WAKE, '1')
+  else
+    wake_if_concurrency_limited()
+  end
+end
+
+-- The selection of replay.lua and delete_dead.lua: applies act(id, jk, h, body) to each
+-- listed id that is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the
+-- filter (ARGV[2] 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine,
+-- [11] the walk's last score, '' on its first call). Returns the listed ids that were not
+-- dead, the next cursor ('' = done) and the walk's last score (to pass to the next call).
+-- A walk acts on what was dead when it began, so a replayed job that dies again is not
+-- replayed twice by one call. (Dead scores are ms * 1000 + a sequence mod 1000: an entry
+-- added in the same millisecond as the newest one when the walk began, after a sequence
+-- wrap, could still fall under the bound.)
+local function for_selected_dead(act, header_only)
+  local skipped, cursor, upto = {}, '', ''
+  if ARGV[2] == 'ids' then
+    for i = 1, tonumber(ARGV[3]) do
+      -- Past the byte budget: the ids not reached are in neither list; the caller sends
+      -- them again.
+      if i > 1 and over_budget() then break end
+      local id = ARGV[3 + i]
+      local jk = job_key(id)
+      if header_only then
+        local part = get_lease_part(jk)
+        if part and lease_fields(part) == 'dead' then act(id, jk) else skipped[#skipped + 1] = id end
+      else
+        local h, body = load_job(jk)
+        if h and h[ST] == 'dead' then act(id, jk, h, body) else skipped[#skipped + 1] = id end
+      end
+    end
+  else
+    local budget = tonumber(ARGV[10])
+    upto = ARGV[11] or ''
+    if upto == '' then
+      -- The first call of a walk: the newest entry now is the last one the walk acts on, so
+      -- jobs that die (again) while it goes on are left for the next call.
+      local top = redis.call('ZRANGE', K_DEAD, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+      if #top == 0 then return skipped, '', '' end
+      upto = top[2]
+    end
+    cursor = scan_dead(ARGV[9], budget, budget, read_filter(3), act, upto)
+  end
+  return skipped, cursor, upto
+end
+
+-- Repeated settles. A worker whose Ack or Fail reply was lost (Redis answered after the
+-- server's timeout) repeats it with the same token. The last SETTLED_KEEP applied settles
+-- of a queue are remembered by token, for at most SETTLED_TTL_MS after the queue's last
+-- settle, so the repeat answers as the first did.
+local SETTLED_KEEP, SETTLED_TTL_MS = 10000, 3600000
+
+-- Remembers applied settles: `flat` is { token, outcome, token, outcome, ... }.
+local function remember_settled(flat, now)
+  if #flat == 0 then return end
+  local now_s = int(now)
+  local scored = {}
+  for i = 1, #flat, 2 do
+    scored[#scored + 1] = now_s
+    scored[#scored + 1] = flat[i]
+  end
+  for i = 1, #flat, 1000 do
+    redis.call('HSET', K_SETTLED, unpack(flat, i, math.min(i + 999, #flat)))
+    redis.call('ZADD', K_SETTLED_AT, unpack(scored, i, math.min(i + 999, #scored)))
+  end
+  -- At most as many as were just added: the set held at most SETTLED_KEEP before.
+  local excess = redis.call('ZCARD', K_SETTLED_AT) - SETTLED_KEEP
+  if excess > 0 then
+    local gone = redis.call('ZPOPMIN', K_SETTLED_AT, excess)
+    local tokens = {}
+    for i = 1, #gone, 2 do tokens[#tokens + 1] = gone[i] end
+    for i = 1, #tokens, 1000 do
+      redis.call('HDEL', K_SETTLED, unpack(tokens, i, math.min(i + 999, #tokens)))
+    end
+  end
+  redis.call('PEXPIRE', K_SETTLED, SETTLED_TTL_MS)
+  redis.call('PEXPIRE', K_SETTLED_AT, SETTLED_TTL_MS)
+end
+
+-- The remembered outcome of the settle applied with `token`, or nil.
+local function settled_outcome(token)
+  local v = redis.call('HGET', K_SETTLED, token)
+  if v then return v end
+  return nil
+end
+
+-- Lost lease replies. A lease call may run in Redis after the server gave up waiting for
+-- its reply; its jobs then reached no worker. So every lease call carries a call id (its
+-- tokens are '<call id>-<slot>') and records the ids it leased in K_CALLS / K_CALL_JOBS as
+-- unconfirmed. The server confirms the call once it has the reply (in its next lease call,
+-- a confirm call, or implicitly by renewing any of its leases), which deletes the record.
+-- When the reply is lost, the server releases the call by id (release_call.lua, retried
+-- until Redis answers): its jobs still active under its tokens go back to waiting with the
+-- attempt not charged, and a tombstone makes the call lease nothing should it run later.
+-- If that release cannot run in time, the reaper treats the leases of an unconfirmed call
+-- as released, never as failed: no attempt is charged and nothing is dead-lettered for a
+-- lease no worker received. The cost of that rule: a job whose worker got it but whose
+-- server died before confirming is released uncharged when its lease expires.
+
+-- The lease call id of a lease token ('<call id>-<slot>'), or nil.
+local function call_of(token)
+  return string.match(token, '^(.+)%-%d+$')
+end
+
+-- Deletes the records of lease calls whose replies the server received.
+local function confirm_calls(calls)
+  for i = 1, #calls, 1000 do
+    local chunk = { unpack(calls, i, math.min(i + 999, #calls)) }
+    redis.call('ZREM', K_CALLS, unpack(chunk))
+    redis.call('HDEL', K_CALL_JOBS, unpack(chunk))
+  end
+end
+
+-- Is lease call `call` recorded and not confirmed?
+local function unconfirmed(call)
+  return call ~= nil and redis.call('HEXISTS', K_CALL_JOBS, call) == 1
+end
+
+-- Hands the leases of lease call `call` still active under its tokens back to waiting
+-- without consuming the attempt (and their rate-limit starts), and forgets the call.
+-- Returns how many jobs went back to waiting.
+local function release_call(call, now)
+  local packed = redis.call('HGET', K_CALL_JOBS, call)
+  redis.call('ZREM', K_CALLS, call)
+  redis.call('HDEL', K_CALL_JOBS, call)
+  if not packed or packed == '' then return 0 end
+  local prefix = call .. '-'
+  local n = 0
+  for _, id in ipairs(cmsgpack.unpack(packed)) do
+    local jk = job_key(id)
+    local rec = get_record(jk)
+    if rec then
+      local st, _, _, tok = lease_fields(rec)
+      if st == 'active' and string.sub(tok, 1, #prefix) == prefix then
+        local h, body = split_record(rec)
+        redis.call('ZREM', K_ACTIVE, id)
+        redis.call('ZREM', K_LIMITER, tok)
+        h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
+        make_ready(id, jk, h, body, now)
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
