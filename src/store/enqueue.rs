@@ -129,13 +129,11 @@ impl Store {
     pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
         let mut conn = self.conn.clone();
         let keys = Keys::new(queue);
-        // One MULTI: the record and its history as of the same moment.
-        let (rec, history): (Option<Vec<u8>>, redis::Value) = redis::pipe()
-            .atomic()
-            .get(keys.job(id))
-            .hgetall(keys.errors(id))
-            .query_async(&mut conn)
-            .await?;
+        // One read-only script: the record and its history as of the same moment, also
+        // on a Redis past maxmemory (which refuses MULTI).
+        let mut inv = scripts::GET_JOB.script.prepare_invoke();
+        inv.key(keys.job(id)).key(keys.errors(id));
+        let (rec, history): (Option<Vec<u8>>, redis::Value) = inv.invoke_async(&mut conn).await?;
         let Some(rec) = rec else { return Ok(None) };
         let mut job = job_from_record(queue, id.to_owned(), &rec)?;
         with_history(&mut job, history)?;

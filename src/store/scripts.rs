@@ -59,3 +59,10 @@ macro_rules! global_script {
 global_script!(DUE, "due");
 global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
+
+/// `scripts/get_job.lua`: a job's record and error history in one read-only call
+/// (`flags=no-writes`: it runs on a full Redis too, where MULTI is refused).
+pub(crate) static GET_JOB: NamedScript = NamedScript {
+    name: "get_job",
+    script: LazyLock::new(|| Script::new(include_str!("scripts/get_job.lua"))),
+};

@@ -59,6 +59,26 @@ async fn redis_cmd(redis: &RedisProc, args: &[&str]) -> redis::Value {
         .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
+/// Demotes `old` to a replica (of nobody reachable) and starts an empty new master on its
+/// socket path, as a failover behind a fixed address does; `old` keeps serving the
+/// connections it has. The new master lives as long as the returned values.
+async fn new_master_behind(old: &RedisProc) -> (Child, tempfile::TempDir) {
+    redis_cmd(old, &["REPLICAOF", "127.0.0.1", &free_port().to_string()]).await;
+    let path = old.url.trim_start_matches("redis+unix://").to_owned();
+    std::fs::remove_file(&path).expect("unlink the old socket");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let new = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket", &path, "--save", ""])
+        .args(["--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    wait_for_redis(&old.url, Duration::from_secs(20)).await;
+    (new, dir)
+}
+
 /// A plain redis-server on a loopback TCP port (a master to replicate from), no persistence.
 async fn tcp_redis() -> (Child, u16, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -124,19 +144,7 @@ async fn after_readonly_jobwire_reconnects_and_uses_the_new_master_behind_the_sa
 
     // Demote the old master, then put a new master on the same socket path; the old one
     // keeps serving the connections it has.
-    redis_cmd(&old, &["REPLICAOF", "127.0.0.1", &free_port().to_string()]).await;
-    let path = old.url.trim_start_matches("redis+unix://").to_owned();
-    std::fs::remove_file(&path).expect("unlink the old socket");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let _new = Command::new("redis-server")
-        .args(["--port", "0", "--unixsocket", &path, "--save", ""])
-        .args(["--appendonly", "no", "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server");
-    wait_for_redis(&old.url, Duration::from_secs(20)).await;
+    let _new = new_master_behind(&old).await;
 
     // At most the calls racing the first READONLY fail (UNAVAILABLE); then writes succeed.
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -246,19 +254,7 @@ async fn after_a_new_master_wake_ups_reach_an_idle_worker_at_once() {
     let l = w.lease().await;
     assert_eq!(w.ack(&l).await.code, 0);
 
-    redis_cmd(&old, &["REPLICAOF", "127.0.0.1", &free_port().to_string()]).await;
-    let path = old.url.trim_start_matches("redis+unix://").to_owned();
-    std::fs::remove_file(&path).expect("unlink the old socket");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let _new = Command::new("redis-server")
-        .args(["--port", "0", "--unixsocket", &path, "--save", ""])
-        .args(["--appendonly", "no", "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server");
-    wait_for_redis(&old.url, Duration::from_secs(20)).await;
+    let _new = new_master_behind(&old).await;
     // Both replicas' health probes meet READONLY and reconnect; then they are ready.
     eventually(PATIENCE, || async {
         health(&a).await == 1 && health(&b).await == 1 && {

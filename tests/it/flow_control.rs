@@ -48,6 +48,18 @@ async fn stats(app: &TestApp, queue: &str) -> pb::QueueStats {
         .expect("stats")
 }
 
+/// A connection to `app` whose HTTP/2 stream and connection windows are `window` bytes: a
+/// client that stops reading holds at most that much of the server's messages.
+async fn small_window(app: &TestApp, window: u32) -> Channel {
+    Endpoint::from_shared(format!("http://{}", app.grpc))
+        .expect("uri")
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window)
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// Opens a stream on `channel` and returns the request sender and the response stream,
 /// without reading anything.
 async fn raw_stream(
@@ -122,13 +134,7 @@ async fn a_stream_cancelled_after_one_message_charges_only_what_left_the_server(
     // 32 KiB payloads and a client with the HTTP/2 default 64 KiB window: only a few leases
     // fit in the transport; the rest must still be inside the server when the stream ends.
     enqueue_many(&app, "cancel", "j", 1000, &[7u8; 32 * 1024]).await;
-    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
-        .expect("uri")
-        .initial_stream_window_size(65_535)
-        .initial_connection_window_size(65_535)
-        .connect()
-        .await
-        .expect("connect");
+    let channel = small_window(&app, 65_535).await;
     let (tx, mut rx) = raw_stream(channel, "cancel", 1000).await;
     let first = rx.message().await.expect("read").expect("a message");
     assert!(matches!(
@@ -238,13 +244,7 @@ async fn a_stream_that_sends_but_never_reads_is_not_read_without_limit() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let (_redis, app) = TestApp::with_redis().await;
-    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
-        .expect("uri")
-        .initial_stream_window_size(65_535)
-        .initial_connection_window_size(65_535)
-        .connect()
-        .await
-        .expect("connect");
+    let channel = small_window(&app, 65_535).await;
     // 30 000 acks the server refuses on the spot (empty queue), each answered by a
     // `settled` the client never reads. Count how many the transport took from the client.
     const N: usize = 30_000;
@@ -315,13 +315,7 @@ async fn leases_waiting_for_a_stalled_stream_are_released_before_their_timeout()
             .expect("enqueue batch");
         i += 50;
     }
-    let channel = Endpoint::from_shared(format!("http://{}", app.grpc))
-        .expect("uri")
-        .initial_stream_window_size(4096)
-        .initial_connection_window_size(4096)
-        .connect()
-        .await
-        .expect("connect");
+    let channel = small_window(&app, 4096).await;
     let (tx, mut rx) = raw_stream(channel, "slow", 100).await;
     let first = rx.message().await.expect("read").expect("a message");
     let Some(pb::subscribe_response::Message::Lease(read)) = first.message else {

@@ -182,19 +182,12 @@ impl<L: Lease> Book<L> {
         }
         let mut out = Vec::new();
         let mut keep = VecDeque::with_capacity(self.outbox.len());
-        for (q, lj, at) in self.outbox.drain(..) {
+        for (q, lj, at) in std::mem::take(&mut self.outbox) {
             if at > now {
                 keep.push_back((q, lj, at));
                 continue;
             }
-            if self
-                .held
-                .remove(&(q.clone(), lj.token().to_owned()))
-                .is_some()
-            {
-                self.free += 1;
-                out.push((q, lj.job_id().to_owned(), lj.token().to_owned()));
-            }
+            out.extend(self.unhold(q, &lj));
         }
         self.outbox = keep;
         self.stalled = true;
@@ -247,16 +240,17 @@ impl<L: Lease> Book<L> {
         let undelivered: Vec<_> = self.outbox.drain(..).collect();
         let mut out = Vec::with_capacity(undelivered.len());
         for (q, lj, _) in undelivered {
-            if self
-                .held
-                .remove(&(q.clone(), lj.token().to_owned()))
-                .is_some()
-            {
-                self.free += 1;
-                out.push((q, lj.job_id().to_owned(), lj.token().to_owned()));
-            }
+            out.extend(self.unhold(q, &lj));
         }
         out
+    }
+
+    /// Forgets an outbox lease that never reached the worker, freeing its credit; the lease
+    /// to hand back to waiting, if the book still held it.
+    fn unhold(&mut self, q: QueueName, lj: &L) -> Option<LeaseRef> {
+        self.held.remove(&(q.clone(), lj.token().to_owned()))?;
+        self.free += 1;
+        Some((q, lj.job_id().to_owned(), lj.token().to_owned()))
     }
 
     /// Takes every held lease (orderly shutdown hands them all back); the outbox empties.
