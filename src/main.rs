@@ -4,6 +4,9 @@ use anyhow::Context;
 use clap::Parser;
 use jobwire::config::{Cli, Command};
 
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
