@@ -19,6 +19,8 @@ WORKDIR /src
 # Dependencies: the manifest, lock file, build script and protos, with stub sources. This layer
 # is rebuilt only when one of those files changes.
 COPY Cargo.toml Cargo.lock build.rs ./
+# jemalloc's settings (decay 0, two arenas) are read when jemalloc itself is built.
+COPY .cargo ./.cargo
 COPY proto ./proto
 RUN mkdir -p src \
     && echo 'fn main() {}' > src/main.rs \

@@ -10,7 +10,9 @@ bash scripts/setup.sh
 cargo build --release --locked
 export JOBWIRE_GRPC_ADDR="${JOBWIRE_GRPC_ADDR:-127.0.0.1:50051}"
 export JOBWIRE_HTTP_ADDR="${JOBWIRE_HTTP_ADDR:-127.0.0.1:9090}"
-mkdir -p jobwire-data
+mkdir -p jobwire-data && chmod 700 jobwire-data
+# The log is the server's own file in the private data dir: 0600 like the rest of it.
+(umask 077 && : >jobwire-data/server.log)
 ./target/release/jobwire serve --data-dir jobwire-data >jobwire-data/server.log 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT

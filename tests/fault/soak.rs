@@ -291,30 +291,37 @@ async fn check(
 
     // Attempts charged against leases read: the promise this soak exists for.
     let deliveries = stats.deliveries.lock().expect("d").clone();
-    let attempts: Vec<(String, u32)> = futures::stream::iter(ids.iter().cloned())
+    let attempts: Vec<(String, u32, String)> = futures::stream::iter(ids.iter().cloned())
         .map(|id| {
             let (store, queue) = (store.clone(), queue.clone());
             async move {
                 let job = store.get_job(&queue, &id).await.expect("get job");
-                (id, job.map_or(0, |j| j.attempts_made))
+                let errors = job.as_ref().map_or(String::new(), |j| {
+                    j.errors
+                        .iter()
+                        .map(|e| format!("{}:{}@{}", e.attempt, e.error_type, e.worker_id))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                });
+                (id, job.map_or(0, |j| j.attempts_made), errors)
             }
         })
         .buffer_unordered(32)
         .collect()
         .await;
     let mut overcharged = Vec::new();
-    for (id, made) in &attempts {
+    for (id, made, errors) in &attempts {
         let read = deliveries.get(id).copied().unwrap_or(0);
         if *made > read {
-            overcharged.push((id.clone(), *made, read));
+            overcharged.push((id.clone(), *made, read, errors.clone()));
         }
     }
     let unseen = stats.unreported_kills.load(Ordering::Relaxed) as usize;
-    let excess: u32 = overcharged.iter().map(|(_, m, r)| m - r).sum();
+    let excess: u32 = overcharged.iter().map(|(_, m, r, _)| m - r).sum();
     assert!(
         excess as usize <= unseen,
         "jobs charged attempts for leases no worker read ({excess} attempts, at most {unseen} \
-         could be in killed children): {:?}",
+         could be in killed children): (id, attempts, leases read, attempt:error@worker) {:?}",
         &overcharged[..overcharged.len().min(20)]
     );
     let delivered: u32 = deliveries.values().sum();

@@ -48,13 +48,13 @@ async fn open(
     Some((tx, resp.into_inner()))
 }
 
-/// Reads what the transport already holds for a stream the worker is abandoning, recording
+/// Reads what the transport already holds for a stream the worker is abandoning (its
+/// sending half already closed, so the server ends the stream after what it sent), recording
 /// each lease as delivered: those leases did reach the worker's process, so charging them an
-/// attempt when they expire is right. Stops at the end of the stream or after 500 ms of quiet.
+/// attempt when they expire is right. Stops at the end of the stream, an error, or 10 s.
 async fn read_rest(stream: &mut Streaming<pb::SubscribeResponse>, stats: &Stats) {
-    while let Ok(Ok(Some(m))) =
-        tokio::time::timeout(Duration::from_millis(500), stream.message()).await
-    {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(Ok(Some(m))) = tokio::time::timeout_at(deadline, stream.message()).await {
         if let Some(Out::Lease(l)) = m.message {
             if let Some(job) = l.job {
                 stats.delivered(&job.job_id);
@@ -170,8 +170,8 @@ pub(super) async fn killer(servers: Servers, stats: Arc<Stats>, stop: Cancellati
 
 /// A worker that stops reading: it opens a stream with many credits, reads one lease, then
 /// heartbeats for `stall` without reading a byte (its HTTP/2 window fills up). Then it
-/// drains its stream (no more leases), reads what the transport already holds and walks away
-/// without settling anything, and starts over. The leases it read expire and are charged;
+/// drains and closes its half of the stream, reads what the transport already holds until the
+/// server ends the stream, walks away without settling anything, and starts over. The leases it read expire and are charged;
 /// the ones that never left the server must come back without an attempt.
 pub(super) async fn stalled_reader(
     servers: Servers,
@@ -218,8 +218,8 @@ pub(super) async fn stalled_reader(
         let _ = tx.send(pb::SubscribeRequest {
             message: Some(In::Drain(pb::DrainStream {})),
         });
-        read_rest(&mut stream, &stats).await;
         drop(tx);
+        read_rest(&mut stream, &stats).await;
         drop(stream);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
