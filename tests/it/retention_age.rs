@@ -9,6 +9,18 @@ use pb::queue_service_client::QueueServiceClient;
 
 use crate::harness::*;
 
+/// Is the job gone (GetJob answers NOT_FOUND)?
+async fn gone(app: &TestApp, queue: &str, id: &str) -> bool {
+    let got = app
+        .jobs()
+        .get_job(pb::GetJobRequest {
+            queue: queue.into(),
+            job_id: id.into(),
+        })
+        .await;
+    matches!(got, Err(s) if s.code() == tonic::Code::NotFound)
+}
+
 async fn set_retention(app: &TestApp, queue: &str, retention: pb::Retention) {
     QueueServiceClient::new(app.channel.clone())
         .update_queue_config(pb::UpdateQueueConfigRequest {
@@ -51,7 +63,8 @@ async fn completed_max_age_frees_the_id_with_no_further_traffic() {
     drop(w);
     // Right after the ack the id is still taken.
     assert!(!enqueue(&app, spec("age-c", "once")).await.created);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // No traffic but reads: GetJob trims nothing, so only the reaper can free the id.
+    eventually(Duration::from_secs(10), || gone(&app, "age-c", "once")).await;
     let again = enqueue(&app, spec("age-c", "once")).await;
     assert!(
         again.created,
@@ -85,7 +98,8 @@ async fn dead_max_age_frees_the_id_with_no_further_traffic() {
     assert_eq!(s.code, 0);
     drop(w);
     assert!(!enqueue(&app, spec("age-d", "doomed")).await.created);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // No traffic but reads: GetJob trims nothing, so only the reaper can free the id.
+    eventually(Duration::from_secs(10), || gone(&app, "age-d", "doomed")).await;
     let again = enqueue(&app, spec("age-d", "doomed")).await;
     assert!(
         again.created,
