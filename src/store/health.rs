@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
+use super::keys::HEALTH_KEY;
 use super::{Store, StoreError};
 
-/// The key the write probe sets, outside every queue's keys (one key: fine on a cluster).
-pub(crate) const HEALTH_KEY: &str = "jw:health";
 /// Expiry of [`HEALTH_KEY`]: it vanishes by itself once no server probes any more.
 const HEALTH_TTL: Duration = Duration::from_secs(10);
 

@@ -65,6 +65,10 @@ pub(crate) const QUEUES_KEY: &str = "jw:queues";
 /// queue, ms (see `registry.rs`).
 pub(crate) const DUE_KEY: &str = "jw:due";
 
+/// The key the readiness probe writes (`health.rs`), outside every queue's keys (one key:
+/// fine on a cluster).
+pub(crate) const HEALTH_KEY: &str = "jw:health";
+
 #[cfg(test)]
 mod tests {
     use super::*;
