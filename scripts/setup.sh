@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what jobwire's demo and tests need and is missing on a Debian/Ubuntu machine:
-# redis-server (and redis-cli), and a Python venv at .venv with the gRPC client packages;
+# redis-server (also run as a sentinel: `redis-server <conf> --sentinel`) and redis-tools
+# (redis-cli, which the cluster tests use to create a cluster), and a Python venv at .venv with
+# the gRPC client packages;
 # with --test also Prometheus (promtool and the server, for the alert-rule tests).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail

@@ -6,6 +6,9 @@
 #[path = "../it/harness.rs"]
 mod harness;
 mod procs;
+#[allow(dead_code)]
+#[path = "../support/topology.rs"]
+mod topology;
 
 mod ctrl_c;
 mod durability;
@@ -19,3 +22,4 @@ mod runaway_queues;
 mod soak;
 mod startup;
 mod tls;
+mod topologies;

@@ -9,6 +9,9 @@ mod logs;
 mod message_limits;
 mod metrics;
 mod metrics_zero;
+#[allow(dead_code)] // the Redis Cluster and Sentinel topologies, shared with the fault suite
+#[path = "../support/topology.rs"]
+mod topology;
 
 mod bad_input;
 mod bad_input_workers;
