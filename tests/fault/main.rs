@@ -19,3 +19,4 @@ mod runaway_queues;
 mod soak;
 mod startup;
 mod tls;
+mod wait_replicas;
