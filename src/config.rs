@@ -130,6 +130,18 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_REDIS_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
     pub redis_timeout: Duration,
 
+    /// Replicas that must acknowledge each write before jobwire answers (Redis WAIT after
+    /// every call that changes job state; 0..=16, 0: asynchronous replication, the Redis
+    /// default). With N >= 1 an acknowledged Enqueue or Ack survives the loss of the master,
+    /// at a cost in throughput (README, "Redis deployments"). A write not acknowledged in
+    /// --redis-wait-timeout answers UNAVAILABLE (it is safe to retry).
+    #[arg(long, env = "JOBWIRE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// How long a write waits for --redis-wait-replicas (1ms..; less than --redis-timeout).
+    #[arg(long, env = "JOBWIRE_REDIS_WAIT_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub redis_wait_timeout: Duration,
+
     /// Deadline of a unary RPC.
     #[arg(long, env = "JOBWIRE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -174,6 +186,14 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The `--redis-wait-replicas` setting for the store.
+    pub fn wait_replicas(&self) -> crate::store::WaitReplicas {
+        crate::store::WaitReplicas {
+            replicas: self.redis_wait_replicas,
+            timeout: self.redis_wait_timeout,
+        }
+    }
+
     /// Settings for tests: loopback ports chosen by the OS, the given Redis, short timings.
     /// Tests mutate the returned value instead of going through clap or the environment.
     pub fn for_tests(redis_url: impl Into<String>) -> Self {
@@ -191,6 +211,8 @@ impl ServeArgs {
             reaper_sweep_rate: crate::lease::DEFAULT_SWEEP_RATE,
             request_timeout: Duration::from_secs(30),
             redis_timeout: Duration::from_secs(3),
+            redis_wait_replicas: 0,
+            redis_wait_timeout: Duration::from_secs(1),
             max_payload_bytes: 1_048_576,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
@@ -251,6 +273,19 @@ impl ServeArgs {
                 self.metrics_max_queues
             ));
         }
+        if self.redis_wait_replicas > 16 {
+            return Err(format!(
+                "--redis-wait-replicas must be between 0 and 16, got {}",
+                self.redis_wait_replicas
+            ));
+        }
+        if self.redis_wait_timeout < MS || self.redis_wait_timeout >= self.redis_timeout {
+            return Err(format!(
+                "--redis-wait-timeout must be at least 1ms and less than --redis-timeout ({}), got {}",
+                humantime::format_duration(self.redis_timeout),
+                humantime::format_duration(self.redis_wait_timeout)
+            ));
+        }
         if self.reaper_sweep_rate > 1000 {
             return Err(format!(
                 "--reaper-sweep-rate must be between 0 and 1000, got {}",
@@ -300,6 +335,11 @@ impl ServeArgs {
             ),
             ("JOBWIRE_REQUEST_TIMEOUT", d(self.request_timeout)),
             ("JOBWIRE_REDIS_TIMEOUT", d(self.redis_timeout)),
+            (
+                "JOBWIRE_REDIS_WAIT_REPLICAS",
+                self.redis_wait_replicas.to_string(),
+            ),
+            ("JOBWIRE_REDIS_WAIT_TIMEOUT", d(self.redis_wait_timeout)),
             (
                 "JOBWIRE_MAX_PAYLOAD_BYTES",
                 self.max_payload_bytes.to_string(),
@@ -358,6 +398,8 @@ impl fmt::Debug for ServeArgs {
             reaper_sweep_rate,
             request_timeout,
             redis_timeout,
+            redis_wait_replicas,
+            redis_wait_timeout,
             max_payload_bytes,
             default_max_attempts,
             metrics_max_job_names,
@@ -381,6 +423,8 @@ impl fmt::Debug for ServeArgs {
             .field("reaper_sweep_rate", reaper_sweep_rate)
             .field("request_timeout", request_timeout)
             .field("redis_timeout", redis_timeout)
+            .field("redis_wait_replicas", redis_wait_replicas)
+            .field("redis_wait_timeout", redis_wait_timeout)
             .field("max_payload_bytes", max_payload_bytes)
             .field("default_max_attempts", default_max_attempts)
             .field("metrics_max_job_names", metrics_max_job_names)

@@ -64,6 +64,10 @@ pub enum Error {
     /// Redis is unreachable, or the server is shutting down: UNAVAILABLE, retry with backoff.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// `--redis-wait-replicas`: the write was made on the master but too few replicas
+    /// acknowledged it in time: UNAVAILABLE (reason NOT_REPLICATED), safe to retry.
+    #[error("not replicated: {0}")]
+    NotReplicated(String),
     /// Redis reached `maxmemory` and refuses writes: RESOURCE_EXHAUSTED, retry once jobs are
     /// consumed or Redis has more memory. The call changed nothing.
     #[error("store full: {0}")]
@@ -90,6 +94,7 @@ impl From<&StoreError> for Error {
             StoreError::OutOfMemory(e) => Error::StoreFull(e.to_string()),
             StoreError::Redis(e) => Error::Internal(e.to_string()),
             StoreError::Decode(msg) => Error::Internal(msg.clone()),
+            e @ StoreError::NotReplicated { .. } => Error::NotReplicated(e.to_string()),
             StoreError::TooManyQueues { limit } => Error::TooManyQueues { limit: *limit },
         }
     }

@@ -66,7 +66,8 @@ pub async fn run(
         let store = Store::connect(&url, cfg.redis_timeout)
             .await
             .context("redis url")?
-            .with_max_queues(cfg.max_queues);
+            .with_max_queues(cfg.max_queues)
+            .with_wait_replicas(cfg.wait_replicas());
         wait_for_redis(&store).await?;
         check_eviction(&store, cfg.allow_eviction).await?;
         if let Some(path) = &cfg.config {

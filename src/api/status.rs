@@ -61,6 +61,14 @@ impl From<Error> for Status {
                     "the job store is unavailable; retry with backoff".to_owned(),
                 )
             }
+            Error::NotReplicated(why) => {
+                d.set_retry_info(Some(Duration::from_secs(1)));
+                (
+                    Code::Unavailable,
+                    "NOT_REPLICATED",
+                    format!("{why}; the write may be lost if the Redis master fails now; retry"),
+                )
+            }
             Error::StoreFull(_) => {
                 d.set_retry_info(Some(Duration::from_secs(5)));
                 (

@@ -77,7 +77,7 @@ fn validate_rejects_out_of_range() {
     let base = ServeArgs::for_tests("redis://127.0.0.1:1");
     base.validate().expect("for_tests is valid");
     type Mutate = fn(&mut ServeArgs);
-    let cases: [(&str, Mutate); 11] = [
+    let cases: [(&str, Mutate); 14] = [
         ("lease-duration", |a| {
             a.lease_duration = Duration::from_millis(999)
         }),
@@ -103,6 +103,13 @@ fn validate_rejects_out_of_range() {
         }),
         ("default-max-attempts", |a| a.default_max_attempts = 0),
         ("default-max-attempts", |a| a.default_max_attempts = 1001),
+        ("redis-wait-replicas", |a| a.redis_wait_replicas = 17),
+        ("redis-wait-timeout", |a| {
+            a.redis_wait_timeout = Duration::ZERO
+        }),
+        ("redis-wait-timeout", |a| {
+            a.redis_wait_timeout = a.redis_timeout
+        }),
     ];
     for (flag, mutate) in cases {
         let mut a = base.clone();

@@ -13,6 +13,7 @@ use redis::Value;
 
 use super::codec::{array, bad, next, string};
 use super::conn::Conn;
+use super::durability::WaitReplicas;
 use super::keys::Keys;
 use super::scripts::NamedScript;
 use super::types::*;
@@ -30,6 +31,8 @@ pub struct Store {
     /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
     /// it; see [`Store::script_reloads`].
     reloads: Arc<AtomicU64>,
+    /// `--redis-wait-replicas` (see `durability.rs`).
+    pub(super) wait: WaitReplicas,
 }
 
 /// The byte budget of one script call, as `scripts/common.lua` sets it (`CALL_BYTES`): a
@@ -91,6 +94,7 @@ impl Store {
             known_queues: Arc::default(),
             reloads: Arc::default(),
             max_queues: super::registry::DEFAULT_MAX_QUEUES,
+            wait: WaitReplicas::default(),
         })
     }
 
@@ -104,7 +108,8 @@ impl Store {
     }
 
     /// EVALSHA of `script` with `keys`, the wake channel and `args`; on NOSCRIPT, SCRIPT
-    /// LOAD and EVALSHA again (counted in [`Store::script_reloads`]).
+    /// LOAD and EVALSHA again (counted in [`Store::script_reloads`]). A script that writes is
+    /// followed by WAIT under `--redis-wait-replicas` (`durability.rs`).
     pub(super) async fn run_script(
         &self,
         script: &NamedScript,
@@ -117,25 +122,45 @@ impl Store {
             .arg(&keys.all[..])
             .arg(&keys.wake)
             .arg(args);
-        let mut conn = self.conn.clone();
+        let wait = Some(self.wait).filter(|w| w.enabled() && script.writes());
         let start = std::time::Instant::now();
-        let mut result = cmd.query_async::<Value>(&mut conn).await;
+        let mut result = self.exec(&cmd, wait).await;
         if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
         {
             self.reloads.fetch_add(1, Ordering::AcqRel);
+            let mut conn = self.conn.clone();
             result = match script.script.load_async(&mut conn).await {
-                Ok(_) => cmd.query_async(&mut conn).await,
+                Ok(_) => self.exec(&cmd, wait).await,
                 Err(e) => Err(e),
             };
         }
-        let result = result.map_err(StoreError::from);
+        let result = result.map_err(StoreError::from).and_then(|v| match wait {
+            Some(w) => w.reply(v),
+            None => Ok(v),
+        });
         let kind = match &result {
             Ok(_) => None,
-            Err(StoreError::Unavailable(_)) => Some("unavailable"),
+            Err(StoreError::Unavailable(_) | StoreError::NotReplicated { .. }) => {
+                Some("unavailable")
+            }
             Err(_) => Some("error"),
         };
         crate::metrics::redis_call(script.name, start.elapsed().as_secs_f64(), kind);
         result
+    }
+
+    /// Sends `cmd`, alone or followed by WAIT in one pipeline (then the reply is the
+    /// pipeline's: [`WaitReplicas::reply`] splits it).
+    async fn exec(
+        &self,
+        cmd: &redis::Cmd,
+        wait: Option<WaitReplicas>,
+    ) -> redis::RedisResult<Value> {
+        let mut conn = self.conn.clone();
+        match wait {
+            None => cmd.query_async::<Value>(&mut conn).await,
+            Some(w) => w.pipeline(cmd).query_async::<Value>(&mut conn).await,
+        }
     }
 
     /// Runs a settle-type script (fail, renew) and decodes its per-job replies, each

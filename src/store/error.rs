@@ -35,6 +35,18 @@ pub enum StoreError {
     /// A script reply or a stored job did not have the expected shape.
     #[error("undecodable store data: {0}")]
     Decode(String),
+    /// `--redis-wait-replicas`: the write was made on the master, but fewer replicas than
+    /// wanted acknowledged it within the timeout, so it may be lost if the master fails
+    /// now. Retry (every jobwire write is safe to repeat) or check the replicas.
+    #[error("write acknowledged by {acked} of {wanted} replicas within {timeout_ms} ms (--redis-wait-replicas)")]
+    NotReplicated {
+        /// Replicas that acknowledged (WAIT's reply).
+        acked: i64,
+        /// Replicas wanted.
+        wanted: u32,
+        /// WAIT's timeout, ms.
+        timeout_ms: u64,
+    },
     /// Registering the queue(s) would take the registry past the server's queue limit;
     /// nothing was written.
     #[error("the server's limit of {limit} queues is reached")]

@@ -12,6 +12,7 @@ mod client;
 mod codec;
 mod conn;
 mod dead;
+mod durability;
 mod enqueue;
 mod error;
 mod health;
@@ -25,6 +26,7 @@ mod types;
 
 pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
+pub use durability::WaitReplicas;
 pub use error::StoreError;
 pub use keys::{wake_channel, WAKE_PATTERN};
 pub use leases::new_lease_call_id;

@@ -11,6 +11,16 @@ pub(crate) struct NamedScript {
     pub(crate) script: LazyLock<Script>,
 }
 
+/// The queue scripts that only read: no WAIT after them under `--redis-wait-replicas`.
+const READ_ONLY: [&str; 3] = ["get_job", "list_dead", "waiting_stats"];
+
+impl NamedScript {
+    /// Whether a call may write (every queue script but [`READ_ONLY`]).
+    pub(crate) fn writes(&self) -> bool {
+        !READ_ONLY.contains(&self.name)
+    }
+}
+
 macro_rules! script {
     ($name:ident, $label:literal) => {
         #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua` and `scripts/attempts.lua`.")]

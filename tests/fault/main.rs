@@ -23,3 +23,4 @@ mod soak;
 mod startup;
 mod tls;
 mod topologies;
+mod wait_replicas;
