@@ -12,7 +12,6 @@ from k8s import (container, container_ports, env_map, expanded_env, jobwire_depl
 # not list one, its test is an expected failure instead of a pass; once it does, it passes.
 PENDING_FLAGS = {
     "--config": "queue config file (--config), added by the config issue",
-    "--redis-wait-replicas": "WAIT after each write (--redis-wait-replicas), added by issue 12's backend",
 }
 
 
@@ -163,7 +162,7 @@ def test_replicas_and_autoscaling_do_not_fight(rendered_all):
 
 
 def test_binary_accepts_the_rendered_environment(rendered, serve_help):
-    """`jobwire serve --print-config` parses every JOBWIRE_* value the chart renders."""
+    """`jobwire serve ARGS --print-config` parses every arg and JOBWIRE_* value the chart renders."""
     import os
     import subprocess
 
@@ -173,7 +172,8 @@ def test_binary_accepts_the_rendered_environment(rendered, serve_help):
     pod_env = expanded_env(c, lambda _name, key: "secret" if "password" in key else "redis://:secret@redis:6379/0")
     env.update({name: value for name, value in pod_env.items() if name.startswith("JOBWIRE_")})
     binary = os.environ.get("JOBWIRE_BIN", str(render.REPO / "target" / "debug" / "jobwire"))
-    out = subprocess.run([binary, "serve", "--print-config"], env=env, capture_output=True, text=True)
+    # The rendered args too: clap parses their values (e.g. --redis-wait-timeout 500ms).
+    out = subprocess.run([binary, *c["args"], "--print-config"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, f"jobwire refused the chart's environment: {out.stderr}"
     printed = dict(line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#"))
     for name, entry in env_map(c).items():

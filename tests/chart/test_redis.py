@@ -85,16 +85,9 @@ def test_wait_replicas_becomes_the_flag(rendered_all):
     args = container(jobwire_deployment(rendered_all["external-cluster"]), "jobwire")["args"]
     i = args.index("--redis-wait-replicas")
     assert args[i + 1] == "1"
+    i = args.index("--redis-wait-timeout")
+    assert args[i + 1] == "500ms"
     for name in ("defaults", "external-sentinel"):
-        assert "--redis-wait-replicas" not in container(jobwire_deployment(rendered_all[name]), "jobwire")["args"]
+        args = container(jobwire_deployment(rendered_all[name]), "jobwire")["args"]
+        assert "--redis-wait-replicas" not in args and "--redis-wait-timeout" not in args
 
-
-def test_redis_settings_roll_the_pods():
-    pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
-    base = render.load_values(render.CI_VALUES["external-cluster"])
-
-    def checksum(values):
-        return jobwire_deployment(render.manifests(values))["spec"]["template"]["metadata"]["annotations"]["checksum/redis"]
-
-    moved = render._merge(base, {"redis": {"external": {"hosts": ["other:6379"]}}})
-    assert checksum(base) != checksum(moved)

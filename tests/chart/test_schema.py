@@ -50,6 +50,8 @@ BAD = {
         "mode": "single", "hosts": ["a:6379"], "username": "a@b"}}},
     "negative wait replicas": {"redis": {"waitReplicas": -1}},
     "wait replicas on the in-chart Redis (it has none)": {"redis": {"waitReplicas": 1}},
+    "wait timeout without unit": {"redis": {"inChart": {"enabled": False}, "waitReplicas": 1, "waitTimeout": "500",
+                                            "external": {"mode": "single", "hosts": ["a:6379"]}}},
     "unknown log format": {"config": {"logFormat": "xml"}},
     "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
     "duration without unit": {"config": {"leaseDuration": "30"}},
