@@ -4,7 +4,7 @@
 #   1. hadolint on the Dockerfile;
 #   2. the Dockerfile's build stage replayed from a clean copy of the tree
 #      (tests/chart/dockerfile_build.py; `--full` runs the real release build, slow);
-#   3. helm lint, and the chart rendered with the three values files in helm/jobwire/ci/
+#   3. helm lint, and the chart rendered with each values file in helm/jobwire/ci/
 #      (helm-python-sdk; without it, every template's YAML is only parsed);
 #   4. kubernetes-validate --strict on each render (CRDs such as ServiceMonitor only warn);
 #   5. yamllint on the renders and the chart's values files (and `promtool check rules` on the

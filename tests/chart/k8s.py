@@ -63,3 +63,31 @@ def seconds(duration: str) -> float:
     parts = re.findall(r"(\d+)\s*(ns|us|ms|s|m|h|d)", duration)
     assert parts and "".join(n + u for n, u in parts) == duration.replace(" ", ""), duration
     return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def expand(value: str, defined: dict) -> str:
+    """A container env value as the kubelet expands it: `$(NAME)` becomes the value of NAME if
+    an earlier entry defined it (else stays as written), `$$` becomes `$`."""
+
+    def sub(m):
+        if m.group(0) == "$$":
+            return "$"
+        return defined.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(sub, value)
+
+
+def expanded_env(c, secret_value) -> dict:
+    """Name -> value of the container's env in order, with `$(NAME)` references expanded and
+    every secretKeyRef replaced by `secret_value(name, key)`."""
+    out: dict = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            out[e["name"]] = expand(e["value"], out)
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["secretKeyRef"]
+            out[e["name"]] = secret_value(ref["name"], ref["key"])
+    return out

@@ -25,7 +25,9 @@ CHART = REPO / "helm" / "jobwire"
 CI_VALUES = {
     "defaults": CHART / "ci" / "default-values.yaml",
     "all-enabled": CHART / "ci" / "all-enabled-values.yaml",
+    "external-cluster": CHART / "ci" / "external-cluster-values.yaml",
     "external-cluster-tls": CHART / "ci" / "external-cluster-tls-values.yaml",
+    "external-sentinel": CHART / "ci" / "external-sentinel-values.yaml",
 }
 RELEASE = "jobwire"
 NAMESPACE = "jobwire"

@@ -5,12 +5,14 @@ import base64
 import pytest
 
 import render
-from k8s import (container, container_ports, env_map, jobwire_deployment, of_kind, one, resolve_port,
-                 seconds, workloads_selected_by)
+from k8s import (container, container_ports, env_map, expanded_env, jobwire_deployment, of_kind, one,
+                 resolve_port, seconds, workloads_selected_by)
 
 # Flags the chart passes that another issue is adding to the binary. While `serve --help` does
 # not list one, its test is an expected failure instead of a pass; once it does, it passes.
-PENDING_FLAGS = {"--config": "queue config file (--config), added by the config issue"}
+PENDING_FLAGS = {
+    "--config": "queue config file (--config), added by the config issue",
+}
 
 
 def test_every_jobwire_variable_is_a_documented_flag(rendered, documented_env):
@@ -109,9 +111,15 @@ def test_pods_run_non_root_with_read_only_root(rendered):
     assert deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
 
 
-def test_redis_url_comes_from_a_secret(rendered):
+def test_redis_password_comes_from_a_secret(rendered):
     env = env_map(container(jobwire_deployment(rendered), "jobwire"))
-    ref = env["JOBWIRE_REDIS_URL"]["valueFrom"]["secretKeyRef"]
+    url = env["JOBWIRE_REDIS_URL"]
+    if "value" in url:
+        # Built from redis.external: the userinfo holds at most a user and $(REDIS_PASSWORD).
+        userinfo = url["value"].split("://", 1)[1].rpartition("@")[0]
+        assert userinfo.partition(":")[2] in ("", "$(REDIS_PASSWORD)"), url["value"]
+        return
+    ref = url["valueFrom"]["secretKeyRef"]
     secrets = {s["metadata"]["name"]: s for s in of_kind(rendered, "Secret")}
     if ref["name"] in secrets:
         url = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
@@ -154,18 +162,18 @@ def test_replicas_and_autoscaling_do_not_fight(rendered_all):
 
 
 def test_binary_accepts_the_rendered_environment(rendered, serve_help):
-    """`jobwire serve --print-config` parses every JOBWIRE_* value the chart renders."""
+    """`jobwire serve ARGS --print-config` parses every arg and JOBWIRE_* value the chart renders."""
     import os
     import subprocess
 
     c = container(jobwire_deployment(rendered), "jobwire")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWIRE_")}
-    for name, entry in env_map(c).items():
-        if name.startswith("JOBWIRE_"):
-            # Secret references stand for a Redis URL.
-            env[name] = entry.get("value", "redis://:secret@redis:6379/0")
+    # As the kubelet gives it: a Secret holds a whole Redis URL or (REDIS_PASSWORD) a password.
+    pod_env = expanded_env(c, lambda _name, key: "secret" if "password" in key else "redis://:secret@redis:6379/0")
+    env.update({name: value for name, value in pod_env.items() if name.startswith("JOBWIRE_")})
     binary = os.environ.get("JOBWIRE_BIN", str(render.REPO / "target" / "debug" / "jobwire"))
-    out = subprocess.run([binary, "serve", "--print-config"], env=env, capture_output=True, text=True)
+    # The rendered args too: clap parses their values (e.g. --redis-wait-timeout 500ms).
+    out = subprocess.run([binary, *c["args"], "--print-config"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, f"jobwire refused the chart's environment: {out.stderr}"
     printed = dict(line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#"))
     for name, entry in env_map(c).items():

@@ -23,6 +23,35 @@ BAD = {
     "URL and the in-chart Redis both": {"redis": {"url": "redis://redis:6379"}},
     "URL that is not Redis": {"redis": {"inChart": {"enabled": False}, "url": "http://redis"}},
     "password needing escaping": {"redis": {"inChart": {"password": "p@ss/word"}}},
+    "URL of an unknown kind": {"redis": {"inChart": {"enabled": False}, "url": "redis+shard://a:1"}},
+    "Sentinel without a master name": {"redis": {"inChart": {"enabled": False},
+                                                 "external": {"mode": "sentinel", "hosts": ["s:26379"]}}},
+    "Sentinel over TLS": {"redis": {"inChart": {"enabled": False}, "external": {
+        "mode": "sentinel", "hosts": ["s:26379"], "tls": True, "sentinel": {"masterName": "m"}}}},
+    "master name outside Sentinel mode": {"redis": {"inChart": {"enabled": False}, "external": {
+        "mode": "cluster", "hosts": ["n:6379"], "sentinel": {"masterName": "m"}}}},
+    "cluster without hosts": {"redis": {"inChart": {"enabled": False}, "external": {"mode": "cluster"}}},
+    "single with two hosts": {"redis": {"inChart": {"enabled": False},
+                                        "external": {"mode": "single", "hosts": ["a:6379", "b:6379"]}}},
+    "host without a port": {"redis": {"inChart": {"enabled": False},
+                                      "external": {"mode": "cluster", "hosts": ["redis-0"]}}},
+    "hosts without a mode": {"redis": {"inChart": {"enabled": False}, "url": "redis://r:6379",
+                                       "external": {"hosts": ["a:6379"]}}},
+    "unknown mode": {"redis": {"inChart": {"enabled": False}, "external": {"mode": "replicated", "hosts": ["a:1"]}}},
+    "external mode and the in-chart Redis both": {"redis": {"external": {"mode": "single", "hosts": ["a:6379"]}}},
+    "external mode and a URL both": {"redis": {"inChart": {"enabled": False}, "url": "redis://r:6379",
+                                               "external": {"mode": "single", "hosts": ["a:6379"]}}},
+    "external mode and an existing Secret both": {"redis": {
+        "inChart": {"enabled": False}, "existingSecret": {"name": "s"},
+        "external": {"mode": "single", "hosts": ["a:6379"]}}},
+    "password Secret without a key": {"redis": {"inChart": {"enabled": False}, "external": {
+        "mode": "single", "hosts": ["a:6379"], "passwordSecret": {"name": "s", "key": ""}}}},
+    "user name needing escaping": {"redis": {"inChart": {"enabled": False}, "external": {
+        "mode": "single", "hosts": ["a:6379"], "username": "a@b"}}},
+    "negative wait replicas": {"redis": {"waitReplicas": -1}},
+    "wait replicas on the in-chart Redis (it has none)": {"redis": {"waitReplicas": 1}},
+    "wait timeout without unit": {"redis": {"inChart": {"enabled": False}, "waitReplicas": 1, "waitTimeout": "500",
+                                            "external": {"mode": "single", "hosts": ["a:6379"]}}},
     "unknown log format": {"config": {"logFormat": "xml"}},
     "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
     "duration without unit": {"config": {"leaseDuration": "30"}},
@@ -33,6 +62,10 @@ BAD = {
 GOOD = {
     "defaults": {},
     "external URL": {"redis": {"inChart": {"enabled": False}, "url": "rediss://:pw@redis:6379"}},
+    "cluster URL": {"redis": {"inChart": {"enabled": False}, "url": "rediss+cluster://:pw@a:6379,b:6379"}},
+    "Sentinel URL": {"redis": {"inChart": {"enabled": False}, "url": "redis+sentinel://a:26379,b:26379/mymaster"}},
+    "single external, no password": {"redis": {"inChart": {"enabled": False},
+                                                "external": {"mode": "single", "hosts": ["10.0.0.7:6379"]}}},
     "existing Secret": {"redis": {"inChart": {"enabled": False}, "existingSecret": {"name": "s"}}},
     **{f"ci {name}": render.load_values(path) for name, path in render.CI_VALUES.items()},
 }

@@ -113,3 +113,45 @@ remaining leases back and close connections, so less than grace + 10 is refused.
 {{- int $tgps }}
 {{- end }}
 {{- end }}
+
+{{/*
+JOBWIRE_REDIS_URL built from redis.external: scheme by mode and TLS, the user and
+$(REDIS_PASSWORD) as userinfo (the kubelet expands it from the REDIS_PASSWORD variable, which
+the Deployment defines first from redis.external.passwordSecret), the hosts comma-separated, and
+/<master name> for Sentinel. Examples:
+  redis+cluster://:$(REDIS_PASSWORD)@n1:6379,n2:6379,n3:6379
+  redis+sentinel://:$(REDIS_PASSWORD)@s1:26379,s2:26379/mymaster
+*/}}
+{{- define "jobwire.redis.externalUrl" -}}
+{{- $e := .Values.redis.external }}
+{{- $scheme := ternary "rediss" "redis" (and $e.tls (ne $e.mode "sentinel")) }}
+{{- if eq $e.mode "cluster" }}
+{{- $scheme = printf "%s+cluster" $scheme }}
+{{- else if eq $e.mode "sentinel" }}
+{{- $scheme = printf "%s+sentinel" $scheme }}
+{{- end }}
+{{- $auth := "" }}
+{{- if $e.passwordSecret.name }}
+{{- $auth = printf "%s:$(REDIS_PASSWORD)@" $e.username }}
+{{- else if $e.username }}
+{{- $auth = printf "%s@" $e.username }}
+{{- end }}
+{{- $path := "" }}
+{{- if eq $e.mode "sentinel" }}
+{{- $path = printf "/%s" $e.sentinel.masterName }}
+{{- end }}
+{{- printf "%s://%s%s%s" $scheme $auth (join "," $e.hosts) $path }}
+{{- end }}
+
+{{/*
+Ports jobwire reaches an external Redis on, as a JSON list: those of redis.external.hosts (the
+sentinels' for Sentinel) and networkPolicy.redisEgress.port (the Redis servers' own: the
+master a sentinel names, the nodes a Cluster redirects to).
+*/}}
+{{- define "jobwire.redis.egressPorts" -}}
+{{- $ports := list (int .Values.networkPolicy.redisEgress.port) }}
+{{- range .Values.redis.external.hosts }}
+{{- $ports = append $ports (regexFind "[0-9]+$" . | int) }}
+{{- end }}
+{{- $ports | uniq | toJson }}
+{{- end }}
