@@ -80,8 +80,11 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_HTTP_ADDR", default_value = "0.0.0.0:9090")]
     pub http_addr: SocketAddr,
 
-    /// Existing Redis to use (redis://, rediss://, redis+unix://); without it an embedded
-    /// redis-server is started in --data-dir.
+    /// Existing Redis to use; without it an embedded redis-server is started in --data-dir.
+    /// One Redis: redis://[user:pass@]host:port[/db], rediss:// (TLS), redis+unix:///path.
+    /// Redis Cluster: redis+cluster://[user:pass@]h1:p1,h2:p2,... (any nodes as seeds;
+    /// rediss+cluster:// for TLS). Sentinel: redis+sentinel://[user:pass@]s1:p1,s2:p2/<master>
+    /// (the credentials are the data nodes'; sentinels are asked without any).
     #[arg(long, env = "JOBWIRE_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
@@ -291,6 +294,9 @@ impl ServeArgs {
                 "--reaper-sweep-rate must be between 0 and 1000, got {}",
                 self.reaper_sweep_rate
             ));
+        }
+        if let Some(url) = &self.redis_url {
+            crate::store::check_redis_url(url)?;
         }
         if !(1..=1_000_000).contains(&self.max_queues) {
             return Err(format!(

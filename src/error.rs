@@ -95,6 +95,7 @@ impl From<&StoreError> for Error {
             StoreError::Redis(e) => Error::Internal(e.to_string()),
             StoreError::Decode(msg) => Error::Internal(msg.clone()),
             e @ StoreError::NotReplicated { .. } => Error::NotReplicated(e.to_string()),
+            StoreError::Config(msg) => Error::Internal(msg.clone()),
             StoreError::TooManyQueues { limit } => Error::TooManyQueues { limit: *limit },
         }
     }

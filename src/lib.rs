@@ -82,7 +82,7 @@ pub async fn run(
         }
         tracing::info!(grpc = %grpc.local_addr()?, http = %http.local_addr()?,
             redis = %config::redact_url(&url), "jobwire serving");
-        server::serve(&cfg, store, &url, grpc, http, shutdown).await
+        server::serve(&cfg, store, grpc, http, shutdown).await
     }
     .await;
     if let Some(e) = embedded {

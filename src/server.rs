@@ -140,7 +140,6 @@ async fn watch_redis(
 pub async fn serve(
     cfg: &ServeArgs,
     store: Store,
-    redis_url: &str,
     grpc: TcpListener,
     http_listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
@@ -157,7 +156,7 @@ pub async fn serve(
             sweep_rate: cfg.reaper_sweep_rate,
         },
     );
-    hub.start_background(redis_url);
+    hub.start_background();
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&reporter, false).await;

@@ -226,6 +226,9 @@ mod tests {
                 Code::Unavailable,
             ),
             (busy.into(), Code::Unavailable),
+            // A cluster's redirects exhausted while slots move (failover, resharding).
+            ("MOVED 3999 127.0.0.1:6381".into(), Code::Unavailable),
+            ("ASK 3999 127.0.0.1:6381".into(), Code::Unavailable),
             (
                 "NOREPLICAS Not enough good replicas to write.".into(),
                 Code::Unavailable,

@@ -77,7 +77,7 @@ fn validate_rejects_out_of_range() {
     let base = ServeArgs::for_tests("redis://127.0.0.1:1");
     base.validate().expect("for_tests is valid");
     type Mutate = fn(&mut ServeArgs);
-    let cases: [(&str, Mutate); 14] = [
+    let cases: [(&str, Mutate); 16] = [
         ("lease-duration", |a| {
             a.lease_duration = Duration::from_millis(999)
         }),
@@ -104,6 +104,12 @@ fn validate_rejects_out_of_range() {
         ("default-max-attempts", |a| a.default_max_attempts = 0),
         ("default-max-attempts", |a| a.default_max_attempts = 1001),
         ("redis-wait-replicas", |a| a.redis_wait_replicas = 17),
+        ("redis-url", |a| {
+            a.redis_url = Some("redis+cluster://:pw@h:1,,h:2".into())
+        }),
+        ("redis-url", |a| {
+            a.redis_url = Some("redis+sentinel://:pw@s:1".into())
+        }),
         ("redis-wait-timeout", |a| {
             a.redis_wait_timeout = Duration::ZERO
         }),
@@ -138,6 +144,14 @@ fn redact_url_cases() {
     assert_eq!(redact_url("redis://:pw@h:1"), "redis://***@h:1");
     assert_eq!(redact_url("rediss://u:p@w@h/2"), "rediss://***@h/2");
     assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    assert_eq!(
+        redact_url("redis+cluster://u:pw@a:1,b:2"),
+        "redis+cluster://***@a:1,b:2"
+    );
+    assert_eq!(
+        redact_url("redis+sentinel://:p@w@s1:1,s2:2/mymaster"),
+        "redis+sentinel://***@s1:1,s2:2/mymaster"
+    );
     assert_eq!(redact_url("redis://u:a/b@h:1/0"), "redis://***@h:1/0");
     assert_eq!(
         redact_url("redis+unix:///tmp/r.sock?db=1&pass=pw&user=u"),

@@ -6,12 +6,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::hub::Hub;
 use crate::jobs::QueueName;
-use crate::store::{wake_channel, DueEntry};
+use crate::store::{DueEntry, WakeEvent};
 
 /// Most leases one renew call renews: a stream may hold up to `MAX_CREDITS` (10 000) and a
 /// queue may have many streams, so one queue's renewal is split into calls this size to keep
@@ -41,9 +40,9 @@ pub(super) enum Subscription {
 }
 
 impl Hub {
-    /// Spawns renewal, reaper and the wake-up listener (for `redis_url`) on the hub's
-    /// tracker; they stop at [`Hub::shutdown`].
-    pub fn start_background(&self, redis_url: &str) {
+    /// Spawns renewal, reaper and the wake-up listener on the hub's tracker; they stop at
+    /// [`Hub::shutdown`].
+    pub fn start_background(&self) {
         let hub = self.clone();
         self.inner
             .tracker
@@ -57,7 +56,6 @@ impl Hub {
             .tracker
             .spawn(async move { hub.outbox_loop().await });
         let hub = self.clone();
-        let url = redis_url.to_owned();
         let new_queues = self
             .inner
             .new_queues_rx
@@ -67,7 +65,7 @@ impl Hub {
         if let Some(new_queues) = new_queues {
             self.inner
                 .tracker
-                .spawn(async move { hub.wake_listener(url, new_queues).await });
+                .spawn(async move { hub.wake_listener(new_queues).await });
         }
     }
 
@@ -267,62 +265,57 @@ impl Hub {
     }
 
     /// Listens on the wake-up channel of every queue that has a local lease loop (and of
-    /// each new one as its loop starts, until the loop ends) and wakes that loop. Queues no local worker serves
-    /// are not listened to, so their enqueues cost this replica nothing. Reconnects with a
-    /// pause after any error, at once when the store's connection was replaced (a new master
-    /// behind the address), and wakes every loop after reconnecting, since messages sent
+    /// each new one as its loop starts, until the loop ends) and wakes that loop. Queues no
+    /// local worker serves are not listened to, so their enqueues cost this replica nothing.
+    /// The store's [`crate::store::WakeListener`] hides the backend (pub/sub on one Redis or
+    /// Sentinel, sharded pub/sub on a cluster). Reconnects with a pause after a lost
+    /// connection, at once when the master moved, and wakes every loop after reconnecting
+    /// (and the loops of queues whose subscription was made again), since messages sent
     /// while it was away are lost.
-    async fn wake_listener(
-        self,
-        url: String,
-        mut new_queues: mpsc::UnboundedReceiver<Subscription>,
-    ) {
+    async fn wake_listener(self, mut new_queues: mpsc::UnboundedReceiver<Subscription>) {
         let stop = self.inner.stop.clone();
-        let mut replaced = self.store().connection_replaced();
         loop {
-            replaced.borrow_and_update();
             let run = async {
-                let client = redis::Client::open(url.as_str())?;
-                let (mut sink, mut messages) = client.get_async_pubsub().await?.split();
+                let mut listener = self.store().wake_listener().await?;
                 // Every queue announced so far has its loop in the map read below.
                 while new_queues.try_recv().is_ok() {}
                 for q in self.loop_queues() {
-                    sink.subscribe(wake_channel(&q)).await?;
+                    listener.subscribe(&q).await?;
                 }
                 self.void_echo_credits();
                 self.wake_all();
                 loop {
-                    tokio::select! {
-                        msg = messages.next() => {
-                            let Some(msg) = msg else { break };
-                            let channel = msg.get_channel_name();
-                            if let Some(q) = channel.strip_prefix("jw:wake:") {
-                                if let Ok(q) = QueueName::parse(q) {
-                                    self.wake_from_pubsub(&q);
-                                }
-                            }
-                        }
-                        change = new_queues.recv() => match change {
-                            None => break,
-                            Some(Subscription::Add(q)) => {
-                                sink.subscribe(wake_channel(&q)).await?;
-                                // A job made ready before the subscription took effect.
+                    let step = tokio::select! {
+                        ev = listener.next() => Step::Event(ev),
+                        change = new_queues.recv() => Step::Change(change),
+                    };
+                    match step {
+                        Step::Event(None) | Step::Change(None) => break,
+                        Step::Event(Some(WakeEvent::Ready(q))) => self.wake_from_pubsub(&q),
+                        Step::Event(Some(WakeEvent::Resubscribed(qs))) => {
+                            self.void_echo_credits();
+                            for q in qs {
                                 self.wake(&q);
                             }
-                            Some(Subscription::Drop(q)) => {
-                                sink.unsubscribe(wake_channel(&q)).await?;
-                            }
-                        },
-                        // The store found a replica behind the address and connected
-                        // again: so must pub/sub, or it stays on the demoted node, where
-                        // the new master's PUBLISHes never arrive.
-                        Ok(()) = replaced.changed() => {
+                        }
+                        // The store found a replica (or a dead master) and connected
+                        // again: so must pub/sub, or it stays on the old node, where the new
+                        // master's PUBLISHes never arrive.
+                        Step::Event(Some(WakeEvent::Moved)) => {
                             tracing::info!("wake-up listener connects again: the store's connection was replaced");
                             return Ok(true);
                         }
+                        Step::Change(Some(Subscription::Add(q))) => {
+                            listener.subscribe(&q).await?;
+                            // A job made ready before the subscription took effect.
+                            self.wake(&q);
+                        }
+                        Step::Change(Some(Subscription::Drop(q))) => {
+                            listener.unsubscribe(&q).await?;
+                        }
                     }
                 }
-                Ok::<bool, redis::RedisError>(false)
+                Ok::<bool, crate::store::StoreError>(false)
             };
             tokio::select! {
                 r = run => match r {
@@ -339,4 +332,10 @@ impl Hub {
             }
         }
     }
+}
+
+/// What woke the wake-up listener.
+enum Step {
+    Event(Option<WakeEvent>),
+    Change(Option<Subscription>),
 }

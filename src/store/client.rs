@@ -1,5 +1,5 @@
-//! [`Store`]: the handle on one multiplexed, self-reconnecting connection ([`Conn`]: it also
-//! connects again when Redis answers as a replica), the script runner every call goes
+//! [`Store`]: the handle on the store's backend ([`Conn`]: one Redis, a Redis Cluster or a
+//! Sentinel-named master; it connects again when Redis answers as a replica), the script runner every call goes
 //! through, and the server's own checks. The methods named after the job scripts are in
 //! `enqueue.rs` (enqueue, get_job) and `leases.rs` (lease, ack, fail, renew, release, reap).
 
@@ -8,14 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManagerConfig;
 use redis::Value;
 
 use super::codec::{array, bad, next, string};
 use super::conn::Conn;
 use super::durability::WaitReplicas;
-use super::keys::Keys;
+use super::keys::{wake_arg, Keys};
 use super::scripts::NamedScript;
+use super::target::Target;
 use super::types::*;
 use super::StoreError;
 use crate::jobs::{JobState, QueueName};
@@ -80,15 +80,14 @@ fn settle_status<T>(
 }
 
 impl Store {
-    /// Connects to `url` (`redis://`, `rediss://`, `redis+unix://`); every command then
-    /// times out after `timeout`, so a Redis outage gives errors, not hangs.
+    /// A store on `url` (see [`super::check_redis_url`] for the forms: one Redis, a Redis
+    /// Cluster, a Sentinel-managed master); connects at the first call. Every command then
+    /// times out after `timeout`, so a Redis outage gives errors, not hangs. Errors: a URL
+    /// that does not parse ([`StoreError::Config`], naming the part at fault).
     pub async fn connect(url: &str, timeout: Duration) -> Result<Store, StoreError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeout))
-            .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(1);
-        let conn = Conn::new(client, config)?;
+        let target = Target::parse(url).map_err(StoreError::Config)?;
+        tracing::debug!(kind = target.kind(), "redis backend");
+        let conn = Conn::new(target, timeout)?;
         Ok(Store {
             conn,
             known_queues: Arc::default(),
@@ -98,8 +97,13 @@ impl Store {
         })
     }
 
+    /// Is the store on a Redis Cluster? (Wake-ups use sharded pub/sub there.)
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
     /// How many script calls so far found their script missing in Redis (after a restart,
-    /// a failover or `SCRIPT FLUSH`) and were sent again after loading it. Such a call ran
+    /// a failover or `SCRIPT FLUSH`) and were sent again with its body (EVAL). Such a call ran
     /// later than its first write, behind commands sent after it on the connection; a
     /// caller that counted on that order (an enqueue's early wake-up) compares this count
     /// before and after its call.
@@ -107,37 +111,21 @@ impl Store {
         self.reloads.load(Ordering::Acquire)
     }
 
-    /// EVALSHA of `script` with `keys`, the wake channel and `args`; on NOSCRIPT, SCRIPT
-    /// LOAD and EVALSHA again (counted in [`Store::script_reloads`]). A script that writes is
-    /// followed by WAIT under `--redis-wait-replicas` (`durability.rs`).
+    /// EVALSHA of `script` with `keys`, the wake-up (`keys.rs` [`wake_arg`]) and `args`; on
+    /// NOSCRIPT, EVAL with the script's body (counted in [`Store::script_reloads`]). A script
+    /// that writes is followed by WAIT under `--redis-wait-replicas` (`durability.rs`).
     pub(super) async fn run_script(
         &self,
         script: &NamedScript,
         keys: &Keys,
         args: Vec<Vec<u8>>,
     ) -> Result<Value, StoreError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.script.get_hash())
-            .arg(keys.all.len())
-            .arg(&keys.all[..])
-            .arg(&keys.wake)
-            .arg(args);
-        let wait = Some(self.wait).filter(|w| w.enabled() && script.writes());
         let start = std::time::Instant::now();
-        let mut result = self.exec(&cmd, wait).await;
-        if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-        {
-            self.reloads.fetch_add(1, Ordering::AcqRel);
-            let mut conn = self.conn.clone();
-            result = match script.script.load_async(&mut conn).await {
-                Ok(_) => self.exec(&cmd, wait).await,
-                Err(e) => Err(e),
-            };
-        }
-        let result = result.map_err(StoreError::from).and_then(|v| match wait {
-            Some(w) => w.reply(v),
-            None => Ok(v),
-        });
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(wake_arg(&keys.wake, self.conn.is_cluster()).into_bytes());
+        all.extend(args);
+        let wait = Some(self.wait).filter(|w| w.enabled() && script.writes());
+        let result = self.eval_waiting(script, &keys.all[..], &all, wait).await;
         let kind = match &result {
             Ok(_) => None,
             Err(StoreError::Unavailable(_) | StoreError::NotReplicated { .. }) => {
@@ -147,6 +135,51 @@ impl Store {
         };
         crate::metrics::redis_call(script.name, start.elapsed().as_secs_f64(), kind);
         result
+    }
+
+    /// EVALSHA of `script`; on NOSCRIPT (a restarted or failed-over Redis, `SCRIPT FLUSH`, a
+    /// cluster node that never saw it) EVAL with its body, which also caches it there.
+    /// Both route by the first key on a cluster, so no node but the key's master is asked
+    /// (no SCRIPT LOAD on every node, which would fail while one is down).
+    pub(super) async fn eval(
+        &self,
+        script: &NamedScript,
+        keys: &[impl redis::ToRedisArgs],
+        args: &[impl redis::ToRedisArgs],
+    ) -> Result<Value, StoreError> {
+        self.eval_waiting(script, keys, args, None).await
+    }
+
+    /// [`Store::eval`], each call followed by `wait`'s WAIT in the same pipeline.
+    async fn eval_waiting(
+        &self,
+        script: &NamedScript,
+        keys: &[impl redis::ToRedisArgs],
+        args: &[impl redis::ToRedisArgs],
+        wait: Option<WaitReplicas>,
+    ) -> Result<Value, StoreError> {
+        let call = |cmd: &str, first: &dyn Fn(&mut redis::Cmd)| {
+            let mut c = redis::cmd(cmd);
+            first(&mut c);
+            c.arg(keys.len()).arg(keys).arg(args);
+            c
+        };
+        let evalsha = call("EVALSHA", &|c| {
+            c.arg(script.script.get_hash());
+        });
+        let mut result = self.exec(&evalsha, wait).await;
+        if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            self.reloads.fetch_add(1, Ordering::AcqRel);
+            let eval = call("EVAL", &|c| {
+                c.arg(script.body);
+            });
+            result = self.exec(&eval, wait).await;
+        }
+        result.map_err(StoreError::from).and_then(|v| match wait {
+            Some(w) => w.reply(v),
+            None => Ok(v),
+        })
     }
 
     /// Sends `cmd`, alone or followed by WAIT in one pipeline (then the reply is the
@@ -180,23 +213,39 @@ impl Store {
             .collect()
     }
 
-    /// PING: is Redis answering?
+    /// PING: is Redis answering? On a cluster, every master must answer.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        for (_, reply) in self.conn.on_every_master(redis::cmd("PING")).await? {
+            if let Value::ServerError(e) = reply {
+                return Err(redis::RedisError::from(e).into());
+            }
+        }
         Ok(())
     }
 
-    /// Redis's `maxmemory-policy` (jobwire needs `noeviction`: eviction deletes jobs).
+    /// Redis's `maxmemory-policy` (jobwire needs `noeviction`: eviction deletes jobs). On a
+    /// cluster every master is asked: the first policy other than `noeviction` is returned
+    /// (with the master's address), else `noeviction`.
     pub async fn maxmemory_policy(&self) -> Result<String, StoreError> {
-        let mut conn = self.conn.clone();
-        let v: Vec<String> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut conn)
-            .await?;
-        v.get(1)
-            .cloned()
-            .ok_or_else(|| bad("CONFIG GET maxmemory-policy"))
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy");
+        let mut policy = None;
+        for (addr, reply) in self.conn.on_every_master(cmd).await? {
+            let v: Vec<String> =
+                redis::from_redis_value(reply).map_err(|_| bad("CONFIG GET maxmemory-policy"))?;
+            let p = v
+                .get(1)
+                .cloned()
+                .ok_or_else(|| bad("CONFIG GET maxmemory-policy"))?;
+            if p != "noeviction" {
+                return Ok(if addr.is_empty() {
+                    p
+                } else {
+                    format!("{p} (on {addr})")
+                });
+            }
+            policy = Some(p);
+        }
+        policy.ok_or_else(|| bad("CONFIG GET maxmemory-policy: no master answered"))
     }
 }

@@ -1,134 +1,406 @@
-//! [`Conn`]: the store's one Redis connection. It is a redis-rs `ConnectionManager`
-//! (multiplexed; reconnects by itself after I/O errors), replaced by a fresh one when Redis
-//! answers that it is a replica (READONLY, MASTERDOWN).
+//! [`Conn`]: the store's one backend, whatever `--redis-url` names ([`Target`]): one Redis, a
+//! Redis Cluster, or a master named by Sentinel. It implements redis-rs's [`ConnectionLike`],
+//! so commands, pipelines and scripts run on it alike; nothing outside `store/` knows which
+//! backend it is. What differs:
 //!
-//! Why: after a failover behind a fixed address (a proxy, a DNS name, a Sentinel- or
-//! operator-managed service), the old master lives on as a replica and keeps the connection
-//! open, so the `ConnectionManager` would stay on it forever, failing every write. Making the
-//! connection again reaches whatever now answers at the address. Calls already in flight
-//! finish on the old connection; only the first reply that says "replica" per connection
-//! triggers the replacement, at most once per [`MIN_RECONNECT_GAP`], so a burst of them
-//! reconnects once.
+//! - One Redis: a redis-rs `ConnectionManager` (multiplexed; reconnects by itself after I/O
+//!   errors), replaced by a fresh one when Redis answers that it is a replica (READONLY,
+//!   MASTERDOWN). After a failover behind a fixed address (a proxy, a DNS name, an
+//!   operator-managed service) the old master lives on as a replica and keeps the connection
+//!   open: connecting again reaches whatever now answers at the address.
+//! - Sentinel: the same, but the address is asked of the sentinels (`SENTINEL
+//!   get-master-addr-by-name`, then `ROLE` on the answer: redis-rs's `SentinelClient`) at the
+//!   first call and again after a reply that says "replica" or a connection error (refused,
+//!   dropped, timed out): the old master is gone or demoted, the sentinels name the new one
+//!   once they promoted it.
+//! - Cluster: a redis-rs `cluster_async::ClusterConnection` (one multiplexed connection per
+//!   node, routed by slot; follows MOVED/ASK and refreshes the slot map after errors), made
+//!   lazily at the first call, with `--redis-timeout` as connection and response timeout and
+//!   a few short retries; reads go to masters only (no read-from-replicas).
+//!
+//! Replacements of a direct connection happen at most once per [`MIN_RECONNECT_GAP`], so a
+//! burst of failing calls reconnects once; calls already in flight finish on the old one.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, ConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use super::error::says_replica;
+use super::target::Target;
 
-/// Least time between two replacements: a replica answering a burst of calls (or a Redis
-/// that stays a replica) makes one new connection per this period, not one per call.
+/// Least time between two replacements (or Sentinel look-ups) of a direct connection.
 const MIN_RECONNECT_GAP: Duration = Duration::from_millis(250);
 
-/// A cheap-to-clone handle on the current connection; implements redis-rs's
-/// [`ConnectionLike`], so commands and scripts run on it as on a `ConnectionManager`.
+/// Retries of one cluster call after a MOVED/ASK, TRYAGAIN, CLUSTERDOWN or a connection error
+/// (each after a slot-map refresh), with waits from [`CLUSTER_MIN_WAIT_MS`] doubling up to
+/// [`CLUSTER_MAX_WAIT_MS`]; all within `--redis-timeout` (then the call fails UNAVAILABLE and
+/// its caller retries).
+const CLUSTER_RETRIES: u32 = 6;
+const CLUSTER_MIN_WAIT_MS: u64 = 20;
+const CLUSTER_MAX_WAIT_MS: u64 = 500;
+
+/// A cheap-to-clone handle on the store's backend (see the module doc).
 #[derive(Clone)]
-pub struct Conn {
-    shared: Arc<Shared>,
+pub(crate) struct Conn {
+    backend: Backend,
 }
 
-struct Shared {
-    client: redis::Client,
+#[derive(Clone)]
+enum Backend {
+    /// One Redis at a fixed or Sentinel-resolved address.
+    Direct(Arc<Direct>),
+    /// A Redis Cluster.
+    Cluster(Arc<Cluster>),
+}
+
+/// Where a direct connection's address comes from.
+enum Source {
+    Fixed(redis::Client),
+    Sentinel {
+        client: tokio::sync::Mutex<SentinelClient>,
+        master: String,
+    },
+}
+
+struct Direct {
+    source: Source,
     config: ConnectionManagerConfig,
-    /// The connection, with a generation number that grows with each replacement.
-    current: RwLock<(u64, ConnectionManager)>,
-    /// When the connection was last replaced (None: never).
-    replaced_at: RwLock<Option<Instant>>,
+    timeout: Duration,
+    state: RwLock<State>,
+    /// One replacement at a time.
+    refresh: tokio::sync::Mutex<()>,
     /// The current generation, for those who follow replacements (the wake-up listener's
     /// pub/sub connection must move to the new master too).
     generation: tokio::sync::watch::Sender<u64>,
 }
 
+#[derive(Default)]
+struct State {
+    /// Grows with each replacement.
+    generation: u64,
+    /// The client of the current address and its connection (None before the first
+    /// Sentinel look-up).
+    current: Option<(redis::Client, ConnectionManager)>,
+    /// The current connection should be replaced (it reached a replica or a dead address).
+    stale: bool,
+    /// When the connection was last replaced or a replacement last tried.
+    tried_at: Option<Instant>,
+}
+
+pub(crate) struct Cluster {
+    /// Seeds, credentials, TLS mode.
+    nodes: Vec<ConnectionInfo>,
+    timeout: Duration,
+    conn: tokio::sync::OnceCell<ClusterConnection>,
+}
+
+fn recent(at: Option<Instant>) -> bool {
+    at.is_some_and(|t| t.elapsed() < MIN_RECONNECT_GAP)
+}
+
+/// An error that means "the address does not answer" (no reply at all).
+fn unreachable(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
 impl Conn {
-    /// A lazily connecting connection to `client` (the first command connects).
-    pub fn new(client: redis::Client, config: ConnectionManagerConfig) -> RedisResult<Conn> {
-        let manager = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-        Ok(Conn {
-            shared: Arc::new(Shared {
-                client,
-                config,
-                current: RwLock::new((0, manager)),
-                replaced_at: RwLock::new(None),
-                generation: tokio::sync::watch::Sender::new(0),
+    /// A lazily connecting backend for `target` (the first command connects); every command
+    /// and connection attempt times out after `timeout`.
+    pub(crate) fn new(target: Target, timeout: Duration) -> RedisResult<Conn> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1);
+        let direct = |source: Source, current| Direct {
+            source,
+            config: config.clone(),
+            timeout,
+            state: RwLock::new(State {
+                current,
+                ..State::default()
             }),
-        })
+            refresh: tokio::sync::Mutex::new(()),
+            generation: tokio::sync::watch::Sender::new(0),
+        };
+        let backend = match target {
+            Target::Single(info) => {
+                let client = redis::Client::open(info)?;
+                let manager =
+                    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+                Backend::Direct(Arc::new(direct(
+                    Source::Fixed(client.clone()),
+                    Some((client, manager)),
+                )))
+            }
+            Target::Sentinel {
+                sentinels,
+                master,
+                node,
+                tls,
+            } => {
+                let mut info =
+                    SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
+                if tls {
+                    info = info.set_tls_mode(redis::TlsMode::Secure);
+                }
+                let client = SentinelClient::build(
+                    sentinels,
+                    master.clone(),
+                    Some(info),
+                    SentinelServerType::Master,
+                )?;
+                Backend::Direct(Arc::new(direct(
+                    Source::Sentinel {
+                        client: tokio::sync::Mutex::new(client),
+                        master,
+                    },
+                    None,
+                )))
+            }
+            Target::Cluster(nodes) => {
+                // Checks the seeds (same credentials and TLS mode) now, connects later.
+                cluster_builder(&nodes, timeout).build()?;
+                Backend::Cluster(Arc::new(Cluster {
+                    nodes,
+                    timeout,
+                    conn: tokio::sync::OnceCell::new(),
+                }))
+            }
+        };
+        Ok(Conn { backend })
     }
 
-    fn current(&self) -> (u64, ConnectionManager) {
-        let guard = self
-            .shared
-            .current
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        (guard.0, guard.1.clone())
+    /// The cluster backend, if this is one.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        match &self.backend {
+            Backend::Cluster(c) => Some(c),
+            Backend::Direct(_) => None,
+        }
     }
 
-    /// Replaces connection `generation` if `reply` says the node is a replica (and no other
-    /// call replaced it already). Error replies come back as `Ok(Value::ServerError)` from
-    /// [`ConnectionLike`] (they become `Err` only when decoded), so both are looked at.
+    /// Is this a Redis Cluster?
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster().is_some()
+    }
+
+    /// The client of the current master of a direct backend (a Sentinel backend asks the
+    /// sentinels first if it has none yet); None on a cluster.
+    pub(crate) async fn direct_client(&self) -> Option<RedisResult<redis::Client>> {
+        match &self.backend {
+            Backend::Direct(d) => Some(d.current().await.map(|(_, client, _)| client)),
+            Backend::Cluster(_) => None,
+        }
+    }
+
+    /// Changes each time a direct connection is replaced (a replica or a dead address was
+    /// found, a new master was named); never on a cluster.
+    pub(crate) fn replacements(&self) -> tokio::sync::watch::Receiver<u64> {
+        match &self.backend {
+            Backend::Direct(d) => d.generation.subscribe(),
+            Backend::Cluster(_) => tokio::sync::watch::Sender::new(0).subscribe(),
+        }
+    }
+
+    /// Runs `cmd` on every master: one reply per master, each with its address (one
+    /// unnamed reply on a direct backend).
+    pub(crate) async fn on_every_master(&self, cmd: Cmd) -> RedisResult<Vec<(String, Value)>> {
+        match &self.backend {
+            Backend::Direct(_) => {
+                let mut conn = self.clone();
+                let v: Value = cmd.query_async(&mut conn).await?;
+                Ok(vec![(String::new(), v)])
+            }
+            Backend::Cluster(c) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let mut conn = c.get().await?;
+                let reply = conn
+                    .route_command(
+                        cmd,
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                    )
+                    .await?;
+                match reply {
+                    Value::Map(pairs) => pairs
+                        .into_iter()
+                        .map(|(k, v)| Ok((redis::from_redis_value::<String>(k)?, v)))
+                        .collect(),
+                    other => Ok(vec![(String::new(), other)]),
+                }
+            }
+        }
+    }
+}
+
+/// The cluster client's settings: `timeout` for connections and each response, short
+/// retries, masters only.
+pub(crate) fn cluster_builder(nodes: &[ConnectionInfo], timeout: Duration) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_MIN_WAIT_MS)
+        .max_retry_wait(CLUSTER_MAX_WAIT_MS)
+}
+
+impl Cluster {
+    /// The cluster connection, made at the first call (again after a failed attempt).
+    async fn get(&self) -> RedisResult<ClusterConnection> {
+        self.conn
+            .get_or_try_init(|| async {
+                cluster_builder(&self.nodes, self.timeout)
+                    .build()?
+                    .get_async_connection()
+                    .await
+            })
+            .await
+            .cloned()
+    }
+
+    /// A client for another connection to the same cluster (the wake-up listener's RESP3
+    /// push connection).
+    pub(crate) fn builder(&self) -> ClusterClientBuilder {
+        cluster_builder(&self.nodes, self.timeout)
+    }
+}
+
+impl Direct {
+    /// The current generation, client and connection; replaces a stale one first (or makes
+    /// the first one of a Sentinel backend).
+    async fn current(&self) -> RedisResult<(u64, redis::Client, ConnectionManager)> {
+        {
+            let s = self.state.read().unwrap_or_else(|p| p.into_inner());
+            if let (Some((client, conn)), false) = (&s.current, s.stale) {
+                return Ok((s.generation, client.clone(), conn.clone()));
+            }
+        }
+        let _one = self.refresh.lock().await;
+        {
+            let s = self.state.read().unwrap_or_else(|p| p.into_inner());
+            if let Some((client, conn)) = &s.current {
+                // Replaced by another call meanwhile, or tried too recently: use what is there.
+                if !s.stale || recent(s.tried_at) {
+                    return Ok((s.generation, client.clone(), conn.clone()));
+                }
+            }
+        }
+        let resolved = self.resolve().await.and_then(|client| {
+            let conn =
+                ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())?;
+            Ok((client, conn))
+        });
+        let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
+        s.tried_at = Some(Instant::now());
+        match resolved {
+            Ok((client, conn)) => {
+                if s.current.is_some() {
+                    s.generation += 1;
+                    self.generation.send_replace(s.generation);
+                }
+                s.current = Some((client.clone(), conn.clone()));
+                s.stale = false;
+                Ok((s.generation, client, conn))
+            }
+            // The old connection stays (its calls fail until a look-up succeeds).
+            Err(e) => match &s.current {
+                Some((client, conn)) => {
+                    tracing::warn!(error = %e, "cannot find the redis master; retrying");
+                    Ok((s.generation, client.clone(), conn.clone()))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The client of the address to connect to now: the fixed one, or the master the
+    /// sentinels name (checked with ROLE), within the timeout.
+    async fn resolve(&self) -> RedisResult<redis::Client> {
+        match &self.source {
+            Source::Fixed(client) => Ok(client.clone()),
+            Source::Sentinel { client, master } => {
+                let ask = async { client.lock().await.async_get_client().await };
+                let found = match tokio::time::timeout(self.timeout, ask).await {
+                    Ok(r) => r,
+                    Err(_) => Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the sentinels did not answer in time",
+                    ))),
+                };
+                match found {
+                    Ok(c) => {
+                        tracing::info!(master = %master, addr = %c.get_connection_info().addr(),
+                            "sentinels name the redis master");
+                        Ok(c)
+                    }
+                    // Unavailable for the caller: no master now, perhaps one later.
+                    Err(e) => Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::NotConnected,
+                        format!("no master {master:?} from the sentinels: {e}"),
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Marks connection `generation` stale if `reply` says its node is a replica (READONLY,
+    /// MASTERDOWN), or, behind Sentinel, if the node did not answer. Error replies come back
+    /// as `Ok(Value::ServerError)` from [`ConnectionLike`] (they become `Err` only when
+    /// decoded), so both are looked at.
     fn check<'v>(
         &self,
         generation: u64,
         reply: Result<impl Iterator<Item = &'v Value>, &RedisError>,
     ) {
-        let replica = match reply {
-            Err(e) => says_replica(e),
+        let sentinel = matches!(self.source, Source::Sentinel { .. });
+        let replace = match reply {
+            Err(e) => says_replica(e) || (sentinel && unreachable(e)),
             Ok(mut values) => values.any(|v| match v {
                 Value::ServerError(se) => says_replica(&RedisError::from(se.clone())),
                 _ => false,
             }),
         };
-        if !replica {
+        if !replace {
             return;
         }
-        let mut guard = self
-            .shared
-            .current
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        let mut replaced_at = self
-            .shared
-            .replaced_at
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        let recent = replaced_at.is_some_and(|t| t.elapsed() < MIN_RECONNECT_GAP);
-        if guard.0 != generation || recent {
+        let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
+        if s.generation != generation || s.stale || recent(s.tried_at) {
             return;
         }
-        match ConnectionManager::new_lazy_with_config(
-            self.shared.client.clone(),
-            self.shared.config.clone(),
-        ) {
-            Ok(fresh) => {
-                *guard = (generation + 1, fresh);
-                *replaced_at = Some(Instant::now());
-                self.shared.generation.send_replace(generation + 1);
-                tracing::warn!("redis answered as a replica (READONLY or MASTERDOWN); connecting again to reach the current master");
-            }
-            Err(err) => tracing::warn!(error = %err, "cannot make a new redis connection"),
-        }
+        s.stale = true;
+        tracing::warn!(
+            "redis answered as a replica (READONLY or MASTERDOWN) or did not answer; \
+             connecting again to reach the current master"
+        );
     }
 }
 
 impl super::Store {
     /// Changes each time the store's connection is replaced because Redis answered as a
-    /// replica: whatever else holds a connection to the same address (the wake-up
-    /// listener's pub/sub) should connect again to reach the current master.
+    /// replica (or, behind Sentinel, did not answer): whatever else holds a connection to the
+    /// same master (the wake-up listener's pub/sub) should connect again to reach the
+    /// current one.
     pub fn connection_replaced(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.conn.shared.generation.subscribe()
+        self.conn.replacements()
     }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         async move {
-            let (generation, mut conn) = self.current();
-            let result = conn.req_packed_command(cmd).await;
-            self.check(generation, result.as_ref().map(std::iter::once));
-            result
+            match &self.backend {
+                Backend::Direct(d) => {
+                    let (generation, _, mut conn) = d.current().await?;
+                    let result = conn.req_packed_command(cmd).await;
+                    d.check(generation, result.as_ref().map(std::iter::once));
+                    result
+                }
+                Backend::Cluster(c) => c.get().await?.req_packed_command(cmd).await,
+            }
         }
         .boxed()
     }
@@ -140,15 +412,31 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         async move {
-            let (generation, mut conn) = self.current();
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
-            self.check(generation, result.as_ref().map(|v| v.iter()));
-            result
+            match &self.backend {
+                Backend::Direct(d) => {
+                    let (generation, _, mut conn) = d.current().await?;
+                    let result = conn.req_packed_commands(pipeline, offset, count).await;
+                    d.check(generation, result.as_ref().map(|v| v.iter()));
+                    result
+                }
+                Backend::Cluster(c) => {
+                    c.get()
+                        .await?
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }
+            }
         }
         .boxed()
     }
 
     fn get_db(&self) -> i64 {
-        self.current().1.get_db()
+        match &self.backend {
+            Backend::Direct(d) => {
+                let s = d.state.read().unwrap_or_else(|p| p.into_inner());
+                s.current.as_ref().map_or(0, |(_, c)| c.get_db())
+            }
+            Backend::Cluster(_) => 0,
+        }
     }
 }

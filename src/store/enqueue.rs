@@ -127,13 +127,19 @@ impl Store {
 
     /// Reads one job (`None` if there is none with that id).
     pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
-        let mut conn = self.conn.clone();
         let keys = Keys::new(queue);
         // One read-only script: the record and its history as of the same moment, also
         // on a Redis past maxmemory (which refuses MULTI).
-        let mut inv = scripts::GET_JOB.script.prepare_invoke();
-        inv.key(keys.job(id)).key(keys.errors(id));
-        let (rec, history): (Option<Vec<u8>>, redis::Value) = inv.invoke_async(&mut conn).await?;
+        let no_args: [&str; 0] = [];
+        let reply = self
+            .eval(
+                &scripts::GET_JOB,
+                &[keys.job(id), keys.errors(id)],
+                &no_args,
+            )
+            .await?;
+        let (rec, history): (Option<Vec<u8>>, redis::Value) =
+            redis::from_redis_value(reply).map_err(|_| bad("get_job reply"))?;
         let Some(rec) = rec else { return Ok(None) };
         let mut job = job_from_record(queue, id.to_owned(), &rec)?;
         with_history(&mut job, history)?;

@@ -18,6 +18,11 @@ const TRANSIENT_CODES: [&str; 7] = [
 /// Error code of a write refused because `maxmemory` is reached (under `noeviction`).
 const OOM_CODE: &str = "OOM";
 
+/// Error codes of a cluster redirect (MOVED, ASK): the client follows them; one that reaches
+/// the caller means the redirects were exhausted while slots moved (a failover, a
+/// resharding), so another attempt later can succeed.
+const REDIRECT_CODES: [&str; 2] = ["MOVED", "ASK"];
+
 /// A failed store call.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -47,6 +52,9 @@ pub enum StoreError {
         /// WAIT's timeout, ms.
         timeout_ms: u64,
     },
+    /// `--redis-url` does not parse; the text names the part at fault (never the password).
+    #[error("{0}")]
+    Config(String),
     /// Registering the queue(s) would take the registry past the server's queue limit;
     /// nothing was written.
     #[error("the server's limit of {limit} queues is reached")]
@@ -86,6 +94,12 @@ fn special_code(e: &redis::RedisError) -> Option<String> {
 /// Classifies `e` by its connection state and its (possibly quoted) error code.
 pub(crate) fn classify(e: &redis::RedisError) -> Class {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return Class::Transient;
+    }
+    // A cluster node gone from the client's map, or redirects exhausted (MOVED / ASK).
+    if e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || e.code().is_some_and(|c| REDIRECT_CODES.contains(&c))
+    {
         return Class::Transient;
     }
     match special_code(e).as_deref() {

@@ -7,12 +7,41 @@
 
 use crate::jobs::QueueName;
 
-/// Pattern of every queue's wake-up channel, for PSUBSCRIBE.
+/// Pattern of every queue's wake-up channel on one Redis (or Sentinel), for PSUBSCRIBE.
 pub const WAKE_PATTERN: &str = "jw:wake:*";
 
-/// The channel a script PUBLISHes to when a job of `queue` becomes ready.
+/// Prefix of a queue's wake-up channel on one Redis (or Sentinel): [`wake_channel`].
+const WAKE_PREFIX: &str = "jw:wake:";
+
+/// The channel a script PUBLISHes to when a job of `queue` becomes ready, on one Redis (or
+/// behind Sentinel): `jw:wake:<queue>`.
 pub fn wake_channel(queue: &QueueName) -> String {
-    format!("jw:wake:{queue}")
+    format!("{WAKE_PREFIX}{queue}")
+}
+
+/// The sharded channel a script SPUBLISHes to on a Redis Cluster: `jw:{<queue>}:wake`, in
+/// the queue's slot (SPUBLISH inside a script must stay in the slot of the script's keys).
+pub fn shard_wake_channel(queue: &QueueName) -> String {
+    format!("jw:{{{queue}}}:wake")
+}
+
+/// The queue of a wake-up channel of either form ([`wake_channel`], [`shard_wake_channel`]).
+pub(crate) fn wake_queue(channel: &str) -> Option<QueueName> {
+    let name = match channel.strip_prefix(WAKE_PREFIX) {
+        Some(q) => q,
+        None => channel.strip_prefix("jw:{")?.strip_suffix("}:wake")?,
+    };
+    QueueName::parse(name).ok()
+}
+
+/// ARGV[1] of every queue script (`scripts/common.lua`): the publish command and the
+/// channel, `PUBLISH jw:wake:<queue>`, or on a cluster (`sharded`) `SPUBLISH jw:{<queue>}:wake`.
+/// `wake` is [`Keys::wake`].
+pub(crate) fn wake_arg(wake: &str, sharded: bool) -> String {
+    match (sharded, wake.strip_prefix(WAKE_PREFIX)) {
+        (true, Some(queue)) => format!("SPUBLISH jw:{{{queue}}}:wake"),
+        _ => format!("PUBLISH {wake}"),
+    }
 }
 
 /// The twelve keys every script takes, in the order `scripts/common.lua` documents.
@@ -83,5 +112,11 @@ mod tests {
         assert_eq!(k.job("a:b{c}"), "jw:{emails}:job:a:b{c}");
         assert_eq!(k.errors("a:b"), "jw:{emails}:errors:a:b");
         assert_eq!(wake_channel(&q), "jw:wake:emails");
+        assert_eq!(shard_wake_channel(&q), "jw:{emails}:wake");
+        assert_eq!(wake_arg(&k.wake, false), "PUBLISH jw:wake:emails");
+        assert_eq!(wake_arg(&k.wake, true), "SPUBLISH jw:{emails}:wake");
+        assert_eq!(wake_queue("jw:wake:emails"), Some(q.clone()));
+        assert_eq!(wake_queue("jw:{emails}:wake"), Some(q.clone()));
+        assert_eq!(wake_queue("jw:{emails}:other"), None);
     }
 }

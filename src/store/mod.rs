@@ -22,17 +22,21 @@ mod queues;
 mod registry;
 mod scripts;
 mod stats;
+mod target;
 mod types;
+mod wake;
 
 pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use durability::WaitReplicas;
 pub use error::StoreError;
-pub use keys::{wake_channel, WAKE_PATTERN};
+pub use keys::{shard_wake_channel, wake_channel, WAKE_PATTERN};
 pub use leases::new_lease_call_id;
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;
+pub use target::check_redis_url;
 pub use types::{
     AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch,
     Limit, ReapReport, ReapedJob, Settle,
 };
+pub use wake::{WakeEvent, WakeListener, RESUBSCRIBE_EVERY};

@@ -95,11 +95,13 @@ impl Store {
     ) -> Result<DeleteQueue, StoreError> {
         let keys = Keys::new(queue);
         let mut conn = self.conn.clone();
-        let (registered, exists): (bool, u64) = redis::pipe()
-            .cmd("SISMEMBER")
+        // The registry and the queue's keys are in different slots: two calls.
+        let registered: bool = redis::cmd("SISMEMBER")
             .arg(super::keys::QUEUES_KEY)
             .arg(queue.as_str())
-            .cmd("EXISTS")
+            .query_async(&mut conn)
+            .await?;
+        let exists: u64 = redis::cmd("EXISTS")
             .arg(&keys.all[..6])
             .query_async(&mut conn)
             .await?;

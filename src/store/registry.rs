@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use redis::Value;
 
 use super::client::Store;
@@ -103,13 +104,9 @@ impl Store {
         if new.is_empty() {
             return Ok(());
         }
-        let mut inv = scripts::REGISTER.script.prepare_invoke();
-        inv.key(QUEUES_KEY).arg(self.max_queues);
-        for q in &new {
-            inv.arg(q.as_str());
-        }
-        let mut conn = self.conn.clone();
-        let reply: Value = inv.invoke_async(&mut conn).await?;
+        let mut args = vec![self.max_queues.to_string()];
+        args.extend(new.iter().map(|q| q.to_string()));
+        let reply = self.eval(&scripts::REGISTER, &[QUEUES_KEY], &args).await?;
         let mut reply = array(reply)?.into_iter();
         if int(next(&mut reply)?)? != 1 {
             return Err(StoreError::TooManyQueues {
@@ -138,11 +135,13 @@ impl Store {
             }
         }
         let mut conn = self.conn.clone();
-        let _: Value = redis::pipe()
-            .cmd("SREM")
+        // Two keys in two slots: two calls (a cluster refuses a pipeline across slots).
+        let _: Value = redis::cmd("SREM")
             .arg(QUEUES_KEY)
             .arg(queue.as_str())
-            .cmd("ZREM")
+            .query_async(&mut conn)
+            .await?;
+        let _: Value = redis::cmd("ZREM")
             .arg(DUE_KEY)
             .arg(queue.as_str())
             .arg(format!("{INTENT_PREFIX}{queue}"))
@@ -158,13 +157,12 @@ impl Store {
     /// one means the script will most likely be refused too; the index update after the
     /// script remains as a second chance.
     pub(super) async fn intend_due(&self, queue: &QueueName) {
-        let mut inv = scripts::INTENT.script.prepare_invoke();
-        inv.key(DUE_KEY)
-            .arg(format!("{INTENT_PREFIX}{queue}"))
-            .arg(INTENT_AHEAD.as_millis() as u64)
-            .arg(INTENT_GUARD.as_millis() as u64);
-        let mut conn = self.conn.clone();
-        let r: Result<Value, _> = inv.invoke_async(&mut conn).await;
+        let args = [
+            format!("{INTENT_PREFIX}{queue}"),
+            INTENT_AHEAD.as_millis().to_string(),
+            INTENT_GUARD.as_millis().to_string(),
+        ];
+        let r = self.eval(&scripts::INTENT, &[DUE_KEY], &args).await;
         if let Err(e) = r {
             tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
         }
@@ -261,16 +259,13 @@ impl Store {
         next_ms: Option<u64>,
         own: Option<&str>,
     ) -> Result<(), StoreError> {
-        let mut inv = scripts::DUE.script.prepare_invoke();
-        inv.key(DUE_KEY)
-            .arg(member)
-            .arg(seen)
-            .arg(next_ms.map_or(-1, |n| n as i64));
-        if let Some(own) = own {
-            inv.arg(own);
-        }
-        let mut conn = self.conn.clone();
-        let _: Value = inv.invoke_async(&mut conn).await?;
+        let mut args = vec![
+            member.to_owned(),
+            seen.to_owned(),
+            next_ms.map_or(-1, |n| n as i64).to_string(),
+        ];
+        args.extend(own.map(str::to_owned));
+        self.eval(&scripts::DUE, &[DUE_KEY], &args).await?;
         Ok(())
     }
 
@@ -298,27 +293,29 @@ impl Store {
         ))
     }
 
-    /// Those of `queues` that have leased or delayed jobs (one EXISTS a queue, in one
-    /// pipeline): the sweep reaps only these, so a registered queue without such jobs costs
-    /// it one command.
+    /// Those of `queues` that have leased or delayed jobs (one EXISTS a queue, a few queues
+    /// at a time; on a cluster each goes to the queue's master): the sweep reaps only these,
+    /// so a registered queue without such jobs costs it one command.
     pub async fn with_timed_work(
         &self,
         queues: Vec<QueueName>,
     ) -> Result<Vec<QueueName>, StoreError> {
-        if queues.is_empty() {
-            return Ok(queues);
-        }
-        let mut pipe = redis::pipe();
-        for q in &queues {
-            let keys = super::keys::Keys::new(q);
-            // all[1]: delayed, all[2]: active (keys.rs).
-            pipe.cmd("EXISTS").arg(&keys.all[1]).arg(&keys.all[2]);
-        }
-        let mut conn = self.conn.clone();
-        let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
-        Ok(queues
+        let checks = futures::stream::iter(queues)
+            .map(|q| async move {
+                let keys = super::keys::Keys::new(&q);
+                let mut conn = self.conn.clone();
+                // all[1]: delayed, all[2]: active (keys.rs).
+                let n: u64 = redis::cmd("EXISTS")
+                    .arg(&keys.all[1])
+                    .arg(&keys.all[2])
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, StoreError>((q, n))
+            })
+            .buffered(super::stats::PER_QUEUE_CONCURRENCY);
+        let found: Vec<(QueueName, u64)> = checks.try_collect().await?;
+        Ok(found
             .into_iter()
-            .zip(counts)
             .filter(|(_, n)| *n > 0)
             .map(|(q, _)| q)
             .collect())

@@ -1,5 +1,5 @@
-//! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA, loaded
-//! again on NOSCRIPT). Each script is `common.lua`, then `attempts.lua`, then its own file.
+//! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA; on NOSCRIPT
+//! with EVAL and the body). Each script is `common.lua`, then `attempts.lua`, then its own file.
 
 use std::sync::LazyLock;
 
@@ -8,6 +8,9 @@ use redis::Script;
 /// A script and the name its latency metric carries.
 pub(crate) struct NamedScript {
     pub(crate) name: &'static str,
+    /// The source, for EVAL when Redis does not have the script (NOSCRIPT).
+    pub(crate) body: &'static str,
+    /// The script (its SHA1 for EVALSHA).
     pub(crate) script: LazyLock<Script>,
 }
 
@@ -26,6 +29,11 @@ macro_rules! script {
         #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua` and `scripts/attempts.lua`.")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
+            body: concat!(
+                include_str!("scripts/common.lua"),
+                include_str!("scripts/attempts.lua"),
+                include_str!(concat!("scripts/", $label, ".lua"))
+            ),
             script: LazyLock::new(|| {
                 Script::new(concat!(
                     include_str!("scripts/common.lua"),
@@ -59,6 +67,7 @@ macro_rules! global_script {
         #[doc = concat!("`scripts/", $label, ".lua`: a script on one global key (not a queue's).")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
+            body: include_str!(concat!("scripts/", $label, ".lua")),
             script: LazyLock::new(|| {
                 Script::new(include_str!(concat!("scripts/", $label, ".lua")))
             }),
@@ -74,5 +83,6 @@ global_script!(REGISTER, "register");
 /// (`flags=no-writes`: it runs on a full Redis too, where MULTI is refused).
 pub(crate) static GET_JOB: NamedScript = NamedScript {
     name: "get_job",
+    body: include_str!("scripts/get_job.lua"),
     script: LazyLock::new(|| Script::new(include_str!("scripts/get_job.lua"))),
 };

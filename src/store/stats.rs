@@ -1,6 +1,8 @@
 //! Queue statistics for gauges and operators: counts per state, oldest waiting age,
-//! dead-letter depth and oldest age, paused flag, for many queues in one pipelined round trip.
+//! dead-letter depth and oldest age, paused flag, for many queues (one round trip per queue,
+//! several queues at a time: on a cluster no call mixes two queues' slots).
 
+use futures::{StreamExt, TryStreamExt};
 use redis::Value;
 
 use super::client::Store;
@@ -35,6 +37,9 @@ pub struct QueueStats {
 /// Commands per queue in the stats pipeline.
 const PER_QUEUE: usize = 6;
 
+/// Queues whose stats are read at the same time (each one pipeline and one script call).
+pub(super) const PER_QUEUE_CONCURRENCY: usize = 16;
+
 fn first_score(v: Value) -> Result<Option<f64>, StoreError> {
     let items = array(v)?;
     match items.into_iter().nth(1) {
@@ -44,70 +49,73 @@ fn first_score(v: Value) -> Result<Option<f64>, StoreError> {
 }
 
 impl Store {
-    /// Reads the stats of `queues` in one pipelined round trip (plus TIME for Redis's clock).
+    /// Reads the stats of `queues`: one pipeline of a queue's reads (all in its slot) and its
+    /// waiting-stats script per queue, [`PER_QUEUE_CONCURRENCY`] queues at a time (on a
+    /// cluster each call goes to the queue's master), plus one TIME for Redis's clock.
     pub async fn queue_stats(&self, queues: &[QueueName]) -> Result<Vec<QueueStats>, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
-        for q in queues {
-            let k = Keys::new(q);
-            for i in 1..5 {
-                pipe.cmd("ZCARD").arg(&k.all[i]);
-            }
-            pipe.cmd("ZRANGE")
-                .arg(&k.all[4])
-                .arg(0)
-                .arg(0)
-                .arg("WITHSCORES");
-            pipe.cmd("HGET").arg(&k.all[5]).arg("paused");
-        }
         let mut conn = self.conn.clone();
-        // The waiting-stats scripts go out together with the pipeline: the connection is
+        let time: Vec<i64> = redis::cmd("TIME").query_async(&mut conn).await?;
+        let secs = time.first().copied().unwrap_or_default();
+        let micros = time.get(1).copied().unwrap_or_default();
+        let now_ms = (secs * 1000 + micros / 1000) as f64;
+        futures::stream::iter(queues.to_vec())
+            .map(|q| {
+                let store = self.clone();
+                async move { store.one_queue_stats(&q, now_ms).await }
+            })
+            .buffered(PER_QUEUE_CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    async fn one_queue_stats(&self, q: &QueueName, now_ms: f64) -> Result<QueueStats, StoreError> {
+        let k = Keys::new(q);
+        let mut pipe = redis::pipe();
+        for i in 1..5 {
+            pipe.cmd("ZCARD").arg(&k.all[i]);
+        }
+        pipe.cmd("ZRANGE")
+            .arg(&k.all[4])
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES");
+        pipe.cmd("HGET").arg(&k.all[5]).arg("paused");
+        let mut conn = self.conn.clone();
+        // The waiting-stats script goes out together with the pipeline: the connection is
         // multiplexed, so they share its round trip.
-        let waiting = futures::future::try_join_all(queues.iter().map(|q| async move {
-            let keys = Keys::new(q);
-            self.run_script(&scripts::WAITING_STATS, &keys, Vec::new())
-                .await
-        }));
-        let (replies, waiting): (Vec<Value>, Vec<Value>) =
-            futures::future::try_join(async { Ok(pipe.query_async(&mut conn).await?) }, waiting)
-                .await?;
-        if replies.len() != 1 + queues.len() * PER_QUEUE {
+        let (replies, w): (Vec<Value>, Value) = futures::future::try_join(
+            async { Ok(pipe.query_async(&mut conn).await?) },
+            self.run_script(&scripts::WAITING_STATS, &k, Vec::new()),
+        )
+        .await?;
+        if replies.len() != PER_QUEUE {
             return Err(StoreError::Decode("stats pipeline reply length".into()));
         }
         let mut it = replies.into_iter();
-        let time = array(it.next().unwrap_or_default())?;
-        let mut t = time.into_iter();
-        let secs = int(t.next().unwrap_or_default())?;
-        let micros = int(t.next().unwrap_or_default())?;
-        let now_ms = (secs * 1000 + micros / 1000) as f64;
-        let mut out = Vec::with_capacity(queues.len());
-        for (q, w) in queues.iter().zip(waiting) {
-            let mut w = array(w)?.into_iter();
-            let mut n = [0u64; 5];
-            n[0] = int(next(&mut w)?)? as u64;
-            let ready = Some(int(next(&mut w)?)?)
-                .filter(|r| *r >= 0)
-                .map(|r| r as f64);
-            for slot in &mut n[1..] {
-                *slot = int(it.next().unwrap_or_default())? as u64;
-            }
-            let dead = first_score(it.next().unwrap_or_default())?;
-            let paused = string(it.next().unwrap_or_default())? == "1";
-            let age = |since: Option<f64>| since.map_or(0, |s| (now_ms - s).max(0.0) as u64);
-            out.push(QueueStats {
-                queue: q.to_string(),
-                waiting: n[0],
-                delayed: n[1],
-                active: n[2],
-                completed: n[3],
-                dead: n[4],
-                oldest_waiting_ms: age(ready),
-                // Dead scores are dead_ms * 1000 + a sequence (see common.lua).
-                oldest_dead_ms: age(dead.map(|s| (s / 1000.0).floor())),
-                paused,
-            });
+        let mut w = array(w)?.into_iter();
+        let mut n = [0u64; 5];
+        n[0] = int(next(&mut w)?)? as u64;
+        let ready = Some(int(next(&mut w)?)?)
+            .filter(|r| *r >= 0)
+            .map(|r| r as f64);
+        for slot in &mut n[1..] {
+            *slot = int(it.next().unwrap_or_default())? as u64;
         }
-        Ok(out)
+        let dead = first_score(it.next().unwrap_or_default())?;
+        let paused = string(it.next().unwrap_or_default())? == "1";
+        let age = |since: Option<f64>| since.map_or(0, |s| (now_ms - s).max(0.0) as u64);
+        Ok(QueueStats {
+            queue: q.to_string(),
+            waiting: n[0],
+            delayed: n[1],
+            active: n[2],
+            completed: n[3],
+            dead: n[4],
+            oldest_waiting_ms: age(ready),
+            // Dead scores are dead_ms * 1000 + a sequence (see common.lua).
+            oldest_dead_ms: age(dead.map(|s| (s / 1000.0).floor())),
+            paused,
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! jobwire's integration tests: one binary, real redis-server processes, real gRPC over TCP.
 
 mod bench_smoke;
+mod cluster;
 #[allow(dead_code)] // shared with the fault suite, which uses more of it
 mod harness;
 mod idle_loops;

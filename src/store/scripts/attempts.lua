@@ -180,7 +180,7 @@ end
 -- A concurrency-limited queue frees a slot: wake the lease loops of every replica.
 local function wake_if_concurrency_limited()
   if redis.call('HEXISTS', K_META, 'max_active') == 1 then
-    redis.call('PUBLISH', WAKE, '1')
+    redis.call(WAKE_CMD, WAKE, '1')
   end
 end
 
@@ -188,7 +188,7 @@ end
 -- concurrency-limited queue, when a slot came free).
 local function wake_after_failures(any_waiting)
   if any_waiting then
-    redis.call('PUBLISH', WAKE, '1')
+    redis.call(WAKE_CMD, WAKE, '1')
   else
     wake_if_concurrency_limited()
   end

@@ -27,7 +27,13 @@
 --  12 call_jobs  hash  lease call id -> the ids it leased (MessagePack array), or '' for a
 --                      call released before it ran (a tombstone: it leases nothing if it
 --                      runs later)
--- ARGV[1] is always the queue's wake-up channel (PUBLISHed when a job becomes ready).
+-- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command
+-- and the channel, separated by one space. On one Redis (or behind Sentinel) it is
+-- 'PUBLISH jw:wake:<queue>'; on a Redis Cluster 'SPUBLISH jw:{<queue>}:wake': sharded
+-- pub/sub, whose channel is in the queue's slot (SPUBLISH inside a script must stay in the
+-- slot of its keys) and whose message reaches only that shard's subscribers, where plain
+-- PUBLISH would be broadcast over the whole cluster bus. The server chooses (keys.rs
+-- wake_arg); the scripts do not know which backend they run on.
 --
 -- A job is one string key holding MessagePack values back to back:
 --   the header, 17 values the scripts read and write: first the lease part (LEASE_VALUES:
@@ -63,7 +69,7 @@ local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
 local JOB_PREFIX = KEYS[7]
 local K_LIMITER = KEYS[8]
 local K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local WAKE = ARGV[1]
+local WAKE_CMD, WAKE = string.match(ARGV[1], '^(%u+) (.+)$')
 -- "jw:{queue}:job:" -> "jw:{queue}:errors:" (see the error history above).
 local ERR_PREFIX = string.sub(JOB_PREFIX, 1, -5) .. 'errors:'
 local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048

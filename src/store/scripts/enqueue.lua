@@ -48,5 +48,5 @@ for _, pri in ipairs(levels) do
   local ids = ready[pri]
   for i = 1, #ids, 1000 do push_ready({ unpack(ids, i, math.min(i + 999, #ids)) }, pri) end
 end
-if #levels > 0 then redis.call('PUBLISH', WAKE, '1') end
+if #levels > 0 then redis.call(WAKE_CMD, WAKE, '1') end
 return out

@@ -18,7 +18,7 @@ local RETENTION_BUDGET = 1000
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local promoted = promote_due(now, 1000)
-if promoted > 0 then redis.call('PUBLISH', WAKE, '1') end
+if promoted > 0 then redis.call(WAKE_CMD, WAKE, '1') end
 local out = { promoted, -1, -1, -1, 0, 0, 0 }
 local any_waiting = false
 for _, call in ipairs(redis.call('ZRANGE', K_CALLS, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do

@@ -23,5 +23,5 @@ for j = 0, n - 1 do
     out[#out + 1] = 0
   end
 end
-if any then redis.call('PUBLISH', WAKE, '1') end
+if any then redis.call(WAKE_CMD, WAKE, '1') end
 return out

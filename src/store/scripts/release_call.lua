@@ -9,5 +9,5 @@ local call = ARGV[2]
 local n = release_call(call, now)
 redis.call('ZADD', K_CALLS, int(now + tonumber(ARGV[3])), call)
 redis.call('HSET', K_CALL_JOBS, call, '')
-if n > 0 then redis.call('PUBLISH', WAKE, '1') end
+if n > 0 then redis.call(WAKE_CMD, WAKE, '1') end
 return n

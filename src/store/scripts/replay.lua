@@ -16,5 +16,5 @@ local function replay(id, jk, h, body)
   replayed[#replayed + 1] = id
 end
 local skipped, cursor, upto = for_selected_dead(replay)
-if #replayed > 0 then redis.call('PUBLISH', WAKE, '1') end
+if #replayed > 0 then redis.call(WAKE_CMD, WAKE, '1') end
 return { replayed, skipped, cursor, upto }

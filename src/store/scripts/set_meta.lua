@@ -9,5 +9,5 @@ for i = 2, #ARGV - 1, 2 do
     redis.call('HSET', K_META, ARGV[i], ARGV[i + 1])
   end
 end
-redis.call('PUBLISH', WAKE, '1')
+redis.call(WAKE_CMD, WAKE, '1')
 return (#ARGV - 1) / 2
