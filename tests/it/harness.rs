@@ -99,6 +99,7 @@ impl TestRedis {
     pub async fn start() -> TestRedis {
         if on_cluster() {
             let c = crate::topology::TestCluster::start(3, 0).await;
+            println!("3-master cluster formed in {:?}", c.formed_in);
             return TestRedis {
                 url: c.url.clone(),
                 kind: Kind::Cluster(c),
