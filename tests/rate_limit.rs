@@ -7,6 +7,9 @@
 #[allow(dead_code)]
 #[path = "it/harness.rs"]
 mod harness;
+#[allow(dead_code)]
+#[path = "support/topology/mod.rs"]
+mod topology;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 mod harness;
 mod procs;
 #[allow(dead_code)]
-#[path = "../support/topology.rs"]
+#[path = "../support/topology/mod.rs"]
 mod topology;
 
 mod ctrl_c;

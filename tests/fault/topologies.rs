@@ -1,4 +1,4 @@
-//! The topology harness itself (tests/support/topology.rs), checked with plain redis-rs
+//! The topology harness itself (tests/support/topology/), checked with plain redis-rs
 //! connections to single nodes: a cluster forms with linked replicas, a key lives on its
 //! master, CLUSTER FAILOVER and a master's SIGKILL promote the replica, and Sentinel promotes
 //! the replica when the master dies. The times printed are the ones the cluster tests of

@@ -1,5 +1,5 @@
 //! jobwire on a Redis Cluster (3 masters + 3 replicas) and behind Sentinel (a master, a
-//! replica, three sentinels): real redis-server processes (`tests/support/topology.rs`),
+//! replica, three sentinels): real redis-server processes (`tests/support/topology/`),
 //! real gRPC. Queues are chosen so that they live on every master (checked with CLUSTER
 //! KEYSLOT / COUNTKEYSINSLOT); the wake-up test measures pickup latency over sharded pub/sub
 //! before and after a CLUSTER FAILOVER; the Sentinel test SIGKILLs the master.

@@ -1,5 +1,5 @@
-//! Shared test harness: a private `redis-server` per test (Unix socket, killed on drop), a
-//! jobwire server spawned in-process on 127.0.0.1:0 through the same `jobwire::run` as the
+//! Shared test harness: a private `redis-server` per test (Unix socket, killed on drop; a
+//! private 3-master Redis Cluster instead with `JOBWIRE_TEST_REDIS=cluster`), a jobwire server spawned in-process on 127.0.0.1:0 through the same `jobwire::run` as the
 //! binary, gRPC clients, a worker stream helper, and `eventually` instead of sleeps.
 
 use std::future::Future;
@@ -18,15 +18,93 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-/// A private redis-server on a Unix socket in a temp dir.
+/// The environment variable that selects the Redis the suite runs against: unset (or
+/// `single`): one private redis-server per test on a Unix socket; `cluster`: a private
+/// 3-master Redis Cluster per test (tests/support/topology/), for the core of the suite.
+pub const REDIS_ENV: &str = "JOBWIRE_TEST_REDIS";
+
+/// Does this run use a Redis Cluster (`JOBWIRE_TEST_REDIS=cluster`)?
+pub fn on_cluster() -> bool {
+    std::env::var(REDIS_ENV).is_ok_and(|v| v == "cluster")
+}
+
+/// True (and says why) when this run is on a cluster and the test needs one single Redis
+/// (e.g. it reads server-wide figures); the test then returns at once.
+pub fn single_only(why: &str) -> bool {
+    if on_cluster() {
+        println!("skipped on the cluster ({REDIS_ENV}=cluster): {why}");
+    }
+    on_cluster()
+}
+
+/// The test's private Redis: one redis-server on a Unix socket in a temp dir, or a
+/// 3-master cluster on loopback TCP when [`on_cluster`].
 pub struct TestRedis {
-    child: Child,
-    _dir: tempfile::TempDir,
+    kind: Kind,
     pub url: String,
 }
 
+enum Kind {
+    Single {
+        child: Child,
+        _dir: tempfile::TempDir,
+    },
+    Cluster(crate::topology::TestCluster),
+}
+
+/// A raw connection to the test Redis that routes like jobwire does: straight to the single
+/// server, or on a cluster to the master of the command's first key (one slot per command).
+#[derive(Clone)]
+pub enum RawConn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// How long [`TestRedis::conn`] waits for an answer (redis-rs's default is 500 ms).
+const RAW_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl redis::aio::ConnectionLike for RawConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RawConn::Single(c) => c.req_packed_command(cmd),
+            RawConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RawConn::Single(c) => c.get_db(),
+            RawConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 impl TestRedis {
+    /// A single redis-server, or a 3-master cluster when [`on_cluster`].
     pub async fn start() -> TestRedis {
+        if on_cluster() {
+            let c = crate::topology::TestCluster::start(3, 0).await;
+            println!("3-master cluster formed in {:?}", c.formed_in);
+            return TestRedis {
+                url: c.url.clone(),
+                kind: Kind::Cluster(c),
+            };
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let sock = dir.path().join("r.sock");
         let child = Command::new("redis-server")
@@ -46,18 +124,68 @@ impl TestRedis {
         let url = format!("redis+unix://{}", sock.display());
         wait_for_redis(&url, Duration::from_secs(10)).await;
         TestRedis {
-            child,
-            _dir: dir,
+            kind: Kind::Single { child, _dir: dir },
             url,
         }
     }
 
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect")
+    /// The cluster, when this run is on one.
+    pub fn cluster(&self) -> Option<&crate::topology::TestCluster> {
+        match &self.kind {
+            Kind::Cluster(c) => Some(c),
+            Kind::Single { .. } => None,
+        }
+    }
+
+    /// A raw connection (commands of one slot each on a cluster), answers awaited up to 10 s
+    /// (a test's bulk script may take a while on a loaded machine).
+    pub async fn conn(&self) -> RawConn {
+        match &self.kind {
+            Kind::Single { .. } => RawConn::Single(
+                redis::Client::open(self.url.as_str())
+                    .expect("url")
+                    .get_multiplexed_async_connection_with_config(
+                        &redis::AsyncConnectionConfig::new()
+                            .set_response_timeout(Some(RAW_RESPONSE_TIMEOUT)),
+                    )
+                    .await
+                    .expect("connect"),
+            ),
+            Kind::Cluster(c) => {
+                let nodes: Vec<String> = c
+                    .ports()
+                    .iter()
+                    .map(|p| format!("redis://127.0.0.1:{p}"))
+                    .collect();
+                RawConn::Cluster(
+                    redis::cluster::ClusterClient::builder(nodes)
+                        .response_timeout(RAW_RESPONSE_TIMEOUT)
+                        .build()
+                        .expect("cluster client")
+                        .get_async_connection()
+                        .await
+                        .expect("connect to the cluster"),
+                )
+            }
+        }
+    }
+
+    /// Plain connections to every master (one, on a single Redis), for server-wide
+    /// commands (DBSIZE, INFO, SLOWLOG) whose answers are summed or merged.
+    pub async fn masters(&self) -> Vec<redis::aio::MultiplexedConnection> {
+        match &self.kind {
+            Kind::Single { .. } => match self.conn().await {
+                RawConn::Single(c) => vec![c],
+                RawConn::Cluster(_) => unreachable!("a single Redis"),
+            },
+            Kind::Cluster(c) => {
+                let mut out = Vec::new();
+                for port in c.masters().await {
+                    out.push(c.conn(port).await);
+                }
+                out
+            }
+        }
     }
 
     /// A store on this redis, for reading jobs as the server stored them.
@@ -78,17 +206,34 @@ impl TestRedis {
             .unwrap_or_else(|| panic!("no job {id:?} in {queue}"))
     }
 
-    /// Redis's `used_memory`, bytes.
+    /// Redis's `used_memory`, bytes (summed over the masters of a cluster).
     pub async fn used_memory(&self) -> i64 {
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut self.conn().await)
-            .await
-            .expect("info");
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("used_memory")
+        let mut sum = 0;
+        for mut c in self.masters().await {
+            let info: String = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut c)
+                .await
+                .expect("info");
+            sum += info
+                .lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .expect("used_memory");
+        }
+        sum
+    }
+
+    /// The number of keys (DBSIZE, summed over the masters of a cluster).
+    pub async fn dbsize(&self) -> i64 {
+        let mut sum = 0;
+        for mut c in self.masters().await {
+            sum += redis::cmd("DBSIZE")
+                .query_async::<i64>(&mut c)
+                .await
+                .expect("dbsize");
+        }
+        sum
     }
 
     /// The raw record of job `id` of `queue` (None if there is none).
@@ -121,8 +266,11 @@ impl TestRedis {
 
 impl Drop for TestRedis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // A cluster's nodes are killed by the cluster's own drop.
+        if let Kind::Single { child, .. } = &mut self.kind {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -7,19 +7,23 @@ use std::time::Duration;
 use crate::harness::*;
 
 /// Script calls this test's own Redis has run (the metrics registry is shared by every
-/// server in the test process, so it cannot tell this server's calls apart). With no job
-/// known to the reaper, they are the lease loops' calls.
+/// server in the test process, so it cannot tell this server's calls apart), summed over a
+/// cluster's masters. With no job known to the reaper, they are the lease loops' calls.
 async fn script_calls(redis: &TestRedis) -> u64 {
-    let mut c = redis.conn().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .expect("info");
-    info.lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+    let mut sum = 0;
+    for mut c in redis.masters().await {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await
+            .expect("info");
+        sum += info
+            .lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    sum
 }
 
 #[tokio::test]
@@ -43,16 +47,25 @@ async fn a_stream_on_two_empty_queues_does_not_spin_their_lease_loops() {
     assert_eq!(got, ["a", "b"]);
 }
 
-/// Wake-up channels this test's own Redis has subscribers on.
+/// Wake-up channels this test's own Redis has subscribers on: `jw:wake:<queue>` on one
+/// Redis, the sharded `jw:{<queue>}:wake` on each master of a cluster.
 async fn wake_channels(redis: &TestRedis) -> usize {
-    let mut c = redis.conn().await;
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("jw:wake:*")
-        .query_async(&mut c)
-        .await
-        .expect("pubsub channels");
-    channels.len()
+    let (kind, pattern) = if redis.cluster().is_some() {
+        ("SHARDCHANNELS", "jw:{*}:wake")
+    } else {
+        ("CHANNELS", "jw:wake:*")
+    };
+    let mut sum = 0;
+    for mut c in redis.masters().await {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg(kind)
+            .arg(pattern)
+            .query_async(&mut c)
+            .await
+            .expect("pubsub channels");
+        sum += channels.len();
+    }
+    sum
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ mod message_limits;
 mod metrics;
 mod metrics_zero;
 #[allow(dead_code)] // the Redis Cluster and Sentinel topologies, shared with the fault suite
-#[path = "../support/topology.rs"]
+#[path = "../support/topology/mod.rs"]
 mod topology;
 
 mod bad_input;

@@ -13,7 +13,7 @@ use jobwire::jobs::{Disposition, NewJob, QueueName};
 use jobwire::store::{DeadSelector, FailItem, Settle, Store};
 use proptest::prelude::*;
 
-use crate::harness::TestRedis;
+use crate::harness::{RawConn, TestRedis};
 
 const SETS: [&str; 5] = ["waiting", "delayed", "active", "completed", "dead"];
 
@@ -156,13 +156,7 @@ fn settled<T>(s: &Settle<T>) -> Option<Result<(), String>> {
     }
 }
 
-async fn apply(
-    store: &Store,
-    q: &QueueName,
-    redis: &mut redis::aio::MultiplexedConnection,
-    m: &mut Model,
-    op: &Op,
-) {
+async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model, op: &Op) {
     match op.clone() {
         Op::Enqueue {
             id,
@@ -345,7 +339,7 @@ async fn apply(
     }
 }
 
-async fn check(store: &Store, q: &QueueName, c: &mut redis::aio::MultiplexedConnection, m: &Model) {
+async fn check(store: &Store, q: &QueueName, c: &mut RawConn, m: &Model) {
     let p = format!("jw:{{{q}}}:");
     let mut members: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for set in SETS {

@@ -127,7 +127,7 @@ async fn delete_queue_removes_every_key_and_is_refused_while_jobs_are_leased() {
     w.lease().await;
     // Renewal rewrites the leased jobs in the background, so compare keys and counts.
     let mut c = redis.conn().await;
-    let keys = |mut c: redis::aio::MultiplexedConnection| async move {
+    let keys = |mut c: RawConn| async move {
         let mut k: Vec<String> = redis::cmd("KEYS")
             .arg("jw:{doomed}*")
             .query_async(&mut c)
