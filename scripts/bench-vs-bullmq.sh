@@ -19,7 +19,7 @@
 # keys of a queue must share a slot), so all of it lives on one master
 # (scripts/bullmq-on-cluster.mjs patches the scratch copy of the harness). Every FLUSHDB goes
 # to every master, and the cluster is emptied (FLUSHALL) between steps: use a throw-away one.
-# The README, "Benchmarks", shows how to start a local 3-master cluster.
+# The README, "Benchmark", shows how to start a local 3-master cluster.
 #
 # Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
 # QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs).
