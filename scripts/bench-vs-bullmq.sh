@@ -11,6 +11,16 @@
 #   - Redis CPU µs per job lifecycle (enqueue in batches + lease/fetch + ack/complete) and
 #     the server's (Node's) own CPU µs per job, for both.
 #
+# With a Redis Cluster URL as the argument, both run on that cluster instead of a private Redis:
+#   bash scripts/bench-vs-bullmq.sh redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
+# The cluster must run on this box (loopback seeds, no password, no TLS): the Redis CPU columns
+# sum the CPU of every master (pids from INFO server). jobwire gets the URL as --redis-url and
+# spreads its queues over the masters by slot; BullMQ runs with the prefix `{bull}` (its
+# keys of a queue must share a slot), so all of it lives on one master
+# (scripts/bullmq-on-cluster.mjs patches the scratch copy of the harness). Every FLUSHDB goes
+# to every master, and the cluster is emptied (FLUSHALL) between steps: use a throw-away one.
+# The README, "Benchmark", shows how to start a local 3-master cluster.
+#
 # Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
 # QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs).
 # The default finishes in about 5-8 minutes on a 2-core box.
@@ -29,10 +39,33 @@ RETRIES="${RETRIES:-0}"
 E2E="${E2E:-1x1,1x16,1x100,4x64,2x256}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-900}"
 
+REDIS_URL="${1:-}"
+MASTERS=""  # host:port of every master, comma-separated (cluster runs only)
+if [ -n "$REDIS_URL" ]; then
+  case "$REDIS_URL" in
+    redis+cluster://*) SEEDS="${REDIS_URL#redis+cluster://}" ;;
+    *) echo "usage: $0 [redis+cluster://HOST:PORT,...] (a local Redis Cluster; without it a private Redis on \$PORT)" >&2; exit 2 ;;
+  esac
+  case "$SEEDS" in
+    *@* | */* | *\?*) echo "the cluster URL must be host:port seeds only (no password, path or options): $REDIS_URL" >&2; exit 2 ;;
+  esac
+  SEED="${SEEDS%%,*}"
+  # CLUSTER NODES lines: <id> <ip:port@bus[,hostname]> <flags> ...; the masters not failed.
+  MASTERS=$(redis-cli -h "${SEED%:*}" -p "${SEED##*:}" cluster nodes \
+    | awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); print a[1] }' | sort | paste -sd, -)
+  [ -n "$MASTERS" ] || { echo "no master found through $SEED (is it a Redis Cluster?)" >&2; exit 1; }
+fi
+# redis-cli on the private Redis, or on every master of the cluster.
+each_redis() {
+  if [ -z "$MASTERS" ]; then redis-cli -p "$PORT" "$@"; return; fi
+  local m
+  for m in ${MASTERS//,/ }; do redis-cli -h "${m%:*}" -p "${m##*:}" "$@"; done
+}
+
 [ -d "$SRC/bullmq" ] || { echo "no BullMQ harness at $SRC" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "redis-server is missing (apt-get install -y redis-server)" >&2; exit 1; }
 command -v node >/dev/null || { echo "node is missing" >&2; exit 1; }
-if redis-cli -p "$PORT" ping >/dev/null 2>&1; then
+if [ -z "$MASTERS" ] && redis-cli -p "$PORT" ping >/dev/null 2>&1; then
   echo "something already answers on port $PORT; set PORT=..." >&2; exit 1
 fi
 
@@ -52,17 +85,33 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$B" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+if [ -n "$MASTERS" ]; then node "$ROOT/scripts/bullmq-on-cluster.mjs" "$B/bench.mjs"; fi
 (cd "$ROOT" && cargo build --release --locked --quiet)
 JOBWIRE="$ROOT/target/release/jobwire"
 
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
-  --pidfile "$SCRATCH/bench/redis.pid" --logfile "$SCRATCH/redis.log" --maxmemory-policy noeviction
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-for _ in $(seq 50); do [ -s "$SCRATCH/bench/redis.pid" ] && break; sleep 0.1; done
-REDIS_PID="$(cat "$SCRATCH/bench/redis.pid")"
+if [ -z "$MASTERS" ]; then
+  redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+    --pidfile "$SCRATCH/bench/redis.pid" --logfile "$SCRATCH/redis.log" --maxmemory-policy noeviction
+  for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 50); do [ -s "$SCRATCH/bench/redis.pid" ] && break; sleep 0.1; done
+  # jobwire uses db 1: the harness FLUSHDBs db 0 before each of its scenarios.
+  JOBWIRE_URL="redis://127.0.0.1:$PORT/1"
+else
+  # The masters' pids, one per line (the patched harness sums them). cleanup() stops only the
+  # private Redis (redis.pid), never the cluster.
+  each_redis info server | sed -n 's/^process_id:\([0-9]*\).*/\1/p' >"$SCRATCH/bench/cluster.pids"
+  for p in $(cat "$SCRATCH/bench/cluster.pids"); do
+    [ -d "/proc/$p" ] || { echo "master pid $p is not on this box: run the cluster locally" >&2; exit 1; }
+  done
+  # A cluster has only db 0: the harness's FLUSHDB also empties jobwire's keys, so each side
+  # starts from an empty cluster (as each jobwire run starts from an empty db 1 otherwise).
+  JOBWIRE_URL="$REDIS_URL"
+fi
+REDIS_PIDS="$(cat "$SCRATCH/bench/redis.pid" 2>/dev/null || cat "$SCRATCH/bench/cluster.pids")"
+PIDFILE="$SCRATCH/bench/redis.pid"
+[ -z "$MASTERS" ] || PIDFILE="$SCRATCH/bench/cluster.pids"
 
-# jobwire uses db 1: the harness FLUSHDBs db 0 before each of its scenarios.
-RUST_LOG=warn "$JOBWIRE" serve --redis-url "redis://127.0.0.1:$PORT/1" \
+RUST_LOG=warn "$JOBWIRE" serve --redis-url "$JOBWIRE_URL" \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   >"$SCRATCH/jobwire.log" 2>&1 &
 SERVER_PID=$!
@@ -73,17 +122,17 @@ curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null || { echo "jobwire did 
 
 bench_jobwire() { # extra args...
   timeout "$STEP_TIMEOUT" "$JOBWIRE" bench --server "http://127.0.0.1:$GRPC_PORT" \
-    --server-pid "$SERVER_PID" --redis-pid "$REDIS_PID" --quiet-wait "$QUIET_WAIT" \
+    --server-pid "$SERVER_PID" $(printf -- '--redis-pid %s ' $REDIS_PIDS) --quiet-wait "$QUIET_WAIT" \
     --retries "$RETRIES" "$@"
 }
 
 for run in $(seq "$RUNS"); do
   echo "== run $run/$RUNS: BullMQ" >&2
-  (cd "$B" && timeout "$STEP_TIMEOUT" node bench.mjs --runs 1 --n "$N" --label "run$run" --port "$PORT" \
-    --quiet-wait "$QUIET_WAIT" --retries "$RETRIES" >/dev/null)
+  (cd "$B" && BENCH_CLUSTER_NODES="$MASTERS" timeout "$STEP_TIMEOUT" node bench.mjs --runs 1 --n "$N" \
+    --label "run$run" --port "$PORT" --pidfile "$PIDFILE" --quiet-wait "$QUIET_WAIT" --retries "$RETRIES" >/dev/null)
   cp "$B/results/bullmq-run$run.json" "$OUT/bullmq-run$run.json"
   echo "== run $run/$RUNS: jobwire" >&2
-  redis-cli -p "$PORT" -n 1 flushdb >/dev/null
+  if [ -z "$MASTERS" ]; then redis-cli -p "$PORT" -n 1 flushdb >/dev/null; else each_redis flushall >/dev/null; fi
   bench_jobwire --only enqueue,e2e,latency,failure --runs 1 -n "$N" --in-flight 50 \
     --e2e "$E2E" --with-retry-policy --label "run$run" --json "$OUT/jobwire-run$run.json" >/dev/null
 done
@@ -106,24 +155,31 @@ merge bullmq
 merge jobwire
 
 # Redis bytes per waiting job, 100-byte payload.
-used() { redis-cli -p "$PORT" info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p' | tr -d '\r'; }
-redis-cli -p "$PORT" flushall >/dev/null; sleep 1
+# (Summed over the masters on a cluster.)
+used() { each_redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p' | tr -d '\r' | awk '{ s += $1 } END { print s }'; }
+each_redis flushall >/dev/null; sleep 1
 m0=$(used)
-(cd "$B" && node --input-type=module -e "
+(cd "$B" && BENCH_CLUSTER_NODES="$MASTERS" node --input-type=module -e "
   import { Queue } from 'bullmq';
-  const q = new Queue('mem', { connection: { host: '127.0.0.1', port: $PORT } });
+  import { Cluster } from 'ioredis';
+  const nodes = process.env.BENCH_CLUSTER_NODES.split(',').filter(Boolean)
+    .map((a) => ({ host: a.slice(0, a.lastIndexOf(':')), port: +a.slice(a.lastIndexOf(':') + 1) }));
+  const cluster = nodes.length ? new Cluster(nodes) : null;
+  const q = new Queue('mem', cluster ? { connection: cluster, prefix: '{bull}' }
+    : { connection: { host: '127.0.0.1', port: $PORT } });
   const data = { p: 'x'.repeat(92) }; // JSON of 100 bytes
   for (let i = 0; i < $FILL; i += 1000) {
     await q.addBulk(Array.from({ length: Math.min(1000, $FILL - i) }, () => ({ name: 'j', data })));
   }
   console.error('bullmq waiting:', await q.getWaitingCount());
-  await q.close();")
+  await q.close();
+  if (cluster) await cluster.quit();")
 sleep 1; m1=$(used)
-redis-cli -p "$PORT" flushall >/dev/null; sleep 1
+each_redis flushall >/dev/null; sleep 1
 m2=$(used)
 bench_jobwire --only fill -n "$FILL" --payload 100 --queues 1 >/dev/null
 sleep 1; m3=$(used)
-redis-cli -p "$PORT" flushall >/dev/null
+each_redis flushall >/dev/null
 
 RSS_TABLE=$(bench_jobwire --only rss --rss-streams 1000 --rss-credits 10 --payload 100)
 

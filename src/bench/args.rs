@@ -16,9 +16,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub server_pid: Option<u32>,
 
-    /// Pid of the Redis the server uses, for its CPU.
+    /// Pid of the Redis the server uses, for its CPU; repeat it for each master of a Redis
+    /// Cluster (their CPU is summed).
     #[arg(long)]
-    pub redis_pid: Option<u32>,
+    pub redis_pid: Vec<u32>,
 
     /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill.
     #[arg(

@@ -58,8 +58,17 @@ pub fn rss_bytes(pid: &str) -> Option<u64> {
 pub struct Pids {
     /// The jobwire server (`--server-pid`).
     pub server: Option<String>,
-    /// The Redis server (`--redis-pid`).
-    pub redis: Option<String>,
+    /// The Redis servers (`--redis-pid`, repeated for a cluster's masters); their CPU is summed.
+    pub redis: Vec<String>,
+}
+
+/// utime+stime of all `pids` together, CPU-seconds; NaN when there is none or one cannot be
+/// read (a partial sum would pass for a figure).
+fn sum_cpu(pids: &[String]) -> f64 {
+    if pids.is_empty() {
+        return f64::NAN;
+    }
+    pids.iter().map(|p| proc_cpu_sec(p)).sum()
 }
 
 /// One reading of every clock at an instant.
@@ -80,7 +89,7 @@ impl Pids {
         let (busy, steal) = box_cpu_sec();
         Snap {
             t: Instant::now(),
-            redis: read(&self.redis),
+            redis: sum_cpu(&self.redis),
             server: read(&self.server),
             client: proc_cpu_sec("self"),
             busy,
@@ -151,5 +160,34 @@ mod tests {
         let m = measure(&a, &b, 10.0);
         assert!(m["redisCpu"].is_null());
         assert!(m["clientCpu"].is_number());
+    }
+
+    #[test]
+    fn redis_cpu_is_the_sum_over_every_pid() {
+        // A cluster's masters are one pid each: their CPU adds up. A pid that cannot be read
+        // makes the figure unknown (NaN), never a partial sum.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let own = proc_cpu_sec("self");
+        let both = Pids {
+            server: None,
+            redis: vec!["self".into(), child.id().to_string()],
+        };
+        let twice = Pids {
+            server: None,
+            redis: vec!["self".into(), "self".into()],
+        };
+        let gone = Pids {
+            server: None,
+            redis: vec!["self".into(), "0".into()],
+        };
+        assert!(both.snap().redis >= own);
+        assert!(twice.snap().redis >= 2.0 * own);
+        assert!(gone.snap().redis.is_nan());
+        assert!(Pids::default().snap().redis.is_nan());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -160,7 +160,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let pids = Pids {
         server: a.server_pid.map(|p| p.to_string()),
-        redis: a.redis_pid.map(|p| p.to_string()),
+        redis: a.redis_pid.iter().map(|p| p.to_string()).collect(),
     };
     let ch = connect(&a.server).await?;
     let mut results: Vec<Scenario> = plan
