@@ -44,6 +44,8 @@ fn terminal(s: jobwire::jobs::JobState) -> bool {
 struct Seen {
     /// Job ids whose Enqueue was acknowledged, per queue.
     enqueued: Mutex<Vec<(String, String)>>,
+    /// How long each acknowledged Enqueue took (its first try to its OK).
+    latency: Mutex<Vec<Duration>>,
     /// Successful acks: (when, queue, job id, lease token).
     acks: Mutex<Vec<(Instant, String, String, String)>>,
 }
@@ -83,7 +85,8 @@ async fn produce(
         let queue = queues[n % queues.len()].clone();
         let id = format!("{tag}-{n}");
         n += 1;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(60);
         loop {
             let job = pb::JobSpec {
                 max_attempts: Some(MAX_ATTEMPTS),
@@ -96,7 +99,11 @@ async fn produce(
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
-        seen.enqueued.lock().expect("seen").push((queue, id));
+        seen.latency.lock().expect("seen").push(started.elapsed());
+        seen.enqueued
+            .lock()
+            .expect("seen")
+            .push((queue.clone(), id));
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -267,14 +274,35 @@ async fn failover_under_load(wait_replicas: u32) -> (usize, usize) {
     cluster.kill(victim);
     cluster.wait_ok(Duration::from_secs(60)).await;
     let b_done = b_at.elapsed();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let b_stall = stall(&seen, &on(victim), b_at, b_done + Duration::from_secs(5));
+    // The killed node comes back (as an orchestrator restarts it) and rejoins as the new
+    // master's replica: until then that shard has no replica, so under
+    // --redis-wait-replicas 1 its writes answer UNAVAILABLE, as they must.
+    cluster.restart(victim).await;
+    cluster.wait_ok(Duration::from_secs(60)).await;
+    let b_rejoined = b_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let b_stall = stall(
+        &seen,
+        &on(victim),
+        b_at,
+        b_rejoined + Duration::from_secs(4),
+    );
 
     // No stream left idle: every queue was served in the last 2 s of load.
     let tail = Instant::now() - Duration::from_secs(2);
     {
         let acks = seen.acks.lock().expect("seen");
         for q in &names {
+            let n = acks.iter().filter(|(_, x, ..)| x == q).count();
+            let after_a = acks
+                .iter()
+                .filter(|(t, x, ..)| x == q && *t >= a_at)
+                .count();
+            let after_b = acks
+                .iter()
+                .filter(|(t, x, ..)| x == q && *t >= b_at)
+                .count();
+            eprintln!("queue {q}: acks {n}, after (a) {after_a}, after (b) {after_b}");
             assert!(
                 acks.iter().any(|(t, x, ..)| x == q && *t >= tail),
                 "queue {q} got no ack in the last 2 s: a stream was left idle"
@@ -357,6 +385,15 @@ async fn failover_under_load(wait_replicas: u32) -> (usize, usize) {
     assert!(two.is_empty(), "jobs in two states: {two:?}");
 
     // Acks lost: jobs acknowledged as acked under one lease and acked again under another.
+    let mut lat = seen.latency.lock().expect("seen").clone();
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize];
+    println!(
+        "enqueue latency: p50 {:?}, p99 {:?}, max {:?}",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
     let acks = seen.acks.lock().expect("seen");
     let mut tokens: HashMap<&str, HashSet<&str>> = HashMap::new();
     for (_, _, id, token) in acks.iter() {
@@ -366,7 +403,8 @@ async fn failover_under_load(wait_replicas: u32) -> (usize, usize) {
     println!(
         "cluster failover (--redis-wait-replicas {wait_replicas}): jobs {}, acks {}; \
          (a) CLUSTER FAILOVER done in {a_done:?}, ack stall on its queues {a_stall:?}; \
-         (b) master SIGKILL: cluster ok again in {b_done:?}, ack stall on its queues {b_stall:?}; \
+         (b) master SIGKILL: cluster ok again in {b_done:?}, node back as a replica at \
+         {b_rejoined:?}, ack stall on its queues {b_stall:?}; \
          acknowledged enqueues lost {}, acknowledged acks lost {acks_lost}",
         enqueued.len(),
         acks.len(),
