@@ -10,6 +10,7 @@ mod procs;
 #[path = "../support/topology/mod.rs"]
 mod topology;
 
+mod cluster_failover;
 mod ctrl_c;
 mod durability;
 mod killed_worker;
