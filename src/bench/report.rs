@@ -215,12 +215,12 @@ pub fn render_nodes(addrs: &[&str], scenarios: &[Scenario]) -> String {
                 ))
             })
             .collect();
-        let jobs: Vec<String> = nodes_of(first).iter().map(|n| fmt(n.1)).collect();
+        let jobs: Vec<String> = nodes_of(first).iter().map(|n| n.1.to_string()).collect();
         let total_jobs: f64 = nodes_of(first).iter().map(|n| n.1).sum();
         lines.push(format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
-            fmt(total_jobs),
+            total_jobs,
             addrs.len(),
             fmt(median(figs.iter().map(|f| f.0).collect())),
             per_master.join(" / "),
