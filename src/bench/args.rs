@@ -21,6 +21,16 @@ pub struct BenchArgs {
     #[arg(long)]
     pub redis_pid: Vec<u32>,
 
+    /// The Redis of the server under test, as the server's own `--redis-url`: `redis://`,
+    /// `rediss://`, `redis+unix://`, or `redis+cluster://h1:p1,h2:p2,...` (seeds; every
+    /// master is found with CLUSTER NODES). With it the bench reads each master's CPU
+    /// (`INFO cpu`: used_cpu_sys + used_cpu_user) before and after every scenario, places
+    /// the queues of a scenario evenly over the masters (by the hash slot of `{queue}`), and
+    /// prints Redis CPU µs per job for each master, the total, max/min and the ceiling
+    /// masters x 1 core / CPU per job.
+    #[arg(long)]
+    pub redis_url: Option<String>,
+
     /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill.
     #[arg(
         long,

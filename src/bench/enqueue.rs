@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 use tonic::transport::Channel;
 
-use super::client::{fresh_queues, prefill, spec, SpecOpts};
+use super::client::{prefill, spec, SpecOpts};
 use super::cpu::{measure, Pids};
 use crate::pb;
 use crate::pb::job_service_client::JobServiceClient;
@@ -19,14 +19,13 @@ pub async fn sequential(
     ch: &Channel,
     pids: &Pids,
     n: usize,
-    queues: usize,
+    queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = fresh_queues(queues);
     let mut jobs = JobServiceClient::new(ch.clone());
     let a = pids.snap();
     for i in 0..n {
-        unary(&mut jobs, spec(&queues, i, o)).await?;
+        unary(&mut jobs, spec(queues, i, o)).await?;
     }
     Ok(measure(&a, &pids.snap(), n as f64))
 }
@@ -38,10 +37,10 @@ pub async fn concurrent(
     pids: &Pids,
     n: usize,
     producers: usize,
-    queues: usize,
+    queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = std::sync::Arc::new(fresh_queues(queues));
+    let queues = std::sync::Arc::new(queues.to_vec());
     let producers = producers.max(1);
     let per = n.div_ceil(producers);
     let a = pids.snap();
@@ -69,11 +68,10 @@ pub async fn batched(
     pids: &Pids,
     n: usize,
     batch: usize,
-    queues: usize,
+    queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = fresh_queues(queues);
     let a = pids.snap();
-    prefill(ch, &queues, n, batch, o).await?;
+    prefill(ch, queues, n, batch, o).await?;
     Ok(measure(&a, &pids.snap(), n as f64))
 }

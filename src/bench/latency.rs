@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use tonic::transport::Channel;
 
-use super::client::{fresh_queues, spec, SpecOpts, Stream};
+use super::client::{spec, SpecOpts, Stream};
 use super::cpu::{measure, Pids};
 use crate::pb;
 use crate::pb::job_service_client::JobServiceClient;
@@ -33,15 +33,15 @@ pub async fn idle_pickup(
     n: usize,
     gap: Duration,
     credits: u32,
+    queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = fresh_queues(1);
     let base = Instant::now();
     let ns = move || base.elapsed().as_nanos() as u64;
     let received: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let got = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(Notify::new());
-    let mut s = Stream::open(ch, &queues, credits).await?;
+    let mut s = Stream::open(ch, queues, credits).await?;
     let worker = {
         let (received, got, done) = (received.clone(), got.clone(), done.clone());
         tokio::spawn(async move {
@@ -69,7 +69,7 @@ pub async fn idle_pickup(
     let (mut before, mut after) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let a = pids.snap();
     for i in 0..n {
-        let job = spec(&queues, i, o);
+        let job = spec(queues, i, o);
         before.push(ns());
         jobs.enqueue(pb::EnqueueRequest { job: Some(job) }).await?;
         after.push(ns());

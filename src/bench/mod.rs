@@ -9,13 +9,15 @@
 //! - `runner`: the plan, interleaved runs, noisy-run redos, output.
 //! - `client`: channel, job specs, fresh queue names, worker streams.
 //! - `enqueue`, `workers`, `latency`: the scenarios.
-//! - `cpu`: `/proc` readings; `report`: table and JSON.
+//! - `cpu`: `/proc` readings; `nodes`: every Redis master's `INFO cpu` (`--redis-url`);
+//!   `report`: tables and JSON.
 
 mod args;
 mod client;
 mod cpu;
 mod enqueue;
 mod latency;
+mod nodes;
 mod report;
 mod runner;
 mod workers;

@@ -151,6 +151,87 @@ pub fn render(title: &str, scenarios: &[Scenario]) -> String {
     lines.join("\n")
 }
 
+/// Per-master Redis CPU of one run: (CPU-seconds, jobs on that master's queues) per
+/// master, from the run's `redisNodes`.
+fn nodes_of(r: &Map<String, Value>) -> Vec<(f64, f64)> {
+    let list = r.get("redisNodes").and_then(Value::as_array);
+    list.map_or_else(Vec::new, |l| {
+        l.iter()
+            .map(|n| {
+                let f = |k: &str| n.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                (f("cpuSec"), f("jobs"))
+            })
+            .collect()
+    })
+}
+
+/// The per-master figures of one run: total µs per job (all masters' CPU over all jobs),
+/// µs per job each master served, CPU max/min over the masters, and the model ceiling.
+///
+/// The ceiling: at X jobs/s master m, serving a share s_m of the jobs at c_m µs each,
+/// needs X s_m c_m µs of CPU per second; one core gives 10^6, so X <= 10^6 / (s_m c_m) =
+/// jobs / cpu_m (cpu_m in seconds) for every master: the busiest master sets it. With
+/// an even spread over M masters that is M x 10^6 / c (c: µs per job on one master).
+fn node_figures(r: &Map<String, Value>) -> (f64, Vec<f64>, f64, f64) {
+    let nodes = nodes_of(r);
+    let jobs: f64 = nodes.iter().map(|n| n.1).sum();
+    let cpu: Vec<f64> = nodes.iter().map(|n| n.0).collect();
+    let total = cpu.iter().sum::<f64>() * 1e6 / jobs;
+    let per = nodes
+        .iter()
+        .map(|&(c, j)| if j > 0.0 { c * 1e6 / j } else { f64::NAN })
+        .collect();
+    let max = cpu.iter().copied().fold(f64::NAN, f64::max);
+    let min = cpu.iter().copied().fold(f64::NAN, f64::min);
+    (total, per, max / min, jobs / max)
+}
+
+/// The per-master table (`--redis-url`): for each scenario, the medians over its runs of
+/// Redis CPU µs per job summed over all masters, µs per job each master served (in the
+/// order of `addrs`), the masters' CPU max/min, and the model's ceiling in jobs/s.
+pub fn render_nodes(addrs: &[&str], scenarios: &[Scenario]) -> String {
+    let mut lines = vec![
+        format!(
+            "Redis CPU per master (INFO cpu: used_cpu_sys + used_cpu_user, read before and after \
+             each whole scenario, pre-fill included: for e2e a job's lifecycle enqueue + lease + ack). \
+             Masters: {}. Ceiling = 1 core per master / CPU per job on the busiest master.",
+            addrs.join(", ")
+        ),
+        String::new(),
+        "| scenario | jobs | masters | Redis µs/job, all masters | µs per job served, per master | jobs per master | CPU max/min | ceiling jobs/s |".to_owned(),
+        "|---|---:|---:|---:|---|---|---:|---:|".to_owned(),
+    ];
+    for s in scenarios {
+        let Some(first) = s.runs.first() else {
+            continue;
+        };
+        let figs: Vec<_> = s.runs.iter().map(node_figures).collect();
+        let per_master: Vec<String> = (0..addrs.len())
+            .map(|m| {
+                fmt(median(
+                    figs.iter()
+                        .map(|f| f.1.get(m).copied().unwrap_or(f64::NAN))
+                        .collect(),
+                ))
+            })
+            .collect();
+        let jobs: Vec<String> = nodes_of(first).iter().map(|n| n.1.to_string()).collect();
+        let total_jobs: f64 = nodes_of(first).iter().map(|n| n.1).sum();
+        lines.push(format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.name,
+            total_jobs,
+            addrs.len(),
+            fmt(median(figs.iter().map(|f| f.0).collect())),
+            per_master.join(" / "),
+            jobs.join(" / "),
+            fmt(median(figs.iter().map(|f| f.2).collect())),
+            fmt(median(figs.iter().map(|f| f.3).collect())),
+        ));
+    }
+    lines.join("\n")
+}
+
 /// The JSON document for `report.mjs`.
 pub fn document(meta: Value, scenarios: &[Scenario]) -> Value {
     let list: Vec<Value> = scenarios
@@ -173,5 +254,21 @@ mod tests {
         assert_eq!(fmt(f64::NAN), "–");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn per_master_figures_and_the_ceiling() {
+        // 3 masters, 900 jobs, 300 each; the third spent twice the CPU of the others.
+        let r = json!({ "redisNodes": [
+            { "addr": "a", "cpuSec": 0.03, "jobs": 300 },
+            { "addr": "b", "cpuSec": 0.03, "jobs": 300 },
+            { "addr": "c", "cpuSec": 0.06, "jobs": 300 },
+        ]});
+        let (total, per, spread, ceiling) = node_figures(r.as_object().expect("object"));
+        assert!((total - 133.333).abs() < 0.01, "{total}");
+        assert!((per[0] - 100.0).abs() < 1e-6 && (per[2] - 200.0).abs() < 1e-6);
+        assert!((spread - 2.0).abs() < 1e-9);
+        // The busiest: 200 µs per job on a third of the jobs -> 3 x 10^6 / 200.
+        assert!((ceiling - 15_000.0).abs() < 1e-6, "{ceiling}");
     }
 }

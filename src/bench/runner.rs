@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 use super::args::BenchArgs;
 use super::client::{connect, exponential_backoff, fresh_queues, prefill, SpecOpts};
 use super::cpu::{measure, wait_for_quiet, Pids};
-use super::report::{document, render, Scenario};
+use super::nodes::Nodes;
+use super::report::{document, render, render_nodes, Scenario};
 use super::{enqueue, latency, workers};
 
 /// One entry of the plan.
@@ -106,20 +107,39 @@ fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
     Ok((p, skipped))
 }
 
+/// Queues a scenario spreads its jobs over (the latency probe and the RSS scenario use one).
+fn queue_count(a: &BenchArgs, what: &Plan) -> usize {
+    match what {
+        Plan::Latency | Plan::Rss => 1,
+        _ => a.queues,
+    }
+}
+
+/// Jobs a scenario creates (the unit of the per-master Redis CPU figures).
+fn job_count(a: &BenchArgs, what: &Plan) -> usize {
+    match what {
+        Plan::Latency => a.latency_jobs,
+        Plan::Failure => a.failure_jobs,
+        Plan::Rss => a.rss_streams * a.rss_credits as usize,
+        _ => a.n,
+    }
+}
+
 async fn run_one(
     a: &BenchArgs,
     ch: &tonic::transport::Channel,
     pids: &Pids,
     what: &Plan,
+    queues: &[String],
 ) -> anyhow::Result<Map<String, Value>> {
     let o = SpecOpts {
         payload: a.payload,
         ..Default::default()
     };
     match *what {
-        Plan::Sequential => enqueue::sequential(ch, pids, a.n, a.queues, &o).await,
-        Plan::Concurrent => enqueue::concurrent(ch, pids, a.n, a.in_flight, a.queues, &o).await,
-        Plan::Batch => enqueue::batched(ch, pids, a.n, a.batch, a.queues, &o).await,
+        Plan::Sequential => enqueue::sequential(ch, pids, a.n, queues, &o).await,
+        Plan::Concurrent => enqueue::concurrent(ch, pids, a.n, a.in_flight, queues, &o).await,
+        Plan::Batch => enqueue::batched(ch, pids, a.n, a.batch, queues, &o).await,
         Plan::EndToEnd(w, c, policy) => {
             let o = if policy {
                 SpecOpts {
@@ -130,24 +150,79 @@ async fn run_one(
             } else {
                 o
             };
-            workers::end_to_end(ch, pids, a.n, (w, c), a.queues, &o).await
+            workers::end_to_end(ch, pids, a.n, (w, c), queues, &o).await
         }
         Plan::Latency => {
             let gap = Duration::from_millis(a.gap_ms);
-            latency::idle_pickup(ch, pids, a.latency_jobs, gap, a.credits, &o).await
+            latency::idle_pickup(ch, pids, a.latency_jobs, gap, a.credits, queues, &o).await
         }
         Plan::Failure => {
-            workers::failure_path(ch, pids, a.failure_jobs, a.credits, a.queues, a.payload).await
+            workers::failure_path(ch, pids, a.failure_jobs, a.credits, queues, a.payload).await
         }
-        Plan::Rss => workers::rss(&a.server, pids, a.rss_streams, a.rss_credits, a.payload).await,
+        Plan::Rss => {
+            workers::rss(
+                &a.server,
+                pids,
+                a.rss_streams,
+                a.rss_credits,
+                queues,
+                a.payload,
+            )
+            .await
+        }
         Plan::Fill => {
             // Waiting jobs left in place, for measuring Redis memory per waiting job.
-            let queues = fresh_queues(a.queues);
             let s = pids.snap();
-            prefill(ch, &queues, a.n, a.batch, &o).await?;
+            prefill(ch, queues, a.n, a.batch, &o).await?;
             Ok(measure(&s, &pids.snap(), a.n as f64))
         }
     }
+}
+
+/// Runs one scenario; with `--redis-url`, on queues placed evenly over the masters and with
+/// every master's `INFO cpu` read before and after the whole scenario (pre-fill included:
+/// for end-to-end that is a job's whole lifecycle, enqueue + lease + ack), recorded in the
+/// run as `redisNodes: [{ addr, cpuSec, jobs }]` (`jobs`: of this scenario's jobs, those on
+/// that master's queues; job i goes to queue i mod Q).
+async fn run_measured(
+    a: &BenchArgs,
+    ch: &tonic::transport::Channel,
+    pids: &Pids,
+    nodes: &mut Option<Nodes>,
+    what: &Plan,
+) -> anyhow::Result<Map<String, Value>> {
+    let fresh = fresh_queues(queue_count(a, what));
+    let Some(nodes) = nodes else {
+        return run_one(a, ch, pids, what, &fresh).await;
+    };
+    let queues = nodes.placed(fresh).await?;
+    let mut jobs = vec![0usize; nodes.masters.len()];
+    let mut owner = Vec::with_capacity(queues.len());
+    for q in &queues {
+        owner.push(nodes.master_of(q).await?);
+    }
+    for i in 0..job_count(a, what) {
+        jobs[owner[i % owner.len()]] += 1;
+    }
+    let before = nodes.cpu_sec().await;
+    let mut r = run_one(a, ch, pids, what, &queues).await?;
+    let after = nodes.cpu_sec().await;
+    let list: Vec<Value> = nodes
+        .masters
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let cpu = after[i] - before[i];
+            let cpu = if cpu.is_finite() {
+                json!(cpu)
+            } else {
+                Value::Null
+            };
+            json!({ "addr": m.addr, "cpuSec": cpu, "jobs": jobs[i] })
+        })
+        .collect();
+    r.insert("redisNodes".into(), Value::Array(list));
+    Ok(r)
 }
 
 /// Runs the bench described by `a` against a running server. A scenario that fails stops
@@ -163,6 +238,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         redis: a.redis_pid.iter().map(|p| p.to_string()).collect(),
     };
     let ch = connect(&a.server).await?;
+    let mut nodes = match &a.redis_url {
+        Some(url) => Some(Nodes::discover(url).await?),
+        None => None,
+    };
     let mut results: Vec<Scenario> = plan
         .iter()
         .map(|(name, unit, _)| Scenario {
@@ -177,7 +256,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             let mut attempt = 0;
             let r = loop {
                 wait_for_quiet(Duration::from_secs(a.quiet_wait)).await;
-                let mut r = match run_one(&a, &ch, &pids, what).await {
+                let mut r = match run_measured(&a, &ch, &pids, &mut nodes, what).await {
                     Ok(r) => r,
                     Err(e) => {
                         notes.push(format!("{name}: failed in run {run}, stopped here: {e:#}"));
@@ -218,6 +297,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         a.runs.max(1)
     );
     println!("{}", render(&title, &results));
+    if let Some(nodes) = &nodes {
+        let addrs: Vec<&str> = nodes.masters.iter().map(|m| m.addr.as_str()).collect();
+        println!("\n{}", render_nodes(&addrs, &results));
+    }
     for note in &notes {
         println!("\nNote: {note}");
     }

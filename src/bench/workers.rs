@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-use super::client::{connect, fresh_queues, prefill, remove_on_complete, SpecOpts, Stream};
+use super::client::{connect, prefill, remove_on_complete, SpecOpts, Stream};
 use super::cpu::{measure, rss_bytes, Pids, Snap};
 use crate::pb;
 use crate::pb::subscribe_response::Message as Out;
@@ -124,16 +124,15 @@ pub async fn end_to_end(
     pids: &Pids,
     n: usize,
     (workers, credits): (usize, u32),
-    queues: usize,
+    queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = fresh_queues(queues);
-    remove_on_complete(ch, &queues).await?;
-    prefill(ch, &queues, n, 1000, o).await?;
+    remove_on_complete(ch, queues).await?;
+    prefill(ch, queues, n, 1000, o).await?;
     let shared = Shared::new(pids, n);
     let mut tasks = Vec::new();
     for _ in 0..workers {
-        let s = Stream::open(ch, &queues, credits).await?;
+        let s = Stream::open(ch, queues, credits).await?;
         tasks.push(spawn_worker(s, Answer::Ack, shared.clone()));
     }
     let result = shared.wait(patience(n)).await;
@@ -155,19 +154,18 @@ pub async fn failure_path(
     pids: &Pids,
     n: usize,
     credits: u32,
-    queues: usize,
+    queues: &[String],
     payload: usize,
 ) -> anyhow::Result<Map<String, Value>> {
-    let queues = fresh_queues(queues);
     let o = SpecOpts {
         payload,
         max_attempts: Some(3),
         backoff: Some(super::client::fixed_backoff(0)),
     };
-    prefill(ch, &queues, n, 1000, &o).await?;
+    prefill(ch, queues, n, 1000, &o).await?;
     let shared = Shared::new(pids, n);
     let worker = spawn_worker(
-        Stream::open(ch, &queues, credits).await?,
+        Stream::open(ch, queues, credits).await?,
         Answer::FailRetry,
         shared.clone(),
     );
@@ -193,13 +191,13 @@ pub async fn rss(
     pids: &Pids,
     streams: usize,
     credits: u32,
+    queues: &[String],
     payload: usize,
 ) -> anyhow::Result<Map<String, Value>> {
     let pid = pids
         .server
         .clone()
         .ok_or_else(|| anyhow::anyhow!("the rss scenario needs --server-pid"))?;
-    let queues = fresh_queues(1);
     let before = rss_bytes(&pid).unwrap_or(0);
     let n = streams * credits as usize;
     let mut open = Vec::new();
@@ -208,13 +206,13 @@ pub async fn rss(
         if i > 0 && i % 100 == 0 {
             ch = connect(server).await?;
         }
-        open.push(Stream::open(&ch, &queues, credits).await?);
+        open.push(Stream::open(&ch, queues, credits).await?);
     }
     let o = SpecOpts {
         payload,
         ..Default::default()
     };
-    prefill(&ch, &queues, n, 1000, &o).await?;
+    prefill(&ch, queues, n, 1000, &o).await?;
     // Collect every lease without answering, then read the RSS, then ack them all.
     let mut held = Vec::new();
     for s in open.iter_mut() {

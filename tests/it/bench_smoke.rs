@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use crate::harness::*;
+use crate::topology::TestCluster;
 
 #[tokio::test]
 async fn the_bench_command_runs_every_scenario_and_writes_json() {
@@ -94,4 +95,143 @@ async fn the_bench_without_a_server_pid_skips_rss_and_still_prints_the_table() {
         stdout.contains("RSS") && stdout.contains("--server-pid"),
         "a note says RSS was skipped and why:\n{stdout}"
     );
+}
+
+/// Runs `jobwire bench --only e2e --e2e 2x8 -n N --queues Q --redis-url URL --json` against
+/// `server`; returns stdout and the JSON document.
+async fn bench_e2e(
+    server: String,
+    url: String,
+    n: usize,
+    queues: usize,
+) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("bench.json");
+    let out = tokio::task::spawn_blocking({
+        let json = json.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_jobwire"))
+                .args(["bench", "--server", &server, "--redis-url", &url])
+                .args(["--only", "e2e", "--e2e", "2x8", "-n", &n.to_string()])
+                .args(["--queues", &queues.to_string()])
+                .arg("--json")
+                .arg(&json)
+                .output()
+                .expect("run jobwire bench")
+        }
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid JSON");
+    (stdout, v)
+}
+
+/// The e2e row of the per-master table, split into its cells:
+/// `| scenario | jobs | masters | total µs/job | µs/job per master | jobs per master | max/min | ceiling |`.
+fn per_master_row(stdout: &str) -> Vec<String> {
+    let table = stdout
+        .split_once("Redis CPU per master")
+        .unwrap_or_else(|| panic!("no per-master table in:\n{stdout}"))
+        .1;
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| e2e: 2 workers x 8 credits"))
+        .unwrap_or_else(|| panic!("no e2e row in:\n{table}"));
+    row.split('|').map(|c| c.trim().to_owned()).collect()
+}
+
+/// A figure of the table (thousands separators removed).
+fn num(cell: &str) -> f64 {
+    cell.replace(',', "").parse().unwrap_or(f64::NAN)
+}
+
+/// With `--redis-url` the bench reads every master's CPU from `INFO cpu` before and after
+/// each scenario and prints a per-master table: Redis CPU µs per job for each master, the
+/// total, how evenly it spread (max/min) and the model ceiling. One real Redis: one master.
+#[tokio::test]
+async fn the_bench_reads_redis_cpu_per_master_from_info() {
+    let (redis, app) = TestApp::with_redis().await;
+    let (stdout, v) = bench_e2e(format!("http://{}", app.grpc), redis.url.clone(), 400, 3).await;
+    let cells = per_master_row(&stdout);
+    let run = &v["scenarios"][0]["runs"][0];
+    let nodes = run["redisNodes"].as_array().expect("redisNodes in the run");
+    if !redis.url.contains("+cluster://") {
+        assert_eq!(nodes.len(), 1, "a single Redis is one master: {run}");
+    }
+    assert_eq!(cells[2], "400", "jobs of the scenario: {cells:?}");
+    assert_eq!(cells[3], nodes.len().to_string(), "masters: {cells:?}");
+    // Enqueue + lease + ack of a 16-byte job costs Redis some µs; generous bounds, only
+    // to show the figure is read and scaled (not 0, not seconds).
+    let total = num(&cells[4]);
+    assert!(
+        total > 1.0 && total < 100_000.0,
+        "total µs/job {total}: {cells:?}"
+    );
+    assert!(nodes[0]["cpuSec"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
+    let jobs: u64 = nodes.iter().map(|n| n["jobs"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(jobs, 400, "{run}");
+}
+
+/// `EVALSHA` + `EVAL` calls a node has served so far (`INFO commandstats`).
+async fn script_calls(c: &TestCluster, port: u16) -> u64 {
+    let mut conn = c.conn(port).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// On a real 3-master cluster (`redis+cluster://` seeds) the bench finds the three masters
+/// with CLUSTER NODES, puts 2 of its 6 queues on each (so 600 jobs split 200 / 200 / 200),
+/// and prints a CPU figure for every master; each master's script-call count went up, so
+/// the split is real, not only what the bench believes.
+#[tokio::test]
+async fn the_bench_spreads_queues_over_cluster_masters_and_reads_each_ones_cpu() {
+    let cluster = TestCluster::start(3, 0).await;
+    let app = TestApp::spawn(test_config(&cluster.url)).await;
+    let masters = cluster.masters().await;
+    let mut before = Vec::new();
+    for &m in &masters {
+        before.push(script_calls(&cluster, m).await);
+    }
+    let (stdout, v) = bench_e2e(format!("http://{}", app.grpc), cluster.url.clone(), 600, 6).await;
+    let cells = per_master_row(&stdout);
+    assert_eq!(cells[3], "3", "three masters: {cells:?}");
+    assert_eq!(cells[6], "200 / 200 / 200", "jobs per master: {cells:?}");
+    let per: Vec<f64> = cells[5].split(" / ").map(num).collect();
+    assert_eq!(per.len(), 3, "{cells:?}");
+    assert!(
+        per.iter().all(|x| *x > 0.0 && *x < 100_000.0),
+        "µs/job per master: {cells:?}"
+    );
+    assert!(num(&cells[7]) >= 1.0, "max/min: {cells:?}");
+    assert!(num(&cells[8]) > 0.0, "ceiling: {cells:?}");
+    let run = &v["scenarios"][0]["runs"][0];
+    assert_eq!(run["redisNodes"].as_array().map(Vec::len), Some(3), "{run}");
+    for (i, &m) in masters.iter().enumerate() {
+        let after = script_calls(&cluster, m).await;
+        assert!(
+            after > before[i],
+            "master {m} ran no script during the bench: {stdout}"
+        );
+    }
 }
