@@ -181,3 +181,69 @@ async fn with_wait_replicas_every_acknowledged_enqueue_and_ack_survives_a_master
         }
     }
 }
+
+/// `INFO server`'s process_id of the node on `port`.
+async fn node_pid(cluster: &crate::topology::TestCluster, port: u16) -> u32 {
+    let text: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut cluster.conn(port).await)
+        .await
+        .expect("INFO server");
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("process_id")
+}
+
+/// On a cluster, WAIT must run on the master that made the write (a keyless WAIT sent to any
+/// other master would count that master's replicas and answer at once). With the replica of
+/// one queue's master stopped (SIGSTOP), an Enqueue on that queue answers NOT_REPLICATED
+/// while a queue on another master is served; after SIGCONT both are.
+#[tokio::test]
+async fn on_a_cluster_wait_replicas_waits_on_the_master_that_made_the_write() {
+    let cluster = crate::topology::TestCluster::start(3, 1).await;
+    let masters = cluster.masters().await;
+    let mut on: std::collections::HashMap<u16, String> = std::collections::HashMap::new();
+    for i in 0.. {
+        let q = format!("wc{i}");
+        let m = cluster.master_for_key(&format!("jw:{{{q}}}:meta")).await;
+        on.entry(m).or_insert(q);
+        if on.len() == masters.len() {
+            break;
+        }
+    }
+    let (stalled, served) = (&on[&masters[0]], &on[&masters[1]]);
+    let app = TestApp::spawn(config(&cluster.url, 1)).await;
+    enqueue(&app, spec(stalled, "before")).await;
+    enqueue(&app, spec(served, "before")).await;
+
+    let replica = cluster.replicas_of(masters[0]).await[0];
+    let pid = node_pid(&cluster, replica).await;
+    crate::procs::signal(pid, "-STOP");
+    let refused = app
+        .jobs()
+        .enqueue(pb::EnqueueRequest {
+            job: Some(spec(stalled, "during")),
+        })
+        .await;
+    let other = app
+        .jobs()
+        .enqueue(pb::EnqueueRequest {
+            job: Some(spec(served, "during")),
+        })
+        .await;
+    crate::procs::signal(pid, "-CONT");
+    let s = refused.expect_err("the stalled shard's replica acknowledges nothing");
+    assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+    assert!(s.message().contains("0 of 1 replicas"), "{s:?}");
+    assert!(other.is_ok(), "another master's queue is served: {other:?}");
+    eventually(Duration::from_secs(20), || async {
+        app.jobs()
+            .enqueue(pb::EnqueueRequest {
+                job: Some(spec(stalled, "after")),
+            })
+            .await
+            .is_ok()
+    })
+    .await;
+}
