@@ -123,7 +123,7 @@ fn parse_line(line: &str) -> Option<(String, Vec<Vec<u8>>)> {
     let close = open + line[open..].find("] ")?;
     let client = line[open + 1..close].split_once(' ')?.1.to_owned();
     let mut args = Vec::new();
-    let b = line[close + 2..].as_bytes();
+    let b = &line.as_bytes()[close + 2..];
     let mut i = 0;
     while i < b.len() {
         if b[i] != b'"' {
@@ -208,7 +208,10 @@ fn calls(lines: &[String]) -> Vec<Call> {
         let cmd = String::from_utf8_lossy(&args[0]).to_uppercase();
         let source = |a: &[u8]| {
             let src = String::from_utf8_lossy(a).into_owned();
-            (redis::Script::new(&src).get_hash().to_owned(), script_name(a))
+            (
+                redis::Script::new(&src).get_hash().to_owned(),
+                script_name(a),
+            )
         };
         match cmd.as_str() {
             "SCRIPT" if args.len() > 2 && args[1].eq_ignore_ascii_case(b"load") => {
@@ -280,10 +283,7 @@ async fn lease(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec<(St
         .confirm_lease_calls(q, &[call])
         .await
         .expect("confirm");
-    b.jobs
-        .into_iter()
-        .map(|l| (l.job.id, l.token))
-        .collect()
+    b.jobs.into_iter().map(|l| (l.job.id, l.token)).collect()
 }
 
 fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {
@@ -345,10 +345,7 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     let order: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(order[..3], ["b6", "b2", "b3"], "{order:?}");
     assert_eq!(order[8..], ["b5", "b7"], "{order:?}");
-    store
-        .renew(&q, &held[..2], 30_000)
-        .await
-        .expect("renew");
+    store.renew(&q, &held[..2], 30_000).await.expect("renew");
     store.ack(&q, &held[..3]).await.expect("ack");
     store.release(&q, &held[3..4]).await.expect("release");
     let fails = vec![
@@ -520,7 +517,10 @@ async fn every_script_declares_every_key_it_touches_in_one_slot() {
         let tag = call.keys.first().map(|k| hash_tag(k).to_vec());
         for k in &call.keys {
             if Some(hash_tag(k).to_vec()) != tag {
-                cross_slot.entry(call.name.clone()).or_default().insert(show(k));
+                cross_slot
+                    .entry(call.name.clone())
+                    .or_default()
+                    .insert(show(k));
             }
         }
         let declared: BTreeSet<&[u8]> = call.keys.iter().map(|k| k.as_slice()).collect();
@@ -537,7 +537,10 @@ async fn every_script_declares_every_key_it_touches_in_one_slot() {
                 if name == "SPUBLISH" {
                     // A shard channel is routed like a key: it must be in the call's slot.
                     if Some(hash_tag(k).to_vec()) != tag {
-                        cross_slot.entry(call.name.clone()).or_default().insert(show(k));
+                        cross_slot
+                            .entry(call.name.clone())
+                            .or_default()
+                            .insert(show(k));
                     }
                 } else if !declared.contains(k.as_slice()) {
                     undeclared
@@ -555,7 +558,10 @@ async fn every_script_declares_every_key_it_touches_in_one_slot() {
         .filter(|s| !seen.contains_key(*s))
         .collect();
     assert!(missing.is_empty(), "scripts never run: {missing:?}");
-    let unknown: Vec<&String> = seen.keys().filter(|s| !SCRIPTS.contains(&s.as_str())).collect();
+    let unknown: Vec<&String> = seen
+        .keys()
+        .filter(|s| !SCRIPTS.contains(&s.as_str()))
+        .collect();
     assert!(unknown.is_empty(), "calls of unknown scripts: {unknown:?}");
     for (script, keys) in &undeclared {
         println!("{script}: keys touched, not declared:");
@@ -568,5 +574,8 @@ async fn every_script_declares_every_key_it_touches_in_one_slot() {
         "scripts touch keys they do not declare: {:?}",
         undeclared.keys().collect::<Vec<_>>()
     );
-    assert!(cross_slot.is_empty(), "keys of one call in different slots: {cross_slot:?}");
+    assert!(
+        cross_slot.is_empty(),
+        "keys of one call in different slots: {cross_slot:?}"
+    );
 }
