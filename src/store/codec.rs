@@ -176,9 +176,9 @@ pub(crate) fn job_from_record(
     })
 }
 
-/// Puts the error history (the HGETALL reply of the job's errors hash, `scripts/common.lua`)
-/// into `job`: the entries in order, and the dropped count. An empty hash leaves the errors
-/// of the record (none, or a whole history written before the hash existed).
+/// Puts the error history (`{ '1', entry, k, entry, ..., 'dropped', n }` as `read_history`
+/// in `scripts/common.lua` returns it) into `job`: the entries in order, and the dropped
+/// count. An empty history leaves the errors of the header (none).
 pub(crate) fn with_history(job: &mut Job, history: Value) -> Result<(), StoreError> {
     let mut fields = array(history)?.into_iter();
     let mut entries: Vec<(u64, AttemptError)> = Vec::new();

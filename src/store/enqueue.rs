@@ -10,6 +10,7 @@ use super::scripts;
 use super::types::*;
 use super::{Store, StoreError};
 use crate::jobs::{Backoff, Job, JobState, NewJob, QueueName};
+use redis::Value;
 
 impl Store {
     /// Creates jobs of one queue (`enqueue.lua`); a taken id returns the existing job with
@@ -127,20 +128,21 @@ impl Store {
 
     /// Reads one job (`None` if there is none with that id).
     pub async fn get_job(&self, queue: &QueueName, id: &str) -> Result<Option<Job>, StoreError> {
-        let keys = Keys::new(queue);
         // One read-only script: the record and its history as of the same moment, also
         // on a Redis past maxmemory (which refuses MULTI).
-        let no_args: [&str; 0] = [];
         let reply = self
-            .eval(
+            .run_script(
                 &scripts::GET_JOB,
-                &[keys.job(id), keys.errors(id)],
-                &no_args,
+                &Keys::new(queue),
+                vec![id.as_bytes().to_vec()],
             )
             .await?;
-        let (rec, history): (Option<Vec<u8>>, redis::Value) =
-            redis::from_redis_value(reply).map_err(|_| bad("get_job reply"))?;
-        let Some(rec) = rec else { return Ok(None) };
+        let mut reply = array(reply)?.into_iter();
+        let rec = match next(&mut reply)? {
+            Value::Nil => return Ok(None),
+            v => bytes(v)?,
+        };
+        let history = next(&mut reply)?;
         let mut job = job_from_record(queue, id.to_owned(), &rec)?;
         with_history(&mut job, history)?;
         Ok(Some(job))

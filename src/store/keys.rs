@@ -1,9 +1,15 @@
 //! The Redis key schema (DESIGN.md section 4). Every key of a queue carries the hash tag
 //! `{queue}`, so one script may touch them all, also on Redis Cluster. Queue names are
-//! restricted to `[A-Za-z0-9._-]` (no braces), so the tag is always the queue name. Job ids
-//! may be any UTF-8: a job key is the fixed prefix `jw:{queue}:job:` followed by the id, and
-//! no other key starts with that prefix, so no id can collide with another key and none
-//! needs escaping.
+//! restricted to `[A-Za-z0-9._-]` (no braces), so the tag is always the queue name.
+//!
+//! A queue has a fixed set of keys ([`Keys`]), and every queue script takes all of them in
+//! KEYS and touches no other key: Redis Cluster refuses a script that touches a key it did
+//! not declare, and scripts that walk jobs (lease, reap, replay by filter, purge, trim)
+//! learn their ids only inside Redis. So jobs are not keys of their own but entries of
+//! per-queue hashes keyed by job id (`jw:{queue}:jobs`, `jw:{queue}:bodies`) and their
+//! error histories fields of one per-queue hash (`jw:{queue}:errors`, fields
+//! `<name>:<id>`); `scripts/common.lua` describes each key and value. Job ids may be any
+//! UTF-8: as hash fields they need no escaping and cannot collide with a key.
 
 use crate::jobs::QueueName;
 
@@ -44,48 +50,58 @@ pub(crate) fn wake_arg(wake: &str, sharded: bool) -> String {
     }
 }
 
-/// The twelve keys every script takes, in the order `scripts/common.lua` documents.
+/// The names of a queue's keys after `jw:{queue}:`, in the order every script takes them
+/// (`scripts/common.lua` documents each).
+const KEY_NAMES: [&str; 15] = [
+    "waiting",
+    "delayed",
+    "active",
+    "completed",
+    "dead",
+    "meta",
+    "jobs",
+    "limiter",
+    "settled",
+    "settled_at",
+    "calls",
+    "call_jobs",
+    "bodies",
+    "errors",
+    "prio",
+];
+
+/// The fifteen keys every queue script takes, in the order `scripts/common.lua` documents
+/// (indexes into `all`: 0 waiting list, 1 delayed, 2 active, 3 completed, 4 dead, 5 meta,
+/// 6 jobs, ..., 14 prio).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) all: [String; 12],
+    pub(crate) all: [String; 15],
     pub(crate) wake: String,
 }
 
 impl Keys {
     /// Builds the keys of `queue`.
     pub(crate) fn new(queue: &QueueName) -> Keys {
-        let p = format!("jw:{{{queue}}}:");
         Keys {
-            all: [
-                format!("{p}waiting"),
-                format!("{p}delayed"),
-                format!("{p}active"),
-                format!("{p}completed"),
-                format!("{p}dead"),
-                format!("{p}meta"),
-                format!("{p}job:"),
-                format!("{p}limiter"),
-                format!("{p}settled"),
-                format!("{p}settled_at"),
-                format!("{p}calls"),
-                format!("{p}call_jobs"),
-            ],
+            all: KEY_NAMES.map(|name| format!("jw:{{{queue}}}:{name}")),
             wake: wake_channel(queue),
         }
     }
 
-    /// The record of one job.
-    pub(crate) fn job(&self, id: &str) -> String {
-        format!("{}{id}", self.all[6])
+    /// The waiting list (priority 0).
+    pub(crate) fn waiting(&self) -> &str {
+        &self.all[0]
     }
 
-    /// The error history of one job (a hash, `scripts/common.lua`): `jw:{queue}:errors:<id>`,
-    /// which the scripts derive from the job prefix; no job key starts with it.
-    pub(crate) fn errors(&self, id: &str) -> String {
-        let p = &self.all[6];
-        format!("{}errors:{id}", &p[..p.len() - "job:".len()])
+    /// The waiting jobs of other priorities (a sorted set, scores in `scripts/common.lua`).
+    pub(crate) fn prio(&self) -> &str {
+        &self.all[14]
     }
 }
+
+/// The score in [`Keys::prio`] from which jobs of priority below 0 start: 1000 * 2^40
+/// (`scripts/common.lua`, ZERO_SCORE). Those below it have a priority above 0.
+pub(crate) const ZERO_SCORE: f64 = 1000.0 * (1u64 << 40) as f64;
 
 /// The registry: the set of queue names in use (not hash-tagged: it spans queues).
 pub(crate) const QUEUES_KEY: &str = "jw:queues";
@@ -109,8 +125,8 @@ mod tests {
         for key in &k.all {
             assert!(key.starts_with("jw:{emails}:"), "{key}");
         }
-        assert_eq!(k.job("a:b{c}"), "jw:{emails}:job:a:b{c}");
-        assert_eq!(k.errors("a:b"), "jw:{emails}:errors:a:b");
+        assert_eq!(k.all[6], "jw:{emails}:jobs");
+        assert_eq!(k.prio(), "jw:{emails}:prio");
         assert_eq!(wake_channel(&q), "jw:wake:emails");
         assert_eq!(shard_wake_channel(&q), "jw:{emails}:wake");
         assert_eq!(wake_arg(&k.wake, false), "PUBLISH jw:wake:emails");

@@ -102,7 +102,7 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         let exists: u64 = redis::cmd("EXISTS")
-            .arg(&keys.all[..6])
+            .arg(&keys.all[..])
             .query_async(&mut conn)
             .await?;
         if !registered && exists == 0 {

@@ -79,10 +79,24 @@ global_script!(DUE, "due");
 global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
 
-/// `scripts/get_job.lua`: a job's record and error history in one read-only call
-/// (`flags=no-writes`: it runs on a full Redis too, where MULTI is refused).
+/// `scripts/get_job.lua` after `scripts/common.lua` and `scripts/attempts.lua` (it takes
+/// the same keys as every queue script): a job's record and error history in one read-only
+/// call (`flags=no-writes`, which must open the script: it runs on a full Redis too, where
+/// MULTI is refused).
 pub(crate) static GET_JOB: NamedScript = NamedScript {
     name: "get_job",
-    body: include_str!("scripts/get_job.lua"),
-    script: LazyLock::new(|| Script::new(include_str!("scripts/get_job.lua"))),
+    body: concat!(
+        "#!lua flags=no-writes\n",
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/attempts.lua"),
+        include_str!("scripts/get_job.lua")
+    ),
+    script: LazyLock::new(|| {
+        Script::new(concat!(
+            "#!lua flags=no-writes\n",
+            include_str!("scripts/common.lua"),
+            include_str!("scripts/attempts.lua"),
+            include_str!("scripts/get_job.lua")
+        ))
+    }),
 };

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::client::Store;
 use super::codec::{array, int, next, string};
-use super::keys::Keys;
+use super::keys::{Keys, ZERO_SCORE};
 use super::{scripts, StoreError};
 use crate::jobs::QueueName;
 
@@ -125,22 +125,23 @@ impl Store {
     pub async fn waiting_ids(&self, queue: &QueueName) -> Result<Vec<String>, StoreError> {
         let keys = Keys::new(queue);
         let mut conn = self.conn.clone();
-        let levels: Vec<String> = redis::cmd("ZRANGE")
-            .arg(&keys.all[0])
+        // The other priorities sort around priority 0 by score (`scripts/common.lua`).
+        let (prio, zero): (Vec<(String, f64)>, Vec<String>) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(keys.prio())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .cmd("LRANGE")
+            .arg(keys.waiting())
             .arg(0)
             .arg(-1)
             .query_async(&mut conn)
             .await?;
-        let mut ids = Vec::new();
-        for level in levels {
-            let chunk: Vec<String> = redis::cmd("LRANGE")
-                .arg(format!("{}:{level}", keys.all[0]))
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut conn)
-                .await?;
-            ids.extend(chunk);
-        }
+        let above = prio.iter().take_while(|(_, s)| *s < ZERO_SCORE).count();
+        let mut ids: Vec<String> = prio[..above].iter().map(|(id, _)| id.clone()).collect();
+        ids.extend(zero);
+        ids.extend(prio[above..].iter().map(|(id, _)| id.clone()));
         Ok(ids)
     }
 }

@@ -236,27 +236,29 @@ impl TestRedis {
         sum
     }
 
-    /// The raw record of job `id` of `queue` (None if there is none).
+    /// The raw header of job `id` of `queue` (None if there is none): an entry of the
+    /// queue's jobs hash (src/store/scripts/common.lua).
     pub async fn record(&self, queue: &str, id: &str) -> Option<Vec<u8>> {
-        redis::cmd("GET")
-            .arg(format!("jw:{{{queue}}}:job:{id}"))
+        redis::cmd("HGET")
+            .arg(format!("jw:{{{queue}}}:jobs"))
+            .arg(id)
             .query_async(&mut self.conn().await)
             .await
-            .expect("get")
+            .expect("hget")
     }
 
-    /// Sets the ready time of waiting job `id` of `queue`, ms (the 13th header value of the
-    /// job record, see src/store/scripts/common.lua), as if it had waited since then.
+    /// Sets the ready time of waiting job `id` of `queue`, ms (the 13th header value, see
+    /// src/store/scripts/common.lua), as if it had waited since then.
     pub async fn set_ready_ms(&self, queue: &str, id: &str, ready_ms: i64) {
         let _: () = redis::cmd("EVAL")
             .arg(
-                "local rec = redis.call('GET', KEYS[1]) \
-                 local h = { cmsgpack.unpack_limit(rec, 17, 0) } \
-                 h[14] = tonumber(ARGV[1]) \
-                 redis.call('SET', KEYS[1], cmsgpack.pack(unpack(h, 2, 18)) .. string.sub(rec, h[1] + 1))",
+                "local h = { cmsgpack.unpack_limit(redis.call('HGET', KEYS[1], ARGV[1]), 17, 0) } \
+                 h[14] = tonumber(ARGV[2]) \
+                 redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack(unpack(h, 2, 18)))",
             )
             .arg(1)
-            .arg(format!("jw:{{{queue}}}:job:{id}"))
+            .arg(format!("jw:{{{queue}}}:jobs"))
+            .arg(id)
             .arg(ready_ms)
             .query_async(&mut self.conn().await)
             .await

@@ -21,6 +21,7 @@ mod big_payloads;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
+mod declared_keys;
 mod early_wake;
 mod error_history;
 mod error_text;

@@ -19,13 +19,11 @@ for j = 0, n - 1 do
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
-  local jk = job_key(id)
   if finished[id] then
     push3(out, 'LEASE_LOST', 0, 'completed')
   else
-    -- Without retention the job is deleted: its lease part is all that is read.
-    local rec
-    if keep > 0 then rec = get_record(jk) else rec = get_lease_part(jk) end
+    -- Only the header is read (never the body).
+    local rec = get_header(id)
     local st, lt, name, tok
     if rec then st, lt, name, tok = lease_fields(rec) end
     if (not rec or st ~= 'active' or tok ~= token) and settled_outcome(token) == 'A' then
@@ -40,9 +38,9 @@ for j = 0, n - 1 do
       finished[id] = true
       done[#done + 1] = id
       if keep > 0 then
-        local h, body = split_record(rec)
+        local h = split_header(rec)
         h[ST], h[FT], h[TOK], h[AD] = 'completed', now, '', 0
-        save_job(jk, h, body)
+        save_job(id, h)
       end
       push3(out, 'OK', lt, name)
     end

@@ -18,40 +18,30 @@ local function backoff_delay(bo, att, r)
   return math.floor(d)
 end
 
--- Appends one error (JSON) to history hash ek, then drops the oldest entries but the
--- first while more than HISTORY_LAST follow it or they pass HISTORY_BYTES (the newest
--- stays), counting them. O(1) a call but for the drops: no entry is decoded.
-local function append_error(ek, entry)
-  local n = redis.call('HINCRBY', ek, 'n', 1)
-  redis.call('HSET', ek, n, entry)
-  if n == 1 then return end
-  local bytes = redis.call('HINCRBY', ek, 'bytes', #entry)
-  local lo = tonumber(redis.call('HGET', ek, 'lo')) or 2
-  local gone = 0
-  while lo < n and (n - lo + 1 > HISTORY_LAST or bytes > HISTORY_BYTES) do
-    bytes = bytes - redis.call('HSTRLEN', ek, lo)
-    redis.call('HDEL', ek, lo)
-    lo, gone = lo + 1, gone + 1
+-- Appends one error (JSON) to the history of job `id` (common.lua: fields '<k>:<id>' and
+-- the state 's:<id>'), then drops the oldest entries but the first while more than
+-- HISTORY_LAST follow it or they pass HISTORY_BYTES (the newest stays), counting them. O(1)
+-- a call but for the drops: no entry is decoded.
+local function append_error(id, entry)
+  local n, lo, bytes, dropped = history_state(id)
+  n = n + 1
+  redis.call('HSET', K_ERRORS, n .. ':' .. id, entry)
+  if n > 1 then
+    bytes = bytes + #entry
+    while lo < n and (n - lo + 1 > HISTORY_LAST or bytes > HISTORY_BYTES) do
+      local f = lo .. ':' .. id
+      bytes = bytes - redis.call('HSTRLEN', K_ERRORS, f)
+      redis.call('HDEL', K_ERRORS, f)
+      lo, dropped = lo + 1, dropped + 1
+    end
   end
-  if gone > 0 then
-    redis.call('HSET', ek, 'lo', lo, 'bytes', bytes)
-    redis.call('HINCRBY', ek, 'dropped', gone)
-  end
+  redis.call('HSET', K_ERRORS, 's:' .. id, n .. ',' .. lo .. ',' .. bytes .. ',' .. dropped)
 end
 
 -- Records error `e` (a table) of job `id` in its history; returns the header's copy (the
--- last error with its details cut to LAST_DETAILS_BYTES). A record written before the
--- history key existed has its whole history in the header: it moves to the hash first.
-local function record_error(id, h, e)
-  local ek = errors_key(id)
-  if h[ERR] ~= '' and redis.call('EXISTS', ek) == 0 then
-    local old = cjson.decode(h[ERR])
-    for i, o in ipairs(old) do
-      if i == 1 or i > #old - HISTORY_LAST then append_error(ek, cjson.encode(o)) end
-    end
-    if #old > HISTORY_LAST + 1 then redis.call('HINCRBY', ek, 'dropped', #old - HISTORY_LAST - 1) end
-  end
-  append_error(ek, cjson.encode(e))
+-- last error with its details cut to LAST_DETAILS_BYTES).
+local function record_error(id, e)
+  append_error(id, cjson.encode(e))
   local d = e.d or ''
   if #d > LAST_DETAILS_BYTES then
     -- Cut on a UTF-8 boundary (not inside a continuation byte), then mark the cut.
@@ -62,14 +52,14 @@ local function record_error(id, h, e)
   return '[' .. cjson.encode(e) .. ']'
 end
 
--- Ends the current attempt of leased job `id` (header h, body) as failed: records the
+-- Ends the current attempt of leased job `id` (header h) as failed: records the
 -- error, then retries (delayed or waiting), returns the job without consuming the attempt
 -- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
 -- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
 -- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
 -- Returns state, time (ready or dead), dead reason ('' unless dead). A job made waiting
 -- needs a wake-up: the caller PUBLISHes once for all of its jobs (wake_after_failures).
-local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
+local function fail_attempt(id, h, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
   local att = h[ATT]
   local reason = ''
   local delay = 0
@@ -87,26 +77,26 @@ local function fail_attempt(id, jk, h, body, now, disposition, exhausted_reason,
     delay = backoff_delay(h[BO], att, r)
   end
 
-  h[ERR] = record_error(id, h, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
+  h[ERR] = record_error(id, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
   h[TOK], h[AD] = '', 0
   redis.call('ZREM', K_ACTIVE, id)
 
   if reason ~= '' then
     h[ST], h[DR], h[FT] = 'dead', reason, now
-    save_job(jk, h, body)
+    save_job(id, h)
     redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
     trim_dead(now)
     return { 'dead', now, reason }
   elseif delay > 0 then
-    schedule(id, jk, h, body, now + delay)
+    schedule(id, h, now + delay)
     return { 'delayed', now + delay, '' }
   end
-  make_ready(id, jk, h, body, now)
+  make_ready(id, h, now)
   return { 'waiting', now, '' }
 end
 
--- Checks the lease token of a settle-type call (ack, fail, renew) against the record
--- `rec` of job `id`. Returns nil when the job is active under `token`; otherwise the reply
+-- Checks the lease token of a settle-type call (ack, fail, renew) against the header
+-- `rec` of a job. Returns nil when the job is active under `token`; otherwise the reply
 -- for the job: { 'NOT_FOUND' } or { 'LEASE_LOST', state }.
 local function lease_refusal(rec, token)
   if not rec then return { 'NOT_FOUND' } end
@@ -115,10 +105,10 @@ local function lease_refusal(rec, token)
   return nil
 end
 
--- The job of a settle-type call when it is active under `token`: its record; otherwise nil
--- and the refusal (see lease_refusal).
+-- The job of a settle-type call when it is active under `token`: its header (a string);
+-- otherwise nil and the refusal (see lease_refusal).
 local function leased_record(id, token)
-  local rec = get_record(job_key(id))
+  local rec = get_header(id)
   local refusal = lease_refusal(rec, token)
   if refusal then return nil, refusal end
   return rec
@@ -147,7 +137,7 @@ local function read_filter(i)
 end
 
 -- Walks the dead set in dead-time order after the cursor score (exclusive; '-inf' = from the
--- start) up to the score `upto` (inclusive; nil = '+inf'), calling visit(id, jk, h, body, rec)
+-- start) up to the score `upto` (inclusive; nil = '+inf'), calling visit(id, h, hdr)
 -- for each matching entry, until `want` matched or `budget` entries were examined or visit
 -- returned true. visit may remove the entry. Returns the cursor score of the last entry
 -- examined, or '' when the set is exhausted.
@@ -162,13 +152,12 @@ local function scan_dead(cursor, want, budget, filter, visit, upto)
       local id, score = chunk[i], chunk[i + 1]
       examined = examined + 1
       from = '(' .. score
-      local jk = job_key(id)
-      local rec = get_record(jk)
+      local hdr = get_header(id)
       local stop = false
-      if rec then
-        local h, body = split_record(rec)
+      if hdr then
+        local h = split_header(hdr)
         if matches(h, math.floor(tonumber(score) / DEAD_SCALE), filter) then
-          stop = visit(id, jk, h, body, rec)
+          stop = visit(id, h, hdr)
           matched = matched + 1
         end
       end
@@ -194,7 +183,7 @@ local function wake_after_failures(any_waiting)
   end
 end
 
--- The selection of replay.lua and delete_dead.lua: applies act(id, jk, h, body) to each
+-- The selection of replay.lua and delete_dead.lua: applies act(id, h) to each
 -- listed id that is dead (ARGV[2] 'ids': [3] n, [4 ..] ids) or to each dead job matching the
 -- filter (ARGV[2] 'filter': [3 .. 8] filter, [9] cursor, [10] max entries to examine,
 -- [11] the walk's last score, '' on its first call). Returns the listed ids that were not
@@ -203,7 +192,7 @@ end
 -- replayed twice by one call. (Dead scores are ms * 1000 + a sequence mod 1000: an entry
 -- added in the same millisecond as the newest one when the walk began, after a sequence
 -- wrap, could still fall under the bound.)
-local function for_selected_dead(act, header_only)
+local function for_selected_dead(act)
   local skipped, cursor, upto = {}, '', ''
   if ARGV[2] == 'ids' then
     for i = 1, tonumber(ARGV[3]) do
@@ -211,14 +200,8 @@ local function for_selected_dead(act, header_only)
       -- them again.
       if i > 1 and over_budget() then break end
       local id = ARGV[3 + i]
-      local jk = job_key(id)
-      if header_only then
-        local part = get_lease_part(jk)
-        if part and lease_fields(part) == 'dead' then act(id, jk) else skipped[#skipped + 1] = id end
-      else
-        local h, body = load_job(jk)
-        if h and h[ST] == 'dead' then act(id, jk, h, body) else skipped[#skipped + 1] = id end
-      end
+      local h = load_job(id)
+      if h and h[ST] == 'dead' then act(id, h) else skipped[#skipped + 1] = id end
     end
   else
     local budget = tonumber(ARGV[10])
@@ -318,16 +301,14 @@ local function release_call(call, now)
   local prefix = call .. '-'
   local n = 0
   for _, id in ipairs(cmsgpack.unpack(packed)) do
-    local jk = job_key(id)
-    local rec = get_record(jk)
-    if rec then
-      local st, _, _, tok = lease_fields(rec)
-      if st == 'active' and string.sub(tok, 1, #prefix) == prefix then
-        local h, body = split_record(rec)
+    local h = load_job(id)
+    if h then
+      local tok = h[TOK]
+      if h[ST] == 'active' and string.sub(tok, 1, #prefix) == prefix then
         redis.call('ZREM', K_ACTIVE, id)
         redis.call('ZREM', K_LIMITER, tok)
         h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
-        make_ready(id, jk, h, body, now)
+        make_ready(id, h, now)
         n = n + 1
       end
     end

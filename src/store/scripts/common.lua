@@ -1,20 +1,21 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time).
 --
--- KEYS, the same eight for every script, all under one hash tag {queue}:
---   1 waiting    zset  priority level -> -priority: the levels that may have waiting jobs,
---                      highest priority first. The jobs of level p wait in the list
---                      KEYS[1] .. ':' .. p, in the order they became ready (FIFO).
+-- KEYS, the same fifteen for every queue script, all under one hash tag {queue} (so one
+-- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
+-- it on the queue's node (src/store/keys.rs builds the list; tests/it/declared_keys.rs
+-- checks every command each script runs against it).
+--   1 waiting    list  ids of the waiting jobs of priority 0 (the default), in the order
+--                      they became ready (FIFO)
 --   2 delayed    zset  id -> due time (ms)
 --   3 active     zset  id -> min(lease deadline, attempt deadline) (ms)
 --   4 completed  zset  id -> finish time (ms)
 --   5 dead       zset  id -> dead time (ms)
 --   6 meta       hash  queue config (d_max, d_bo, d_to, keep_completed, completed_age_ms,
 --                      keep_dead, dead_age_ms, rate_max, rate_ms, max_active), state (paused,
---                      throttle_until), the dead-set sequence (dseq) and the jobs removed by
---                      retention not yet counted by a reaper (trimmed_completed, trimmed_dead)
---   7 job prefix "jw:{queue}:job:" (not a key itself): job keys are prefix .. id. The batched
---                scripts address jobs whose ids they only learn inside the script; the prefix
---                carries the queue's hash tag, so every job key is in the same cluster slot.
+--                      throttle_until), the dead-set sequence (dseq), the waiting sequence
+--                      (wseq, see 15) and the jobs removed by retention not yet counted by a
+--                      reaper (trimmed_completed, trimmed_dead)
+--   7 jobs       hash  id -> the job's header (see below)
 --   8 limiter    zset  lease token -> start time (ms): the rate limit's sliding window
 --   9 settled    hash  lease token -> outcome of its applied Ack ('A') or Fail
 --                      ('F,<state>,<ready or dead ms>,<dead reason>'), so that a worker
@@ -27,6 +28,17 @@
 --  12 call_jobs  hash  lease call id -> the ids it leased (MessagePack array), or '' for a
 --                      call released before it ran (a tombstone: it leases nothing if it
 --                      runs later)
+--  13 bodies     hash  id -> the job's body (see below)
+--  14 errors     hash  the error histories of the queue's jobs (see below)
+--  15 prio       zset  id -> (1000 - priority) * 2^40 + wseq: the waiting jobs of a priority
+--                      other than 0 (priorities are -1000 .. 1000). Higher priority sorts
+--                      first, and within a priority the sequence (HINCRBY of meta wseq, one
+--                      per job made ready) keeps the order they became ready. Exact in a
+--                      double: 2000 * 2^40 + 2^40 < 2^53; a queue would need 2^40 (10^12)
+--                      jobs made ready before a sequence spills into the next level. The
+--                      priority-0 jobs sort between those above and below 0
+--                      (score ZERO_SCORE): a lease takes priority > 0, then the list, then
+--                      priority < 0.
 -- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command
 -- and the channel, separated by one space. On one Redis (or behind Sentinel) it is
 -- 'PUBLISH jw:wake:<queue>'; on a Redis Cluster 'SPUBLISH jw:{<queue>}:wake': sharded
@@ -35,51 +47,60 @@
 -- PUBLISH would be broadcast over the whole cluster bus. The server chooses (keys.rs
 -- wake_arg); the scripts do not know which backend they run on.
 --
--- A job is one string key holding MessagePack values back to back:
---   the header, 17 values the scripts read and write: first the lease part (LEASE_VALUES:
---     state, attempts made, timeout ms (0 none), name, lease ms, lease token, worker id,
---     attempt deadline ms), which a lease rewrites without decoding the rest; then max
---     attempts, priority, backoff "kind,delay_ms,jitter,max_ms" ('' none), create ms,
---     ready ms, finish ms, replays, dead reason, the last attempt error (a JSON array of
---     at most one error, its details cut to LAST_DETAILS_BYTES; '' none: see the history
---     below; records written before the history key may hold a longer array);
---     unset strings are '' and unset numbers 0;
---   then the body, the array [payload, content type, metadata JSON], written by the server
---     at enqueue and copied unread by the scripts.
--- Unpacked (split_record), the header is a table whose first slot is the body's offset and
+-- A job is two entries under its id: its header in 7 and its body in 13.
+--   The header: 17 MessagePack values back to back that the scripts read and write: first
+--     the lease part (LEASE_VALUES: state, attempts made, timeout ms (0 none), name, lease
+--     ms, lease token, worker id, attempt deadline ms), which a lease rewrites without
+--     decoding the rest; then max attempts, priority, backoff "kind,delay_ms,jitter,max_ms"
+--     ('' none), create ms, ready ms, finish ms, replays, dead reason, the last attempt
+--     error (a JSON array of at most one error, its details cut to LAST_DETAILS_BYTES; ''
+--     none: see the history below); unset strings are '' and unset numbers 0.
+--   The body: the array [payload, content type, metadata JSON], written by the server at
+--     enqueue and never rewritten: state changes write the header only, and only the
+--     scripts that return a job to the server (lease, a taken id at enqueue, list_dead,
+--     get_job) read the body, to reply `header .. body` (what src/store/codec.rs decodes).
+-- Unpacked (load_job), the header is a table whose first slot is the decoder's offset and
 -- whose fields sit at the positions ST .. ERR below. Separate values rather than one array:
 -- cmsgpack decodes values onto the stack (one table, presized) and a script that needs only
 -- the lease part stops there (lease_fields, lease.lua). In this Lua every value decoded or
 -- encoded costs some hundreds of instructions, so the hot paths touch as few as they can.
--- One string instead of a hash of fields: a 100-byte payload would push a hash past
--- hash-max-listpack-value (64) into a hashtable, about 760 bytes a job against about 230.
--- (The idempotency key is derived: queue/id/c0.)
+-- Entries of per-queue hashes rather than a key per job: Redis Cluster needs every key a
+-- script touches declared in KEYS, and the batched scripts (lease, reap, promote, replay by
+-- filter, purge, trim, delete_queue) learn their ids only inside the script. Memory stays
+-- about the same (a key costs a dict entry, a key object and the full key name; a hash
+-- entry a dict entry and the id): measured in tests/it/storage.rs. A hash entry rather
+-- than a hash per job: a 100-byte payload would push a hash past hash-max-listpack-value
+-- (64) into a hashtable, about 760 bytes a job. (The idempotency key is derived:
+-- queue/id/c0.)
 --
--- The error history of a job lives beside its record, in the hash ERR_PREFIX .. id
--- ("jw:{queue}:errors:<id>": same hash tag, and no job key starts with it), so that no
--- transition but a failure touches it and a lease never copies it. Fields: n (errors
--- recorded so far), '1' (the first error, always kept), lo .. n (the newest ones kept),
--- bytes (the JSON size of entries lo .. n), dropped (how many were removed). The entries
--- kept after the first are the last HISTORY_LAST within HISTORY_BYTES of JSON; the newest
--- is always kept. So a job stores at most the first error, HISTORY_BYTES and the newest
--- (each error is at most 8 KiB of message and 64 KiB of details, cut by the API).
+-- The error histories live in 14, apart from the header, so that no transition but a
+-- failure touches them and a lease never copies them. The fields of job `id` are
+-- `<name>:<id>` where the name is 's' (the state: 'n,lo,bytes,dropped': errors recorded
+-- so far, the lowest kept entry after the first, the JSON size of entries lo .. n, how
+-- many were removed) or an entry's number k: '1' (the first error, always kept) and lo .. n
+-- (the newest ones kept). Names never hold ':', so the first ':' ends the name and any id
+-- (any UTF-8) gives distinct fields. The entries kept after the first are the last
+-- HISTORY_LAST within HISTORY_BYTES of JSON; the newest is always kept. So a job stores at
+-- most the first error, HISTORY_BYTES and the newest (each error is at most 8 KiB of
+-- message and 64 KiB of details, cut by the API). Deleting a job deletes its fields (known
+-- from its state field).
 
 local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local JOB_PREFIX = KEYS[7]
+local K_JOBS = KEYS[7]
 local K_LIMITER = KEYS[8]
 local K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_BODIES, K_ERRORS, K_PRIO = KEYS[13], KEYS[14], KEYS[15]
 local WAKE_CMD, WAKE = string.match(ARGV[1], '^(%u+) (.+)$')
--- "jw:{queue}:job:" -> "jw:{queue}:errors:" (see the error history above).
-local ERR_PREFIX = string.sub(JOB_PREFIX, 1, -5) .. 'errors:'
 local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 
--- The per-call byte budget. Every job record a script reads is copied into Lua (and most
--- are written back whole, body included): about 2-5 ms per MiB inside Redis, measured in
--- tests/it/script_time.rs. So a script that walks a list of jobs stops taking the next one
--- once the records it has read reach CALL_BYTES (it always takes the first): what it did is
--- complete, each job's change atomic, and its reply says where it stopped, so the server
--- calls again for the rest. `spent` counts the bytes read by this call.
+-- The per-call byte budget. Every job header or body a script reads is copied into Lua
+-- (headers are written back, bodies only copied into replies): about 2-5 ms per MiB inside
+-- Redis, measured in tests/it/script_time.rs. So a script that walks a list of jobs stops
+-- taking the next one once the bytes it has read reach CALL_BYTES (it always takes the
+-- first): what it did is complete, each job's change atomic, and its reply says where it
+-- stopped, so the server calls again for the rest. `spent` counts the bytes read by this
+-- call.
 local CALL_BYTES = 1048576
 local spent = 0
 
@@ -87,21 +108,26 @@ local function over_budget()
   return spent >= CALL_BYTES
 end
 
--- GET of a job record, counted in `spent`.
-local function get_record(jk)
-  local rec = redis.call('GET', jk)
-  if rec then spent = spent + #rec end
-  return rec
+-- The header of job `id` (nil when there is none), counted in `spent`.
+local function get_header(id)
+  local hdr = redis.call('HGET', K_JOBS, id)
+  if hdr then spent = spent + #hdr end
+  return hdr
 end
 
--- The lease part of a job record only (state .. attempt deadline: short strings and
--- numbers, under 1 KiB: names, tokens and worker ids are capped by the API), without
--- copying the rest; enough for lease_fields and lease_refusal.
-local LEASE_PART_BYTES = 1024
-local function get_lease_part(jk)
-  local rec = redis.call('GETRANGE', jk, 0, LEASE_PART_BYTES - 1)
-  if rec == '' then return nil end
-  return rec
+-- The body of job `id` ('' when there is none), counted in `spent`.
+local function get_body(id)
+  local body = redis.call('HGET', K_BODIES, id)
+  if not body then return '' end
+  spent = spent + #body
+  return body
+end
+
+-- The whole record of job `id` as the server decodes it, header .. body, or nil.
+local function get_record(id)
+  local hdr = get_header(id)
+  if not hdr then return nil end
+  return hdr .. get_body(id)
 end
 
 local ST, ATT, TO, NAME, LT, TOK, WK, AD, MAX, PRI, BO, C0, RT, FT, RP, DR, ERR =
@@ -127,40 +153,26 @@ local function dead_score(now)
   return now * DEAD_SCALE + (redis.call('HINCRBY', K_META, 'dseq', 1) % DEAD_SCALE)
 end
 
-local function job_key(id)
-  return JOB_PREFIX .. id
+-- A header (string) decoded into a table (see above).
+local function split_header(hdr)
+  return { cmsgpack.unpack_limit(hdr, HEADER_VALUES, 0) }
 end
 
-local function errors_key(id)
-  return ERR_PREFIX .. id
+-- The job's header as a table, or nil when the job does not exist.
+local function load_job(id)
+  local hdr = get_header(id)
+  if not hdr then return nil end
+  return split_header(hdr)
 end
 
--- A job's record split into its header (a table, see above) and its body (a string).
-local function split_record(rec)
-  local h = { cmsgpack.unpack_limit(rec, HEADER_VALUES, 0) }
-  if h[1] < 0 then return h, '' end
-  return h, string.sub(rec, h[1] + 1)
+local function save_job(id, h)
+  redis.call('HSET', K_JOBS, id, cmsgpack.pack(unpack(h, ST, ERR)))
 end
 
--- The job's header and body, or nil when the job does not exist.
-local function load_job(jk)
-  local rec = get_record(jk)
-  if not rec then return nil end
-  return split_record(rec)
-end
-
-local function job_record(h, body)
-  return cmsgpack.pack(unpack(h, ST, ERR)) .. body
-end
-
-local function save_job(jk, h, body)
-  redis.call('SET', jk, job_record(h, body))
-end
-
--- The lease part of a record, decoded without building its header table:
+-- The lease part of a header, decoded without building its table:
 -- state, lease ms, name, lease token, attempt deadline ms.
-local function lease_fields(rec)
-  local _, st, _, _, name, lt, tok, _, ad = cmsgpack.unpack_limit(rec, LEASE_VALUES, 0)
+local function lease_fields(hdr)
+  local _, st, _, _, name, lt, tok, _, ad = cmsgpack.unpack_limit(hdr, LEASE_VALUES, 0)
   return st, lt, name, tok, ad
 end
 
@@ -176,75 +188,88 @@ local function meta_number(field, default)
   return default
 end
 
--- The list of waiting jobs of priority level `pri`.
-local function level_key(pri)
-  return K_WAITING .. ':' .. pri
-end
+-- Waiting-set scores (K_PRIO, see above): LEVEL * (1000 - priority) + sequence.
+local LEVEL = 2 ^ 40
+local ZERO_SCORE = 1000 * LEVEL
 
 -- Appends ids (a list) to the waiting jobs of priority `pri`, after every job already ready
 -- there.
 local function push_ready(ids, pri)
-  redis.call('RPUSH', level_key(pri), unpack(ids))
-  redis.call('ZADD', K_WAITING, -pri, pri)
+  pri = tonumber(pri)
+  if pri == 0 then
+    redis.call('RPUSH', K_WAITING, unpack(ids))
+    return
+  end
+  local last = redis.call('HINCRBY', K_META, 'wseq', #ids)
+  local base = (1000 - pri) * LEVEL + last - #ids
+  local scored = {}
+  for i, id in ipairs(ids) do
+    scored[#scored + 1] = int(base + i)
+    scored[#scored + 1] = id
+  end
+  redis.call('ZADD', K_PRIO, unpack(scored))
 end
 
--- Puts job `id` (header h, body) in waiting at `now`, after every job ready at its priority.
-local function make_ready(id, jk, h, body, now)
+-- Puts job `id` (header h) in waiting at `now`, after every job ready at its priority.
+local function make_ready(id, h, now)
   h[ST], h[RT] = 'waiting', now
-  save_job(jk, h, body)
+  save_job(id, h)
   push_ready({ id }, h[PRI])
 end
 
-local function schedule(id, jk, h, body, due)
+local function schedule(id, h, due)
   h[ST], h[RT] = 'delayed', due
-  save_job(jk, h, body)
+  save_job(id, h)
   redis.call('ZADD', K_DELAYED, due, id)
 end
 
--- Pops up to n waiting ids, highest priority first, FIFO within a level. A level whose
--- list ran dry leaves the level set (lazily: a level may outlive its list by one call).
--- Returns the ids and the level of each (for unpop_ready).
+-- Pops up to n waiting ids, highest priority first, FIFO within a priority: those of K_PRIO
+-- scored below ZERO_SCORE (priority > 0), then the list (priority 0), then the rest of
+-- K_PRIO. Returns the ids and, for each, its K_PRIO score or false (the list), for
+-- unpop_ready.
 local function pop_ready(n)
-  local ids, levels = {}, {}
-  while #ids < n do
-    local level = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
-    if not level then break end
-    local want = n - #ids
-    local got = redis.call('LPOP', level_key(level), want)
+  local ids, scores = {}, {}
+  local function from_prio(want, above_zero)
+    local got = redis.call('ZRANGE', K_PRIO, 0, want - 1, 'WITHSCORES')
+    local k = 0
+    for i = 1, #got, 2 do
+      if above_zero and tonumber(got[i + 1]) >= ZERO_SCORE then break end
+      k = k + 1
+      ids[#ids + 1] = got[i]
+      scores[#ids] = got[i + 1]
+    end
+    if k > 0 then redis.call('ZREMRANGEBYRANK', K_PRIO, 0, k - 1) end
+  end
+  from_prio(n, true)
+  if #ids < n then
+    local got = redis.call('LPOP', K_WAITING, n - #ids)
     if got then
       for _, id in ipairs(got) do
         ids[#ids + 1] = id
-        levels[#ids] = level
+        scores[#ids] = false
       end
     end
-    if not got or #got < want then redis.call('ZREM', K_WAITING, level) end
   end
-  return ids, levels
+  if #ids < n then from_prio(n - #ids, false) end
+  return ids, scores
 end
 
--- Puts ids[from ..] (popped by pop_ready, with their levels) back at the head of their
--- lists, in their order, as if they had never been popped.
-local function unpop_ready(ids, levels, from)
+-- Puts ids[from ..] (popped by pop_ready, with their scores) back where they were, as if
+-- they had never been popped: a K_PRIO member under its old score, a list entry back at the
+-- head of the list, in order.
+local function unpop_ready(ids, scores, from)
   for k = #ids, from, -1 do
-    redis.call('LPUSH', level_key(levels[k]), ids[k])
-  end
-  local seen = {}
-  for k = from, #ids do
-    local level = levels[k]
-    if not seen[level] then
-      seen[level] = true
-      redis.call('ZADD', K_WAITING, -tonumber(level), level)
+    if scores[k] then
+      redis.call('ZADD', K_PRIO, scores[k], ids[k])
+    else
+      redis.call('LPUSH', K_WAITING, ids[k])
     end
   end
 end
 
--- The number of waiting jobs, summed over the levels.
+-- The number of waiting jobs.
 local function waiting_count()
-  local n = 0
-  for _, level in ipairs(redis.call('ZRANGE', K_WAITING, 0, -1)) do
-    n = n + redis.call('LLEN', level_key(level))
-  end
-  return n
+  return redis.call('LLEN', K_WAITING) + redis.call('ZCARD', K_PRIO)
 end
 
 -- Moves up to `limit` due delayed jobs to waiting, in due order. Returns how many.
@@ -255,11 +280,10 @@ local function promote_due(now, limit)
     -- Past the byte budget the rest stay due: the caller sees a due time already passed.
     if over_budget() then break end
     local id = due[i]
-    local jk = job_key(id)
     redis.call('ZREM', K_DELAYED, id)
-    local h, body = load_job(jk)
+    local h = load_job(id)
     if h and h[ST] == 'delayed' then
-      make_ready(id, jk, h, body, tonumber(due[i + 1]))
+      make_ready(id, h, tonumber(due[i + 1]))
       n = n + 1
     end
   end
@@ -272,15 +296,63 @@ local function next_score(key)
   return -1
 end
 
--- Deletes the jobs of a list of ids with their error histories, in one DEL per chunk.
+-- The state of the error history of job `id` (see above): n, lo, bytes, dropped; n = 0
+-- when it has none.
+local function history_state(id)
+  local v = redis.call('HGET', K_ERRORS, 's:' .. id)
+  if not v then return 0, 2, 0, 0 end
+  local n, lo, bytes, dropped = string.match(v, '^(%d+),(%d+),(%d+),(%d+)$')
+  return tonumber(n), tonumber(lo), tonumber(bytes), tonumber(dropped)
+end
+
+-- The fields of error history state v ('n,lo,bytes,dropped') of job `id`, appended to t.
+local function history_fields(t, id, v)
+  local n, lo = string.match(v, '^(%d+),(%d+),')
+  n, lo = tonumber(n), tonumber(lo)
+  t[#t + 1] = 's:' .. id
+  t[#t + 1] = '1:' .. id
+  for k = math.max(lo, 2), n do t[#t + 1] = k .. ':' .. id end
+end
+
+-- The error history of job `id` as { '1', entry, k, entry, ..., 'dropped', count }
+-- (what src/store/codec.rs with_history decodes), read with HMGET of its known fields.
+local function read_history(id)
+  local n, lo, _, dropped = history_state(id)
+  if n == 0 then return {} end
+  local names = { '1' }
+  for k = math.max(lo, 2), n do names[#names + 1] = tostring(k) end
+  local fields = {}
+  for i, k in ipairs(names) do fields[i] = k .. ':' .. id end
+  local values = redis.call('HMGET', K_ERRORS, unpack(fields))
+  local out = {}
+  for i, k in ipairs(names) do
+    if values[i] then
+      out[#out + 1] = k
+      out[#out + 1] = values[i]
+    end
+  end
+  out[#out + 1] = 'dropped'
+  out[#out + 1] = tostring(dropped)
+  return out
+end
+
+-- Deletes the jobs of a list of ids (header, body, error history), a few commands per
+-- chunk of 500.
 local function delete_jobs(ids)
   for i = 1, #ids, 500 do
-    local keys = {}
-    for j = i, math.min(i + 499, #ids) do
-      keys[#keys + 1] = job_key(ids[j])
-      keys[#keys + 1] = errors_key(ids[j])
+    local chunk = { unpack(ids, i, math.min(i + 499, #ids)) }
+    redis.call('HDEL', K_JOBS, unpack(chunk))
+    redis.call('HDEL', K_BODIES, unpack(chunk))
+    local states = {}
+    for j, id in ipairs(chunk) do states[j] = 's:' .. id end
+    local v = redis.call('HMGET', K_ERRORS, unpack(states))
+    local fields = {}
+    for j, id in ipairs(chunk) do
+      if v[j] then history_fields(fields, id, v[j]) end
     end
-    redis.call('DEL', unpack(keys))
+    for k = 1, #fields, 1000 do
+      redis.call('HDEL', K_ERRORS, unpack(fields, k, math.min(k + 999, #fields)))
+    end
   end
 end
 

@@ -6,11 +6,11 @@
 --           [11] last score of the walk ('' on its first call: the newest dead entry now)
 -- Reply: { deleted ids, skipped ids, next cursor ('' = done), last score of the walk }
 local deleted = {}
-local function delete(id, jk)
+local function delete(id)
   redis.call('ZREM', K_DEAD, id)
-  redis.call('DEL', jk, errors_key(id))
+  delete_jobs({ id })
   deleted[#deleted + 1] = id
 end
--- By id, only the state is read (the record is not copied into Lua).
-local skipped, cursor, upto = for_selected_dead(delete, true)
+-- Only headers are read (bodies are not copied into Lua).
+local skipped, cursor, upto = for_selected_dead(delete)
 return { deleted, skipped, cursor, upto }

@@ -27,7 +27,9 @@ for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD }) do
 end
 -- Every step took less than it could: nothing is left.
 if left > 0 then
-  redis.call('DEL', K_WAITING, K_META, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS)
+  -- The job hashes are empty by now (every job was deleted); DEL them all the same.
+  redis.call('DEL', K_WAITING, K_META, K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS,
+    K_BODIES, K_ERRORS, K_PRIO)
   out[7] = 1
 end
 return out

@@ -22,15 +22,15 @@ for j = 0, n - 1 do
   if j > 0 and over_budget() then break end
   spent = spent + #ARGV[b + 2]
   local id = ARGV[b]
-  local jk = job_key(id)
   local delay, pri = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   local max, bo, to = tonumber(ARGV[b + 5]) or d_max, ARGV[b + 6], tonumber(ARGV[b + 7]) or d_to
   if bo == '' then bo = d_bo end
   local st, rt = 'waiting', now
   if delay > 0 then st, rt = 'delayed', now + delay end
-  -- The header values in common.lua's order, then the body.
-  local rec = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '') .. ARGV[b + 2]
-  if redis.call('SET', jk, rec, 'NX') then
+  -- The header values in common.lua's order; the body beside it.
+  local hdr = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '')
+  if redis.call('HSETNX', K_JOBS, id, hdr) == 1 then
+    redis.call('HSET', K_BODIES, id, ARGV[b + 2])
     if delay > 0 then
       redis.call('ZADD', K_DELAYED, rt, id)
     else
@@ -41,7 +41,7 @@ for j = 0, n - 1 do
     out[#out + 1] = 'C'
   else
     -- Taken (also by an earlier job of this batch: it stands, this one is a duplicate).
-    out[#out + 1] = get_record(jk)
+    out[#out + 1] = get_record(id)
   end
 end
 for _, pri in ipairs(levels) do

@@ -29,9 +29,9 @@ for j = 0, n - 1 do
   elseif not rec then
     out[#out + 1] = refusal
   else
-    local h, body = split_record(rec)
+    local h = split_header(rec)
     local lt, name, att = h[LT], h[NAME], h[ATT]
-    local r = fail_attempt(id, job_key(id), h, body, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
+    local r = fail_attempt(id, h, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
       ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
     if ARGV[b + 2] == 'RATE_LIMITED' and ARGV[b + 8] == '1' then
       local until_ms = tonumber(r[2])

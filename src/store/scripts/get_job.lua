@@ -1,6 +1,9 @@
-#!lua flags=no-writes
 -- get_job.lua: a job's record and its error history as of one moment. Read-only (the
--- no-writes flag), so it also runs on a Redis past maxmemory, where MULTI is refused.
--- KEYS: [1] the job's record, [2] its error history (hash). Both share the queue's hash tag.
--- Reply: { record or nil, { field, value, ... } }.
-return { redis.call('GET', KEYS[1]), redis.call('HGETALL', KEYS[2]) }
+-- no-writes flag, put first by src/store/scripts.rs), so it also runs on a Redis past
+-- maxmemory, where MULTI is refused.
+-- ARGV: [1] wake channel (unused), [2] the job's id.
+-- Reply: { record (header .. body) or nil, history { field, value, ... } (read_history) }.
+local id = ARGV[2]
+local rec = get_record(id)
+if not rec then return { false, {} } end
+return { rec, read_history(id) }

@@ -14,8 +14,9 @@
 --          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
 --          more 0|1 (1: the call's byte budget ran out with jobs still waiting, common.lua:
 --          call again at once),
---          then three values per leased job: id, deadline, record (as saved); the i-th
---          job leased has the i-th token (flat: no table a job) }
+--          then three values per leased job: id, deadline, record (the header as
+--          saved, then the body); the i-th job leased has the i-th token (flat: no table
+--          a job) }
 local now = now_ms()
 local n, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local call, c = ARGV[4], tonumber(ARGV[5])
@@ -30,7 +31,7 @@ if m[1] == '1' then
   out[3] = 1
   return out
 end
-if redis.call('EXISTS', K_WAITING) == 0 then return out end
+if redis.call('EXISTS', K_WAITING, K_PRIO) == 0 then return out end
 local throttle_until = tonumber(m[2]) or 0
 if throttle_until > now then
   out[4], out[5] = 'throttle', throttle_until
@@ -65,21 +66,21 @@ local deadline = now + lease_ms
 local deadline_s = int(deadline)
 local active = {}
 local leased = {}
-local popped, levels = pop_ready(allowed)
+local popped, scores = pop_ready(allowed)
 for i, id in ipairs(popped) do
-  -- Past the byte budget (common.lua): the popped jobs not reached go back to the head of
-  -- their lists, in order, and the reply says more are waiting.
+  -- Past the byte budget (common.lua): the popped jobs not reached go back where they
+  -- were, and the reply says more are waiting.
   if slot > 0 and over_budget() then
-    unpop_ready(popped, levels, i)
+    unpop_ready(popped, scores, i)
     out[6] = 1
     break
   end
-  local jk = job_key(id)
-  local rec = get_record(jk)
-  -- Only the lease part is decoded and written anew; the rest is copied as it is.
+  local hdr = get_header(id)
+  -- Only the lease part is decoded and written anew; the rest of the header is copied as
+  -- it is, and the body only read for the reply.
   local off, st, att, to, name
-  if rec then off, st, att, to, name = cmsgpack.unpack_limit(rec, LEASE_VALUES, 0) end
-  -- A list entry whose job is gone or has moved on (never expected) is dropped.
+  if hdr then off, st, att, to, name = cmsgpack.unpack_limit(hdr, LEASE_VALUES, 0) end
+  -- A waiting entry whose job is gone or has moved on (never expected) is dropped.
   if st == 'waiting' then
     slot = slot + 1
     local token = call .. '-' .. slot
@@ -88,13 +89,13 @@ for i, id in ipairs(popped) do
       ad = now + to
       if ad < deadline then due, due_s = ad, int(ad) end
     end
-    rec = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[workers + slot], ad) .. string.sub(rec, off + 1)
-    redis.call('SET', jk, rec)
+    hdr = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[workers + slot], ad) .. string.sub(hdr, off + 1)
+    redis.call('HSET', K_JOBS, id, hdr)
     active[#active + 1] = due_s
     active[#active + 1] = id
     if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
     leased[slot] = id
-    push3(out, id, due, rec)
+    push3(out, id, due, hdr .. get_body(id))
   end
 end
 if slot > 0 then

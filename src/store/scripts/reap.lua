@@ -29,8 +29,7 @@ local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 
 for i, id in ipairs(expired) do
   -- Past the byte budget (common.lua): the rest wait for the next call.
   if over_budget() then out[7] = 1; break end
-  local jk = job_key(id)
-  local h, body = load_job(jk)
+  local h = load_job(id)
   local call = h and h[ST] == 'active' and call_of(h[TOK])
   if not h or h[ST] ~= 'active' then
     redis.call('ZREM', K_ACTIVE, id)
@@ -43,7 +42,7 @@ for i, id in ipairs(expired) do
       etype, message = 'TIMED_OUT', 'attempt ran past the job timeout'
     end
     local name, att = h[NAME], h[ATT]
-    local r = fail_attempt(id, jk, h, body, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[2 + i]) or 0)
+    local r = fail_attempt(id, h, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[2 + i]) or 0)
     if r[1] == 'waiting' then any_waiting = true end
     out[#out + 1] = { id, name, etype, r[1], r[3], att }
   end

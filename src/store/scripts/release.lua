@@ -13,10 +13,10 @@ for j = 0, n - 1 do
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
   local rec = leased_record(id, token)
   if rec then
-    local h, body = split_record(rec)
+    local h = split_header(rec)
     redis.call('ZREM', K_ACTIVE, id)
     h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
-    make_ready(id, job_key(id), h, body, now)
+    make_ready(id, h, now)
     out[#out + 1] = 1
     any = true
   else

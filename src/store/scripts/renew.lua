@@ -1,7 +1,8 @@
 -- renew.lua: pushes the deadlines of leases whose token still matches to now + lease ms,
 -- capped by each attempt's timeout deadline. Used for the batched renewal of live streams'
--- leases and for ExtendLease. Only the job record's lease part is read (GETRANGE, never the body); nothing is written to it. Renewing a lease proves
--- the server got its lease call's reply: that call is confirmed (attempts.lua, "Lost lease replies").
+-- leases and for ExtendLease. Only the job's header is read (HGET, never the body);
+-- nothing is written to it. Renewing a lease proves the server got its lease call's reply:
+-- that call is confirmed (attempts.lua, "Lost lease replies").
 -- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
 -- Reply: per job { 'OK', deadline } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
 local now = now_ms()
@@ -12,7 +13,7 @@ local calls, seen = {}, {}
 local default_s = int(now + lease_ms)
 for j = 0, n - 1 do
   local id, token = ARGV[4 + j * 2], ARGV[5 + j * 2]
-  local rec = get_lease_part(job_key(id))
+  local rec = get_header(id)
   local refusal = lease_refusal(rec, token)
   if refusal then
     out[#out + 1] = refusal

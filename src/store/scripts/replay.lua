@@ -9,10 +9,10 @@
 -- Reply: { replayed ids, skipped ids, next cursor ('' = done), last score of the walk }
 local now = now_ms()
 local replayed = {}
-local function replay(id, jk, h, body)
+local function replay(id, h)
   redis.call('ZREM', K_DEAD, id)
   h[DR], h[FT], h[ATT], h[RP] = '', 0, 0, h[RP] + 1
-  make_ready(id, jk, h, body, now)
+  make_ready(id, h, now)
   replayed[#replayed + 1] = id
 end
 local skipped, cursor, upto = for_selected_dead(replay)

@@ -1,0 +1,584 @@
+//! Issue 12, requirement 1: every Lua script declares every key it touches in KEYS (Redis
+//! Cluster refuses a script that builds a key inside), and all the keys of one call share
+//! the queue's hash slot.
+//!
+//! A real redis-server is watched with MONITOR (`redis-cli monitor`, a child process) while
+//! a real jobwire server and a `Store` drive every script: enqueue (single, batch with
+//! priorities 0, + and -, delayed, a taken id), lease, confirm, ack (with retention
+//! trimming), fail (retry and dead), renew, release, release of a lost lease call, the
+//! server's reap of an expired lease (and the due index after it), list / get / replay (by
+//! ids and by filter) / delete dead jobs, queue config and pause, stats, purge and delete of
+//! the queue. Then, for every EVALSHA in the stream, each command its script ran (the lines
+//! MONITOR tags `lua`) is checked: the keys Redis itself finds in it (`COMMAND GETKEYS`)
+//! must all be among the call's declared keys, and the declared keys must share one hash
+//! tag. Every script must have been seen, so the test cannot pass by missing one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jobwire::jobs::{Disposition, QueueName};
+use jobwire::pb;
+use jobwire::store::{FailItem, Store};
+use tokio::io::AsyncBufReadExt;
+
+use crate::harness::*;
+
+const Q: &str = "dk";
+
+/// Every script jobwire runs, by the name in its file's first comment line.
+const SCRIPTS: [&str; 20] = [
+    "enqueue",
+    "lease",
+    "ack",
+    "fail",
+    "reap",
+    "renew",
+    "release",
+    "release_call",
+    "confirm_calls",
+    "replay",
+    "delete_dead",
+    "list_dead",
+    "set_meta",
+    "purge",
+    "waiting_stats",
+    "delete_queue",
+    "get_job",
+    "due",
+    "intent",
+    "register",
+];
+
+/// `redis-cli monitor` on the test's redis, its lines collected by a task.
+struct Monitor {
+    child: tokio::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    async fn start(redis: &TestRedis) -> Monitor {
+        let sock = redis
+            .url
+            .strip_prefix("redis+unix://")
+            .expect("the harness's redis is on a Unix socket");
+        let mut child = tokio::process::Command::new("redis-cli")
+            .args(["-s", sock, "monitor"])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-cli must be on the PATH");
+        let out = child.stdout.take().expect("stdout");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        tokio::spawn(async move {
+            let mut r = tokio::io::BufReader::new(out).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                sink.lock().expect("lock").push(l);
+            }
+        });
+        let m = Monitor { child, lines };
+        m.mark(redis, "declared-keys-start").await;
+        m
+    }
+
+    /// Sends `ECHO word` until the monitor shows it: everything before it is in the stream.
+    async fn mark(&self, redis: &TestRedis, word: &str) {
+        let mut c = redis.conn().await;
+        let quoted = format!("\"{word}\"");
+        eventually(Duration::from_secs(10), || {
+            let mut c = c.clone();
+            let seen = self
+                .lines
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|l| l.ends_with(&quoted));
+            async move {
+                let _: String = redis::cmd("ECHO")
+                    .arg(word)
+                    .query_async(&mut c)
+                    .await
+                    .expect("echo");
+                seen
+            }
+        })
+        .await;
+        let _ = &mut c;
+    }
+
+    async fn stop(mut self, redis: &TestRedis) -> Vec<String> {
+        self.mark(redis, "declared-keys-end").await;
+        let _ = self.child.kill().await;
+        let lines = self.lines.lock().expect("lock").clone();
+        lines
+    }
+}
+
+/// One MONITOR line: the client (`lua` for a script's own commands) and the arguments
+/// (unescaped: MONITOR quotes each and escapes `\\ \" \n \r \t \a \b` and `\xHH`).
+fn parse_line(line: &str) -> Option<(String, Vec<Vec<u8>>)> {
+    let open = line.find('[')?;
+    let close = open + line[open..].find("] ")?;
+    let client = line[open + 1..close].split_once(' ')?.1.to_owned();
+    let mut args = Vec::new();
+    let b = &line.as_bytes()[close + 2..];
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let mut arg = Vec::new();
+        while i < b.len() && b[i] != b'"' {
+            if b[i] == b'\\' && i + 1 < b.len() {
+                i += 1;
+                match b[i] {
+                    b'n' => arg.push(b'\n'),
+                    b'r' => arg.push(b'\r'),
+                    b't' => arg.push(b'\t'),
+                    b'a' => arg.push(7),
+                    b'b' => arg.push(8),
+                    b'x' => {
+                        let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
+                        arg.push(u8::from_str_radix(hex, 16).ok()?);
+                        i += 2;
+                    }
+                    c => arg.push(c),
+                }
+            } else {
+                arg.push(b[i]);
+            }
+            i += 1;
+        }
+        args.push(arg);
+        i += 1;
+    }
+    Some((client, args))
+}
+
+/// A script's name: the first `-- <name>.lua:` comment that is not the shared prelude's.
+fn script_name(source: &[u8]) -> String {
+    String::from_utf8_lossy(source)
+        .lines()
+        .filter_map(|l| l.strip_prefix("-- ")?.split_once(".lua:").map(|(n, _)| n))
+        .find(|n| !["common", "attempts"].contains(n) && !n.contains(' '))
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// The hash tag of a key (the cluster slot is the CRC16 of it): the text between the first
+/// `{` and the next `}` when not empty, else the whole key.
+fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(o) = key.iter().position(|&c| c == b'{') {
+        if let Some(len) = key[o + 1..].iter().position(|&c| c == b'}') {
+            if len > 0 {
+                return &key[o + 1..o + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// One script call: its name (its SHA1 while the stream is read), its declared keys and the commands it ran.
+struct Call {
+    name: String,
+    keys: Vec<Vec<u8>>,
+    ran: Vec<Vec<Vec<u8>>>,
+}
+
+/// The script calls of a MONITOR stream.
+fn calls(lines: &[String]) -> Vec<Call> {
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<Call> = Vec::new();
+    let mut open = false;
+    for line in lines {
+        let Some((client, args)) = parse_line(line) else {
+            continue;
+        };
+        if client == "lua" {
+            if open {
+                out.last_mut().expect("call").ran.push(args);
+            }
+            continue;
+        }
+        open = false;
+        let cmd = String::from_utf8_lossy(&args[0]).to_uppercase();
+        let source = |a: &[u8]| {
+            let src = String::from_utf8_lossy(a).into_owned();
+            (
+                redis::Script::new(&src).get_hash().to_owned(),
+                script_name(a),
+            )
+        };
+        match cmd.as_str() {
+            "SCRIPT" if args.len() > 2 && args[1].eq_ignore_ascii_case(b"load") => {
+                let (sha, name) = source(&args[2]);
+                names.insert(sha, name);
+            }
+            "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" => {
+                // An EVALSHA refused with NOSCRIPT comes before the SCRIPT LOAD that
+                // names it: names are looked up once the whole stream is read.
+                let sha = if cmd.starts_with("EVALSHA") {
+                    String::from_utf8_lossy(&args[1]).to_lowercase()
+                } else {
+                    let (sha, name) = source(&args[1]);
+                    names.insert(sha.clone(), name);
+                    sha
+                };
+                let n: usize = String::from_utf8_lossy(&args[2]).parse().expect("numkeys");
+                out.push(Call {
+                    name: sha,
+                    keys: args[3..3 + n].to_vec(),
+                    ran: Vec::new(),
+                });
+                open = true;
+            }
+            _ => {}
+        }
+    }
+    for call in &mut out {
+        if let Some(name) = names.get(&call.name) {
+            call.name = name.clone();
+        } else {
+            call.name = format!("sha {}", call.name);
+        }
+    }
+    out
+}
+
+/// The keys Redis finds in `cmd` (`COMMAND GETKEYS`; none for a command without keys).
+async fn keys_of(c: &mut RawConn, cmd: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let r: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(cmd)
+        .query_async(c)
+        .await;
+    match r {
+        Ok(keys) => keys,
+        Err(e) => {
+            assert!(
+                e.to_string().contains("no key arguments"),
+                "COMMAND GETKEYS {:?}: {e}",
+                String::from_utf8_lossy(&cmd[0])
+            );
+            Vec::new()
+        }
+    }
+}
+
+fn show(k: &[u8]) -> String {
+    String::from_utf8_lossy(k).into_owned()
+}
+
+async fn lease(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec<(String, String)> {
+    let call = jobwire::store::new_lease_call_id();
+    let b = store
+        .lease(q, &vec!["w"; n], lease_ms, &call, &[])
+        .await
+        .expect("lease");
+    store
+        .confirm_lease_calls(q, &[call])
+        .await
+        .expect("confirm");
+    b.jobs.into_iter().map(|l| (l.job.id, l.token)).collect()
+}
+
+fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {
+    FailItem {
+        id: id.into(),
+        token: token.into(),
+        disposition,
+        message: "boom".into(),
+        error_type: "E".into(),
+        details: "d".into(),
+        retry_after_ms: None,
+        pause_queue: false,
+    }
+}
+
+/// Drives every script once or more against `redis` through `app` and `store`.
+async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
+    let q = QueueName::parse(Q).expect("queue");
+    let mut queues = pb::queue_service_client::QueueServiceClient::new(app.channel.clone());
+    queues
+        .update_queue_config(pb::UpdateQueueConfigRequest {
+            queue: Q.into(),
+            config: Some(pb::QueueConfig {
+                retention: Some(pb::Retention {
+                    keep_completed: Some(1),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            update_mask: None,
+        })
+        .await
+        .expect("config");
+    // Ids with braces and colons: a job's storage must not depend on them.
+    enqueue(app, spec(Q, "one:{x}")).await;
+    let mut jobs = Vec::new();
+    for (i, pri) in [0, 0, 5, 5, -5, -5, 1000, -1000].into_iter().enumerate() {
+        jobs.push(pb::JobSpec {
+            priority: pri,
+            max_attempts: Some(3),
+            ..spec(Q, &format!("b{i}"))
+        });
+    }
+    jobs.push(pb::JobSpec {
+        delay: Some(ms(Duration::from_millis(50))),
+        ..spec(Q, "late")
+    });
+    jobs.push(spec(Q, "one:{x}")); // taken: the existing job comes back
+    app.jobs()
+        .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+        .await
+        .expect("batch");
+
+    // Leases, all of them (the delayed one is promoted by the lease after its delay).
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let held = lease(store, &q, 20, 30_000).await;
+    assert_eq!(held.len(), 10, "{held:?}");
+    // Highest priority first, FIFO within a level, lowest last.
+    let order: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(order[..3], ["b6", "b2", "b3"], "{order:?}");
+    assert_eq!(order[8..], ["b5", "b7"], "{order:?}");
+    store.renew(&q, &held[..2], 30_000).await.expect("renew");
+    store.ack(&q, &held[..3]).await.expect("ack");
+    store.release(&q, &held[3..4]).await.expect("release");
+    let fails = vec![
+        fail_item(&held[4].0, &held[4].1, Disposition::Retry),
+        fail_item(&held[5].0, &held[5].1, Disposition::NoRetry),
+        fail_item(&held[6].0, &held[6].1, Disposition::NoRetry),
+        fail_item(&held[7].0, &held[7].1, Disposition::NoRetry),
+    ];
+    store.fail(&q, &fails).await.expect("fail");
+    // A lease call whose reply was "lost".
+    let call = jobwire::store::new_lease_call_id();
+    store
+        .lease(&q, &["w"], 30_000, &call, &[])
+        .await
+        .expect("lease");
+    store
+        .release_lease_call(&q, &call, 1000)
+        .await
+        .expect("release call");
+    // An expired lease, reaped by the server's reaper (reap.lua, then due.lua).
+    enqueue(
+        app,
+        pb::JobSpec {
+            max_attempts: Some(1),
+            priority: 7,
+            ..spec(Q, "expires")
+        },
+    )
+    .await;
+    let short = lease(store, &q, 1, 100).await;
+    assert_eq!(short[0].0, "expires");
+    eventually(Duration::from_secs(10), || async {
+        get_job(app, Q, "expires").await.state == pb::JobState::Dead as i32
+    })
+    .await;
+    store.reap(&q, 100).await.expect("reap");
+
+    // Dead letters: list, get (with history), replay by ids and by filter, delete.
+    let mut dead = app.dead();
+    let listed = dead
+        .list_dead_letters(pb::ListDeadLettersRequest {
+            queue: Q.into(),
+            page_size: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.dead_letters.len(), 4, "{listed:?}");
+    let id = |i: usize| listed.dead_letters[i].job_id.clone();
+    assert!(!get_job(app, Q, &id(0)).await.errors.is_empty());
+    dead.get_dead_letter(pb::GetDeadLetterRequest {
+        queue: Q.into(),
+        job_id: id(0),
+    })
+    .await
+    .expect("get dead");
+    dead.replay_dead_letters(pb::ReplayDeadLettersRequest {
+        queue: Q.into(),
+        job_ids: vec![id(0)],
+        filter: None,
+    })
+    .await
+    .expect("replay ids");
+    dead.replay_dead_letters(pb::ReplayDeadLettersRequest {
+        queue: Q.into(),
+        job_ids: Vec::new(),
+        filter: Some(pb::DeadLetterFilter {
+            job_name: "test-job".into(),
+            error_type: "E".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .expect("replay filter");
+    let again = lease(store, &q, 20, 30_000).await;
+    let fails: Vec<FailItem> = again
+        .iter()
+        .map(|(id, t)| fail_item(id, t, Disposition::NoRetry))
+        .collect();
+    store.fail(&q, &fails).await.expect("fail");
+    dead.delete_dead_letters(pb::DeleteDeadLettersRequest {
+        queue: Q.into(),
+        job_ids: vec![again[0].0.clone()],
+        filter: None,
+    })
+    .await
+    .expect("delete ids");
+    dead.delete_dead_letters(pb::DeleteDeadLettersRequest {
+        queue: Q.into(),
+        job_ids: Vec::new(),
+        filter: Some(pb::DeadLetterFilter {
+            error_type: "E".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .expect("delete filter");
+
+    // Queue operations.
+    queues
+        .pause_queue(pb::PauseQueueRequest { queue: Q.into() })
+        .await
+        .expect("pause");
+    queues
+        .resume_queue(pb::ResumeQueueRequest { queue: Q.into() })
+        .await
+        .expect("resume");
+    for i in 0..3 {
+        enqueue(
+            app,
+            pb::JobSpec {
+                priority: i - 1,
+                ..spec(Q, &format!("p{i}"))
+            },
+        )
+        .await;
+    }
+    let stats = queues
+        .get_queue_stats(pb::GetQueueStatsRequest { queue: Q.into() })
+        .await
+        .expect("stats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    assert!(stats.waiting >= 3, "{stats:?}");
+    http_get(app.http, "/metrics").await;
+    queues
+        .purge_queue(pb::PurgeQueueRequest {
+            queue: Q.into(),
+            include_completed: true,
+            include_dead: true,
+        })
+        .await
+        .expect("purge");
+    enqueue(app, spec(Q, "last")).await;
+    lease(store, &q, 1, 30_000).await;
+    queues
+        .delete_queue(pb::DeleteQueueRequest {
+            queue: Q.into(),
+            force: true,
+        })
+        .await
+        .expect("delete queue");
+    let _ = redis;
+}
+
+#[tokio::test]
+async fn every_script_declares_every_key_it_touches_in_one_slot() {
+    if single_only("MONITORs one redis-server (on a cluster each master would need its own)") {
+        return;
+    }
+    let redis = TestRedis::start().await;
+    let monitor = Monitor::start(&redis).await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let store = redis.store().await;
+    drive(&redis, &app, &store).await;
+    app.stop().await.expect("stop");
+    let lines = monitor.stop(&redis).await;
+
+    let calls = calls(&lines);
+    let mut c = redis.conn().await;
+    let mut cache: HashMap<Vec<Vec<u8>>, Vec<Vec<u8>>> = HashMap::new();
+    // script -> (calls, commands checked)
+    let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut undeclared: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut cross_slot: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for call in &calls {
+        let e = seen.entry(call.name.clone()).or_default();
+        e.0 += 1;
+        e.1 += call.ran.len();
+        let tag = call.keys.first().map(|k| hash_tag(k).to_vec());
+        for k in &call.keys {
+            if Some(hash_tag(k).to_vec()) != tag {
+                cross_slot
+                    .entry(call.name.clone())
+                    .or_default()
+                    .insert(show(k));
+            }
+        }
+        let declared: BTreeSet<&[u8]> = call.keys.iter().map(|k| k.as_slice()).collect();
+        for cmd in &call.ran {
+            let name = String::from_utf8_lossy(&cmd[0]).to_uppercase();
+            if ["TIME", "PUBLISH"].contains(&name.as_str()) {
+                continue;
+            }
+            if !cache.contains_key(cmd) {
+                let keys = keys_of(&mut c, cmd).await;
+                cache.insert(cmd.clone(), keys);
+            }
+            for k in &cache[cmd] {
+                if name == "SPUBLISH" {
+                    // A shard channel is routed like a key: it must be in the call's slot.
+                    if Some(hash_tag(k).to_vec()) != tag {
+                        cross_slot
+                            .entry(call.name.clone())
+                            .or_default()
+                            .insert(show(k));
+                    }
+                } else if !declared.contains(k.as_slice()) {
+                    undeclared
+                        .entry(call.name.clone())
+                        .or_default()
+                        .insert(format!("{name} {}", show(k)));
+                }
+            }
+        }
+    }
+    println!("script calls seen (calls, commands checked): {seen:?}");
+    let missing: Vec<&str> = SCRIPTS
+        .iter()
+        .copied()
+        .filter(|s| !seen.contains_key(*s))
+        .collect();
+    assert!(missing.is_empty(), "scripts never run: {missing:?}");
+    let unknown: Vec<&String> = seen
+        .keys()
+        .filter(|s| !SCRIPTS.contains(&s.as_str()))
+        .collect();
+    assert!(unknown.is_empty(), "calls of unknown scripts: {unknown:?}");
+    for (script, keys) in &undeclared {
+        println!("{script}: keys touched, not declared:");
+        for k in keys.iter().take(8) {
+            println!("    {k}");
+        }
+    }
+    assert!(
+        undeclared.is_empty(),
+        "scripts touch keys they do not declare: {:?}",
+        undeclared.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        cross_slot.is_empty(),
+        "keys of one call in different slots: {cross_slot:?}"
+    );
+}
