@@ -25,7 +25,7 @@
 # the jobs/s ratio there cannot show the scaling (the server and client are busy too); the
 # per-master CPU figures and the model are what carry over to a box with a core per master.
 #
-# Knobs (environment): ROUNDS (2), N (30000), E2E (4x64,2x256), QUIET_WAIT (2 s before
+# Knobs (environment): ROUNDS (2), N (60000), E2E (4x64,2x256), QUIET_WAIT (2 s before
 # each measurement), TOPOLOGIES ("one three"), STEP_TIMEOUT (600 s per bench call). The scratch dir
 # (logs, bench tables, JSON) is kept; the processes started here are stopped at exit.
 # The default finishes in about 5-8 minutes on a 2-core box.
@@ -33,7 +33,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 ROUNDS="${ROUNDS:-2}"
-N="${N:-30000}"
+N="${N:-60000}"
 E2E="${E2E:-4x64,2x256}"
 QUIET_WAIT="${QUIET_WAIT:-2}"
 read -r -a TOPOS <<<"${TOPOLOGIES:-one three}"

@@ -50,6 +50,7 @@ impl Nodes {
         let node_url = |addr: &str| format!("{scheme}://{userinfo}{addr}{tail}");
         let mut last = None;
         let mut listing = None;
+        let mut asked = "";
         for seed in &seeds {
             let r = async {
                 let mut c = connect(&node_url(seed)).await?;
@@ -62,6 +63,7 @@ impl Nodes {
             match r.await {
                 Ok(text) => {
                     listing = Some(text);
+                    asked = seed.rsplit_once(':').map_or("", |(h, _)| h);
                     break;
                 }
                 Err(e) => last = Some(e),
@@ -73,7 +75,7 @@ impl Nodes {
             (None, None) => anyhow::bail!("--redis-url names no cluster seed"),
         };
         let mut masters = Vec::new();
-        for (addr, slots) in parse_cluster_nodes(&text) {
+        for (addr, slots) in parse_cluster_nodes(&text, asked) {
             let conn = connect(&node_url(&addr)).await?;
             masters.push(Master { addr, slots, conn });
         }
@@ -189,7 +191,9 @@ fn split_cluster_url(url: &str) -> Option<(&'static str, &str, Vec<String>, &str
 /// `ip:port@cport[,hostname]`; an IPv6 address in brackets) and their slot ranges.
 /// Lines: `<id> <addr> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`; a master
 /// flagged `fail` or `noaddr` is left out, and so are migrating/importing entries (`[...]`).
-fn parse_cluster_nodes(text: &str) -> Vec<(String, Vec<(u16, u16)>)> {
+/// A node that never met another one (a 1-master cluster) lists itself with an empty IP
+/// (`:7000@17000`): it gets `asked`, the host of the seed that answered.
+fn parse_cluster_nodes(text: &str, asked: &str) -> Vec<(String, Vec<(u16, u16)>)> {
     let mut out = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -215,7 +219,9 @@ fn parse_cluster_nodes(text: &str) -> Vec<(String, Vec<(u16, u16)>)> {
         let Some((host, port)) = addr.rsplit_once(':') else {
             continue;
         };
-        let host = if host.contains(':') && !host.starts_with('[') {
+        let host = if host.is_empty() {
+            asked.to_owned()
+        } else if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
             host.to_owned()
@@ -268,7 +274,7 @@ e5 127.0.0.1:7005@17005 master,fail - 0 1 5 disconnected 100-200
 f6 ::1:7006@17006 master - 0 1 6 connected
 g7 ::1:7007@17007 master - 0 1 7 connected 9
 ";
-        let m = parse_cluster_nodes(text);
+        let m = parse_cluster_nodes(text, "seed");
         assert_eq!(
             m,
             [
@@ -277,6 +283,12 @@ g7 ::1:7007@17007 master - 0 1 7 connected 9
                 ("127.0.0.1:7003".to_owned(), vec![(10923, 16383), (42, 42)]),
                 ("[::1]:7007".to_owned(), vec![(9, 9)]),
             ]
+        );
+        // A 1-master cluster (slots added by hand, no other node met) has no IP for itself.
+        let alone = "a1 :7001@17001 myself,master - 0 0 0 connected 0-16383\n";
+        assert_eq!(
+            parse_cluster_nodes(alone, "127.0.0.1"),
+            [("127.0.0.1:7001".to_owned(), vec![(0, 16383)])]
         );
     }
 
