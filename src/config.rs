@@ -282,7 +282,10 @@ impl ServeArgs {
                 self.redis_wait_replicas
             ));
         }
-        if self.redis_wait_timeout < MS || self.redis_wait_timeout >= self.redis_timeout {
+        // Only checked when it is used: a short --redis-timeout alone must still start.
+        if self.redis_wait_replicas > 0
+            && (self.redis_wait_timeout < MS || self.redis_wait_timeout >= self.redis_timeout)
+        {
             return Err(format!(
                 "--redis-wait-timeout must be at least 1ms and less than --redis-timeout ({}), got {}",
                 humantime::format_duration(self.redis_timeout),

@@ -111,9 +111,11 @@ fn validate_rejects_out_of_range() {
             a.redis_url = Some("redis+sentinel://:pw@s:1".into())
         }),
         ("redis-wait-timeout", |a| {
+            a.redis_wait_replicas = 1;
             a.redis_wait_timeout = Duration::ZERO
         }),
         ("redis-wait-timeout", |a| {
+            a.redis_wait_replicas = 1;
             a.redis_wait_timeout = a.redis_timeout
         }),
     ];
@@ -123,6 +125,12 @@ fn validate_rejects_out_of_range() {
         let err = a.validate().expect_err(flag);
         assert!(err.contains(flag), "{err} should name {flag}");
     }
+    // Without --redis-wait-replicas the wait timeout is unused: a short --redis-timeout
+    // alone is valid.
+    let mut a = base.clone();
+    a.redis_timeout = Duration::from_millis(500);
+    a.validate()
+        .expect("no wait: the wait timeout is not checked");
 }
 
 #[test]
