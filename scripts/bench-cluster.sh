@@ -28,7 +28,8 @@
 # Knobs (environment): ROUNDS (2), N (60000), E2E (4x64,2x256), QUIET_WAIT (2 s before
 # each measurement), TOPOLOGIES ("one three"), STEP_TIMEOUT (600 s per bench call). The scratch dir
 # (logs, bench tables, JSON) is kept; the processes started here are stopped at exit.
-# The default finishes in about 5-8 minutes on a 2-core box.
+# The defaults take about 2 minutes on a 2-core box after the release build (ROUNDS=3
+# N=100000: about 4); figures and how to read them: docs/cluster.md, "How far it scales".
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
