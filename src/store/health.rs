@@ -1,5 +1,13 @@
 //! The store's readiness probe: a write, not a PING, because a replica, a Redis that is
 //! loading or failing over, or one that is full all answer PING but refuse jobs.
+//!
+//! On a Redis Cluster the write reaches one master (the one of [`HEALTH_KEY`]'s slot), not
+//! every master: with `cluster-require-full-coverage yes` (Redis's default) a cluster with
+//! any slot unserved refuses every write (CLUSTERDOWN), so one write tells whether the
+//! cluster takes jobs. With it set to `no`, a failed master's queues answer UNAVAILABLE on
+//! their own calls while the probe, and so readiness, may still pass: jobwire keeps serving
+//! the other masters' queues. (Start-up PINGs every master and reads every master's
+//! `maxmemory-policy`.)
 
 use std::time::Duration;
 

@@ -38,7 +38,7 @@ pub struct QueueStats {
 const PER_QUEUE: usize = 6;
 
 /// Queues whose stats are read at the same time (each one pipeline and one script call).
-pub(super) const PER_QUEUE_CONCURRENCY: usize = 16;
+pub(super) const PER_QUEUE_CONCURRENCY: usize = 64;
 
 fn first_score(v: Value) -> Result<Option<f64>, StoreError> {
     let items = array(v)?;
