@@ -106,9 +106,54 @@ pub(crate) const ZERO_SCORE: f64 = 1000.0 * (1u64 << 40) as f64;
 /// The registry: the set of queue names in use (not hash-tagged: it spans queues).
 pub(crate) const QUEUES_KEY: &str = "jw:queues";
 
-/// The due index: a sorted set of queue name -> the next time the reaper has work on the
-/// queue, ms (see `registry.rs`).
-pub(crate) const DUE_KEY: &str = "jw:due";
+/// The due index's shards: each a sorted set of queue name -> the next time the reaper has
+/// work on the queue, ms (see `registry.rs`). Every lease, ack, fail and delayed enqueue
+/// writes its queue's shard twice (an intent before its script, the due time after it), so
+/// on a Redis Cluster one global key would make its master do two calls for every call on
+/// every other master; [`DUE_SHARDS`] keys, each with its own hash tag, spread that work.
+/// Shard `i`'s tag is chosen so that its slot lies in the middle half of the `i`-th sixteenth
+/// of the 16 384 slots (checked by a test): on a cluster whose masters hold even contiguous slot ranges
+/// (what `redis-cli --cluster create` makes), the shards spread as evenly as they can, 5/6/5
+/// over 3 masters (the plain tags `d0`..`d15` would give 6/6/4).
+pub const DUE_KEYS: [&str; DUE_SHARDS] = [
+    "jw:due:{d0.12}",
+    "jw:due:{d1.19}",
+    "jw:due:{d2.21}",
+    "jw:due:{d3.9}",
+    "jw:due:{d4.62}",
+    "jw:due:{d5.69}",
+    "jw:due:{d6.42}",
+    "jw:due:{d7.49}",
+    "jw:due:{d8.21}",
+    "jw:due:{d9.39}",
+    "jw:due:{d10.38}",
+    "jw:due:{d11.20}",
+    "jw:due:{d12.4}",
+    "jw:due:{d13.3}",
+    "jw:due:{d14.48}",
+    "jw:due:{d15.43}",
+];
+
+/// Shards of the due index on a Redis Cluster: 16, more than the masters of most clusters
+/// (so each master holds some) and few enough that the reaper reads them all every tick
+/// cheaply (one ZRANGE each). On one Redis (or behind Sentinel) there is nothing to spread,
+/// and the index is the single shard [`DUE_KEYS`]`[0]`: the reaper's idle cost stays one
+/// ZRANGE a tick.
+pub const DUE_SHARDS: usize = 16;
+
+/// The due-index key of `queue` when the index has `shards` shards (1 or [`DUE_SHARDS`]):
+/// shard `crc16(queue) mod shards` (CRC-16/XMODEM, the hash Redis Cluster uses for slots:
+/// stable across processes and versions; since 16 divides 16 384, a queue's shard is its
+/// own slot mod 16).
+pub fn due_key(queue: &QueueName, shards: usize) -> &'static str {
+    DUE_KEYS[due_shard(queue, shards)]
+}
+
+/// The shard index of `queue` ([`due_key`]).
+pub(crate) fn due_shard(queue: &QueueName, shards: usize) -> usize {
+    let h = crc16::State::<crc16::XMODEM>::calculate(queue.as_str().as_bytes());
+    h as usize % shards.clamp(1, DUE_SHARDS)
+}
 
 /// The key the readiness probe writes (`health.rs`), outside every queue's keys (one key:
 /// fine on a cluster).
@@ -134,5 +179,41 @@ mod tests {
         assert_eq!(wake_queue("jw:wake:emails"), Some(q.clone()));
         assert_eq!(wake_queue("jw:{emails}:wake"), Some(q.clone()));
         assert_eq!(wake_queue("jw:{emails}:other"), None);
+    }
+
+    /// The Redis Cluster slot of `key` (CRC-16/XMODEM of its hash tag, mod 16 384).
+    fn slot(key: &str) -> usize {
+        let open = key.find('{').expect("tag");
+        let close = open + key[open..].find('}').expect("tag end");
+        crc16::State::<crc16::XMODEM>::calculate(&key.as_bytes()[open + 1..close]) as usize % 16384
+    }
+
+    #[test]
+    fn due_shards_spread_over_the_slot_space_and_queues_over_the_shards() {
+        for (i, key) in DUE_KEYS.iter().enumerate() {
+            let inside = slot(key) - i * 1024;
+            assert!((256..768).contains(&inside), "{key} in slot {}", slot(key));
+        }
+        // On a default 3-master cluster (slots 0-5460, 5461-10922, 10923-16383): 5/6/5.
+        let mut per_master = [0; 3];
+        for key in DUE_KEYS {
+            per_master[[5460, 10922, 16383]
+                .iter()
+                .position(|e| slot(key) <= *e)
+                .expect("a master")] += 1;
+        }
+        assert_eq!(per_master, [5, 6, 5]);
+        // A queue's shard is its own slot mod 16; one shard off a cluster.
+        let q = QueueName::parse("emails").expect("valid");
+        assert_eq!(due_shard(&q, DUE_SHARDS), slot("{emails}") % 16);
+        assert_eq!(due_key(&q, 1), DUE_KEYS[0]);
+        let mut used = [0; DUE_SHARDS];
+        for n in 0..1600 {
+            let q = QueueName::parse(&format!("q-{n}")).expect("valid");
+            used[due_shard(&q, DUE_SHARDS)] += 1;
+        }
+        // CRC-16 is linear, so sequential names spread unevenly (68 to 154 here): a bound of half
+        // to twice the mean.
+        assert!(used.iter().all(|u| (50..=200).contains(u)), "{used:?}");
     }
 }

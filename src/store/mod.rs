@@ -30,7 +30,7 @@ pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use durability::WaitReplicas;
 pub use error::StoreError;
-pub use keys::{shard_wake_channel, wake_channel, WAKE_PATTERN};
+pub use keys::{due_key, shard_wake_channel, wake_channel, DUE_KEYS, DUE_SHARDS, WAKE_PATTERN};
 pub use leases::new_lease_call_id;
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;

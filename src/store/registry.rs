@@ -1,7 +1,13 @@
 //! The global keys beside the queues: the registry of queue names (`jw:queues`, capped by the
-//! server's queue limit) and the due index (`jw:due`, a sorted set: queue -> the next time the
-//! reaper has work on it, ms on Redis's clock). Neither is written inside a queue script
-//! (DESIGN.md section 10): they are updated beside the script calls, idempotently.
+//! server's queue limit) and the due index (sorted sets: queue -> the next time the reaper has
+//! work on it, ms on Redis's clock). Neither is written inside a queue script (DESIGN.md
+//! section 10): they are updated beside the script calls, idempotently.
+//!
+//! The due index is one key on one Redis and [`DUE_SHARDS`] keys on a Redis Cluster
+//! ([`DUE_KEYS`], `keys.rs`), so that its writes, two per lease, ack, fail and delayed
+//! enqueue, spread over the masters instead of making the master of one key the cluster's
+//! bottleneck. A queue always goes to the same shard ([`super::keys::due_key`]); the reaper
+//! reads every shard.
 //!
 //! A write that may create reaper work (a lease, a delayed enqueue, a fail, an ack) first
 //! writes an intent, `+<queue>`, due at most [`INTENT_AHEAD`] later ([`Store::intend_due`],
@@ -20,7 +26,7 @@ use redis::Value;
 
 use super::client::Store;
 use super::codec::{array, int, next, string};
-use super::keys::{DUE_KEY, QUEUES_KEY};
+use super::keys::{due_shard, DUE_KEYS, DUE_SHARDS, QUEUES_KEY};
 use super::{scripts, StoreError};
 use crate::jobs::QueueName;
 
@@ -44,6 +50,10 @@ const INTENT_GUARD: Duration = Duration::from_millis(100);
 /// Prefix of an intent member in the due index (not a queue-name character).
 const INTENT_PREFIX: &str = "+";
 
+/// Most due-index shards the reaper reads at once (each read is one ZRANGE on the shard's
+/// master): enough to reach every master of a typical cluster in one round trip.
+const SHARD_READS: usize = 4;
+
 /// One due entry of the index, as [`Store::due_queues`] read it.
 #[derive(Clone, Debug)]
 pub struct DueEntry {
@@ -53,6 +63,9 @@ pub struct DueEntry {
     pub seen: String,
     /// A write's intent (`+<queue>`), not the queue's own entry.
     pub intent: bool,
+    /// The shard it was read from (index into [`DUE_KEYS`]): the reaper's conditional
+    /// update goes there, even if the entry sits in a shard other than its queue's.
+    pub shard: usize,
 }
 
 impl Store {
@@ -65,6 +78,21 @@ impl Store {
     /// The most queues the registry may hold.
     pub fn max_queues(&self) -> usize {
         self.max_queues
+    }
+
+    /// How many shards the due index has here: [`DUE_SHARDS`] on a Redis Cluster, 1
+    /// otherwise (`keys.rs`).
+    pub fn due_shards(&self) -> usize {
+        if self.is_cluster() {
+            DUE_SHARDS
+        } else {
+            1
+        }
+    }
+
+    /// The due-index key of `queue`'s shard.
+    fn due_key(&self, queue: &QueueName) -> &'static str {
+        DUE_KEYS[due_shard(queue, self.due_shards())]
     }
 
     /// Every registered queue name (sorted).
@@ -142,7 +170,7 @@ impl Store {
             .query_async(&mut conn)
             .await?;
         let _: Value = redis::cmd("ZREM")
-            .arg(DUE_KEY)
+            .arg(self.due_key(queue))
             .arg(queue.as_str())
             .arg(format!("{INTENT_PREFIX}{queue}"))
             .query_async(&mut conn)
@@ -162,7 +190,9 @@ impl Store {
             INTENT_AHEAD.as_millis().to_string(),
             INTENT_GUARD.as_millis().to_string(),
         ];
-        let r = self.eval(&scripts::INTENT, &[DUE_KEY], &args).await;
+        let r = self
+            .eval(&scripts::INTENT, &[self.due_key(queue)], &args)
+            .await;
         if let Err(e) = r {
             tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
         }
@@ -174,7 +204,7 @@ impl Store {
     pub(super) async fn mark_due(&self, queue: &QueueName, at_ms: u64) {
         let mut conn = self.conn.clone();
         let r: Result<Value, _> = redis::cmd("ZADD")
-            .arg(DUE_KEY)
+            .arg(self.due_key(queue))
             .arg("LT")
             .arg(at_ms)
             .arg(queue.as_str())
@@ -185,29 +215,51 @@ impl Store {
         }
     }
 
-    /// The entries whose due time has come (at most `max`, earliest first): queues' own
-    /// entries and writes' intents.
+    /// The entries whose due time has come (at most `max`, earliest first over all shards):
+    /// queues' own entries and writes' intents. Every shard is read ([`SHARD_READS`] at a
+    /// time), each for up to `max` entries, so one shard holding a whole backlog still
+    /// fills a tick (the common case: a burst on a few queues); the merge keeps the `max`
+    /// earliest, and the rest stay due for the next tick. The clock is read once, from one
+    /// node (`TIME`); masters' clocks agree to within the reaper's precision.
     pub async fn due_queues(&self, max: usize) -> Result<Vec<DueEntry>, StoreError> {
         let mut conn = self.conn.clone();
         let time: Vec<String> = redis::cmd("TIME").query_async(&mut conn).await?;
         let secs: u64 = time.first().and_then(|s| s.parse().ok()).unwrap_or(0);
         let micros: u64 = time.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
         let now_ms = secs * 1000 + micros / 1000;
-        let reply: Vec<Value> = redis::cmd("ZRANGE")
-            .arg(DUE_KEY)
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(max)
-            .arg("WITHSCORES")
-            .query_async(&mut conn)
-            .await?;
-        let mut out = Vec::with_capacity(reply.len() / 2);
-        let mut it = reply.into_iter();
-        while let (Some(name), Some(score)) = (it.next(), it.next()) {
-            let (name, seen) = (string(name)?, string(score)?);
+        let reads = futures::stream::iter(0..self.due_shards())
+            .map(|shard| {
+                let mut conn = self.conn.clone();
+                async move {
+                    let reply: Vec<Value> = redis::cmd("ZRANGE")
+                        .arg(DUE_KEYS[shard])
+                        .arg("-inf")
+                        .arg(now_ms)
+                        .arg("BYSCORE")
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(max)
+                        .arg("WITHSCORES")
+                        .query_async(&mut conn)
+                        .await?;
+                    Ok::<_, StoreError>((shard, reply))
+                }
+            })
+            .buffer_unordered(SHARD_READS);
+        let replies: Vec<(usize, Vec<Value>)> = reads.try_collect().await?;
+        let mut read = Vec::new();
+        for (shard, reply) in replies {
+            let mut it = reply.into_iter();
+            while let (Some(name), Some(score)) = (it.next(), it.next()) {
+                let (name, seen) = (string(name)?, string(score)?);
+                let at = seen.parse::<f64>().unwrap_or(f64::MIN);
+                read.push((at, shard, name, seen));
+            }
+        }
+        read.sort_by(|a, b| a.0.total_cmp(&b.0));
+        read.truncate(max);
+        let mut out = Vec::with_capacity(read.len());
+        for (_, shard, name, seen) in read {
             let (queue, intent) = match name.strip_prefix(INTENT_PREFIX) {
                 Some(q) => (q, true),
                 None => (name.as_str(), false),
@@ -217,9 +269,13 @@ impl Store {
                     queue,
                     seen,
                     intent,
+                    shard,
                 }),
                 // Not a queue name: nobody should have written it; drop it.
-                Err(_) => self.set_next_due_raw(&name, &seen, None, None).await?,
+                Err(_) => {
+                    self.set_next_due_raw(shard, &name, &seen, None, None)
+                        .await?
+                }
             }
         }
         Ok(out)
@@ -238,15 +294,16 @@ impl Store {
         match entry {
             Some(e) if e.intent => {
                 let member = format!("{INTENT_PREFIX}{queue}");
-                self.set_next_due_raw(&member, &e.seen, next_ms, Some(queue.as_str()))
+                self.set_next_due_raw(e.shard, &member, &e.seen, next_ms, Some(queue.as_str()))
                     .await
             }
             Some(e) => {
-                self.set_next_due_raw(queue.as_str(), &e.seen, next_ms, None)
+                self.set_next_due_raw(e.shard, queue.as_str(), &e.seen, next_ms, None)
                     .await
             }
             None => {
-                self.set_next_due_raw(queue.as_str(), "", next_ms, None)
+                let shard = due_shard(queue, self.due_shards());
+                self.set_next_due_raw(shard, queue.as_str(), "", next_ms, None)
                     .await
             }
         }
@@ -254,6 +311,7 @@ impl Store {
 
     async fn set_next_due_raw(
         &self,
+        shard: usize,
         member: &str,
         seen: &str,
         next_ms: Option<u64>,
@@ -265,7 +323,7 @@ impl Store {
             next_ms.map_or(-1, |n| n as i64).to_string(),
         ];
         args.extend(own.map(str::to_owned));
-        self.eval(&scripts::DUE, &[DUE_KEY], &args).await?;
+        self.eval(&scripts::DUE, &[DUE_KEYS[shard]], &args).await?;
         Ok(())
     }
 
@@ -321,26 +379,33 @@ impl Store {
             .collect())
     }
 
-    /// If the due index is missing (a fresh Redis, or data from before the index existed),
-    /// marks every registered queue due now, so the reaper looks at each once. Returns how
-    /// many were marked.
+    /// If the due index is missing (every shard: a fresh Redis, or data from before the index
+    /// existed), marks every registered queue due now, so the reaper looks at each once.
+    /// Returns how many were marked.
     pub async fn seed_due_index(&self) -> Result<usize, StoreError> {
         let mut conn = self.conn.clone();
-        let exists: u64 = redis::cmd("EXISTS")
-            .arg(DUE_KEY)
-            .query_async(&mut conn)
-            .await?;
-        if exists > 0 {
-            return Ok(0);
+        let shards = self.due_shards();
+        for key in &DUE_KEYS[..shards] {
+            // One key a call: the shards are in different slots.
+            let exists: u64 = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
+            if exists > 0 {
+                return Ok(0);
+            }
         }
         let queues = self.queues().await?;
-        for chunk in queues.chunks(1000) {
-            let mut cmd = redis::cmd("ZADD");
-            cmd.arg(DUE_KEY).arg("LT");
-            for q in chunk {
-                cmd.arg(0).arg(q.as_str());
+        let mut by_shard = vec![Vec::new(); shards];
+        for q in &queues {
+            by_shard[due_shard(q, shards)].push(q);
+        }
+        for (shard, queues) in by_shard.iter().enumerate() {
+            for chunk in queues.chunks(1000) {
+                let mut cmd = redis::cmd("ZADD");
+                cmd.arg(DUE_KEYS[shard]).arg("LT");
+                for q in chunk {
+                    cmd.arg(0).arg(q.as_str());
+                }
+                let _: Value = cmd.query_async(&mut conn).await?;
             }
-            let _: Value = cmd.query_async(&mut conn).await?;
         }
         Ok(queues.len())
     }

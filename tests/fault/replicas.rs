@@ -175,7 +175,10 @@ async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
     // The update after the reply is lost (as if A died just before it).
     let mut conn = redis.conn().await;
     let _: i64 = redis::cmd("ZREM")
-        .arg("jw:due")
+        .arg(jobwire::store::due_key(
+            &jobwire::jobs::QueueName::parse("lost-due").expect("queue"),
+            1,
+        ))
         .arg("lost-due")
         .query_async(&mut conn)
         .await

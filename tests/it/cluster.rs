@@ -15,7 +15,7 @@ use crate::harness::*;
 use crate::topology::{TestCluster, TestSentinel};
 
 /// `per_master` queue names (prefix `prefix`) on each master of `c`: master port -> queues.
-async fn queues_on_every_master(
+pub(crate) async fn queues_on_every_master(
     c: &TestCluster,
     prefix: &str,
     per_master: usize,

@@ -22,6 +22,7 @@ mod coalesce;
 mod core_flow;
 mod dead_letters;
 mod declared_keys;
+mod due_spread;
 mod early_wake;
 mod error_history;
 mod error_text;

@@ -167,11 +167,17 @@ async fn delete_queue_removes_every_key_and_is_refused_while_jobs_are_leased() {
     assert!(!registered);
     // A reap that ran beside the deletion may put the queue back in the due index; its next
     // reap finds nothing and takes it out.
+    let shards = if redis.cluster().is_some() {
+        jobwire::store::DUE_SHARDS
+    } else {
+        1
+    };
+    let due_key = jobwire::store::due_key(&jobwire::jobs::QueueName::parse(q).expect("q"), shards);
     eventually(Duration::from_secs(10), || {
         let mut c = c.clone();
         async move {
             let due: Option<f64> = redis::cmd("ZSCORE")
-                .arg("jw:due")
+                .arg(due_key)
                 .arg(q)
                 .query_async(&mut c)
                 .await

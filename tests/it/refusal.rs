@@ -12,11 +12,14 @@ use tonic_types::StatusExt;
 use crate::harness::*;
 
 /// Keys that are not job state and change by themselves, whatever a refused call does: the
-/// due index is the reaper's schedule (it moves in the background after earlier, accepted
-/// calls), and the readiness probe rewrites `jw:health` every 500 ms (`store/health.rs`).
-const NOT_JOB_STATE: [&str; 2] = ["jw:due", "jw:health"];
+/// due index's shards are the reaper's schedule (they move in the background after earlier,
+/// accepted calls), and the readiness probe rewrites `jw:health` every 500 ms
+/// (`store/health.rs`).
+fn not_job_state(key: &str) -> bool {
+    jobwire::store::DUE_KEYS.contains(&key) || key == "jw:health"
+}
 
-/// Every key of job state, sorted: all keys but [`NOT_JOB_STATE`].
+/// Every key of job state, sorted: all keys but those [`not_job_state`] names.
 pub(crate) async fn state_keys(redis: &TestRedis) -> Vec<String> {
     let mut c = redis.conn().await;
     let mut keys: Vec<String> = redis::cmd("KEYS")
@@ -24,7 +27,7 @@ pub(crate) async fn state_keys(redis: &TestRedis) -> Vec<String> {
         .query_async(&mut c)
         .await
         .expect("keys");
-    keys.retain(|k| !NOT_JOB_STATE.contains(&k.as_str()));
+    keys.retain(|k| !not_job_state(k));
     keys.sort();
     keys
 }

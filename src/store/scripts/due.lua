@@ -1,6 +1,6 @@
--- due.lua: moves one queue's entry in the global due index after a reap (not a queue
+-- due.lua: moves one queue's entry in a due-index shard after a reap (not a queue
 -- script: it touches only the index, never a queue's keys; DESIGN.md section 10).
--- KEYS: [1] the due index (zset: '<queue>' -> next due ms, '+<queue>' -> a write's intent,
+-- KEYS: [1] the queue's due-index shard (zset: '<queue>' -> next due ms, '+<queue>' -> a write's intent,
 --       see intent.lua).
 -- ARGV: [1] the member the reap was for ('<queue>' or '+<queue>'), [2] the score the caller
 --       saw before reaping ('' none), [3] the next due time the reap reported, ms, or -1 for

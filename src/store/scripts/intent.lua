@@ -1,7 +1,7 @@
 -- intent.lua: before a script that may create reaper work on a queue (a lease, a delayed
--- enqueue, a fail, an ack), announces it in the global due index (not a queue script: it
+-- enqueue, a fail, an ack), announces it in the queue's shard of the due index (not a queue script: it
 -- touches only the index; DESIGN.md section 10).
--- KEYS: [1] the due index (zset: '<queue>' -> next due ms, '+<queue>' -> an intent).
+-- KEYS: [1] the queue's due-index shard (zset: '<queue>' -> next due ms, '+<queue>' -> an intent).
 -- ARGV: [1] the intent member '+<queue>', [2] ahead: how far after now it comes due at the
 --       latest, ms, [3] guard: how soon after now it may come due at the earliest, ms.
 -- The intent comes due at most `ahead` after the first write not yet reaped (LT), so it is
