@@ -52,24 +52,29 @@ async fn open(
 /// sending half already closed, so the server ends the stream after what it sent), recording
 /// each lease as delivered: those leases did reach the worker's process, so charging them an
 /// attempt when they expire is right. Stops at the end of the stream, an error, or 10 s.
-async fn read_rest(stream: &mut Streaming<pb::SubscribeResponse>, stats: &Stats) {
+async fn read_rest(stream: &mut Streaming<pb::SubscribeResponse>, stats: &Stats, worker_id: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while let Ok(Ok(Some(m))) = tokio::time::timeout_at(deadline, stream.message()).await {
         if let Some(Out::Lease(l)) = m.message {
             if let Some(job) = l.job {
-                stats.delivered(&job.job_id);
+                stats.delivered(&job.job_id, worker_id);
             }
         }
     }
 }
 
-/// A worker that reconnects forever: per lease it acks (89 %), fails RETRY (10 %) or hangs
+/// A worker that reconnects forever (each stream under its own worker id, `soak-<n>-<k>`): per lease it acks (89 %), fails RETRY (10 %) or hangs
 /// (1 %: goes silent past the heartbeat timeout, then abandons its stream).
 pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: CancellationToken) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(n);
-    while !stop.is_cancelled() {
-        let (_, channel) = pick(&servers, &mut rng);
-        let Some((tx, mut stream)) = open(channel, CREDITS, format!("soak-{n}")).await else {
+    for k in 0.. {
+        if stop.is_cancelled() {
+            return;
+        }
+        let (addr, channel) = pick(&servers, &mut rng);
+        let worker_id = format!("soak-{n}-{k}");
+        stats.opened(&worker_id, &addr, CREDITS);
+        let Some((tx, mut stream)) = open(channel, CREDITS, worker_id.clone()).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -89,7 +94,7 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
                     message: Some(Out::Lease(l)),
                 })) => {
                     let job = l.job.as_ref().expect("job");
-                    stats.delivered(&job.job_id);
+                    stats.delivered(&job.job_id, &worker_id);
                     let (queue, job_id, lease_token) =
                         (job.queue.clone(), job.job_id.clone(), l.lease_token.clone());
                     let r: f64 = rng.random();
@@ -137,7 +142,7 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
             }
         }
         drop(tx);
-        read_rest(&mut stream, &stats).await;
+        read_rest(&mut stream, &stats, &worker_id).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -157,7 +162,7 @@ pub(super) async fn killer(servers: Servers, stats: Arc<Stats>, stop: Cancellati
         child.sigkill().await;
         match leased {
             Some(l) => {
-                stats.delivered(&l.job_id);
+                stats.delivered(&l.job_id, "child");
                 stats.kills.fetch_add(1, Ordering::Relaxed);
             }
             None => {
@@ -168,11 +173,12 @@ pub(super) async fn killer(servers: Servers, stats: Arc<Stats>, stop: Cancellati
     }
 }
 
-/// A worker that stops reading: it opens a stream with many credits, reads one lease, then
-/// heartbeats for `stall` without reading a byte (its HTTP/2 window fills up). Then it
-/// drains and closes its half of the stream, reads what the transport already holds until the
-/// server ends the stream, walks away without settling anything, and starts over. The leases it read expire and are charged;
-/// the ones that never left the server must come back without an attempt.
+/// A worker that stops reading: it opens a stream (worker id `stalled-reader-<k>`) with many
+/// credits, reads one lease, then heartbeats for `stall` without reading a byte (its HTTP/2
+/// window fills up). Then it drains and closes its half of the stream, reads what the
+/// transport already holds until the server ends the stream, walks away without settling
+/// anything, and starts over. The leases it read expire and are charged; the ones that never
+/// left the server must come back without an attempt.
 pub(super) async fn stalled_reader(
     servers: Servers,
     stats: Arc<Stats>,
@@ -180,28 +186,33 @@ pub(super) async fn stalled_reader(
     stop: CancellationToken,
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(4242);
-    while !stop.is_cancelled() {
+    for k in 0.. {
+        if stop.is_cancelled() {
+            return;
+        }
         let (addr, _) = pick(&servers, &mut rng);
         // A small HTTP/2 window: a few leases fill it, the rest must wait inside the server.
         let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
             .expect("uri")
             .initial_stream_window_size(Some(4096))
             .connect_lazy();
-        let Some((tx, mut stream)) = open(channel, STALL_CREDITS, "stalled-reader".into()).await
-        else {
+        let worker_id = format!("stalled-reader-{k}");
+        stats.opened(&worker_id, &addr, STALL_CREDITS);
+        let Some((tx, mut stream)) = open(channel, STALL_CREDITS, worker_id.clone()).await else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
+        // Stopped before the first lease came: still drain and read what was sent below.
         let first = tokio::select! {
-            _ = stop.cancelled() => return,
-            m = tokio::time::timeout(Duration::from_secs(5), stream.message()) => m,
+            _ = stop.cancelled() => None,
+            m = tokio::time::timeout(Duration::from_secs(5), stream.message()) => Some(m),
         };
-        if let Ok(Ok(Some(pb::SubscribeResponse {
+        if let Some(Ok(Ok(Some(pb::SubscribeResponse {
             message: Some(Out::Lease(l)),
-        }))) = first
+        })))) = first
         {
             if let Some(job) = l.job {
-                stats.delivered(&job.job_id);
+                stats.delivered(&job.job_id, &worker_id);
             }
         }
         stats.stalls.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +230,7 @@ pub(super) async fn stalled_reader(
             message: Some(In::Drain(pb::DrainStream {})),
         });
         drop(tx);
-        read_rest(&mut stream, &stats).await;
+        read_rest(&mut stream, &stats, &worker_id).await;
         drop(stream);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
