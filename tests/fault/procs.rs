@@ -154,6 +154,18 @@ impl RedisProc {
     }
 }
 
+/// Runs one command (`args[0]` and its arguments) on `redis`; panics with the command on error.
+pub async fn redis_cmd(redis: &RedisProc, args: &[&str]) -> redis::Value {
+    let mut c = redis.conn().await;
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut c)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
 /// Flags for a jobwire child: fast leases and reaper, a short grace.
 pub fn server_args(redis_url: &str) -> Vec<String> {
     [

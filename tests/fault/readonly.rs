@@ -11,7 +11,7 @@ use jobwire::pb;
 use tokio::process::{Child, Command};
 
 use crate::harness::*;
-use crate::procs::{free_port, server_args, RedisOpts, RedisProc, ServerProc};
+use crate::procs::{free_port, redis_cmd, server_args, RedisOpts, RedisProc, ServerProc};
 
 /// How long a state change may take to show in health (the watch runs every 500 ms).
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -46,17 +46,6 @@ async fn try_enqueue(app: &TestApp, spec: pb::JobSpec) -> Result<(), tonic::Stat
         .enqueue(pb::EnqueueRequest { job: Some(spec) })
         .await
         .map(|_| ())
-}
-
-async fn redis_cmd(redis: &RedisProc, args: &[&str]) -> redis::Value {
-    let mut c = redis.conn().await;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
 /// Demotes `old` to a replica (of nobody reachable) and starts an empty new master on its

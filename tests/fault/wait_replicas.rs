@@ -11,23 +11,12 @@ use std::time::{Duration, Instant};
 use jobwire::pb;
 
 use crate::harness::*;
-use crate::procs::{free_port, RedisOpts, RedisProc};
+use crate::procs::{free_port, redis_cmd, RedisOpts, RedisProc};
 
 const NO_PERSISTENCE: RedisOpts = RedisOpts {
     aof: None,
     policy: "noeviction",
 };
-
-async fn cmd(redis: &RedisProc, args: &[&str]) -> redis::Value {
-    let mut c = redis.conn().await;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query_async(&mut c)
-        .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
 
 async fn info(redis: &RedisProc, field: &str) -> String {
     let text: String = redis::cmd("INFO")
@@ -47,7 +36,7 @@ async fn master_and_replica() -> (RedisProc, RedisProc, u16) {
     let port = free_port();
     let master = RedisProc::start_on(NO_PERSISTENCE, port).await;
     let replica = RedisProc::start_on(NO_PERSISTENCE, free_port()).await;
-    cmd(&replica, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await;
+    redis_cmd(&replica, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await;
     eventually(Duration::from_secs(20), || async {
         info(&replica, "master_link_status").await == "up"
     })
@@ -67,7 +56,7 @@ async fn stored(redis: &RedisProc, queue: &str, id: &str) -> bool {
 /// Kills the master and promotes the replica, as a failover does.
 async fn fail_over(master: &mut RedisProc, replica: &RedisProc) {
     master.kill().await;
-    cmd(replica, &["REPLICAOF", "NO", "ONE"]).await;
+    redis_cmd(replica, &["REPLICAOF", "NO", "ONE"]).await;
 }
 
 fn config(url: &str, replicas: u32) -> jobwire::config::ServeArgs {
@@ -84,7 +73,7 @@ async fn without_waiting_an_acknowledged_enqueue_is_lost_with_its_master() {
     enqueue(&app, spec("wr", "before")).await;
     eventually(Duration::from_secs(10), || stored(&replica, "wr", "before")).await;
     // The replica loses its link (it keeps its data and tries a master that is gone).
-    cmd(
+    redis_cmd(
         &replica,
         &["REPLICAOF", "127.0.0.1", &free_port().to_string()],
     )
@@ -109,7 +98,7 @@ async fn with_wait_replicas_an_unreplicated_write_answers_unavailable_and_a_retr
         "on the replica at the reply"
     );
 
-    cmd(
+    redis_cmd(
         &replica,
         &["REPLICAOF", "127.0.0.1", &free_port().to_string()],
     )
@@ -130,7 +119,7 @@ async fn with_wait_replicas_an_unreplicated_write_answers_unavailable_and_a_retr
     eprintln!("unreplicated Enqueue answered in {:?}", start.elapsed());
 
     // The replica comes back; the client retries the same job id: it is there once.
-    cmd(&replica, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await;
+    redis_cmd(&replica, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await;
     eventually(Duration::from_secs(20), || async {
         info(&replica, "master_link_status").await == "up"
     })
