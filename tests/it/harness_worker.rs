@@ -1,0 +1,221 @@
+//! The worker side of the test harness: [`TestWorker`], a Subscribe stream driven by hand
+//! (open, read leases and settles, ack, fail, heartbeat), and [`Recv`], what one read saw.
+
+use std::time::Duration;
+
+use jobwire::pb;
+use jobwire::pb::worker_service_client::WorkerServiceClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use super::{ms, TestApp};
+
+/// What [`TestWorker::recv`] saw.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Recv {
+    Msg(Out),
+    End,
+    Error(tonic::Status),
+    Timeout,
+}
+
+/// A worker holding a Subscribe stream.
+pub struct TestWorker {
+    tx: mpsc::UnboundedSender<pb::SubscribeRequest>,
+    rx: Streaming<pb::SubscribeResponse>,
+    /// Settled messages read while waiting for leases, and vice versa.
+    pending_leases: Vec<pb::Lease>,
+    pending_settled: Vec<pb::Settled>,
+}
+
+use pb::subscribe_request::Message as In;
+use pb::subscribe_response::Message as Out;
+
+impl TestWorker {
+    pub async fn open(app: &TestApp, queues: &[&str], credits: u32, worker_id: &str) -> TestWorker {
+        TestWorker::open_on(app.channel.clone(), queues, credits, worker_id).await
+    }
+
+    /// Opens a stream on any server's channel (e.g. a jobwire child process).
+    pub async fn open_on(
+        channel: Channel,
+        queues: &[&str],
+        credits: u32,
+        worker_id: &str,
+    ) -> TestWorker {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(pb::SubscribeRequest {
+            message: Some(In::Open(pb::OpenStream {
+                queues: queues.iter().map(|q| q.to_string()).collect(),
+                credits,
+                worker_id: worker_id.into(),
+            })),
+        })
+        .expect("send");
+        let rx = WorkerServiceClient::new(channel)
+            .subscribe(UnboundedReceiverStream::new(rx))
+            .await
+            .expect("subscribe")
+            .into_inner();
+        TestWorker {
+            tx,
+            rx,
+            pending_leases: Vec::new(),
+            pending_settled: Vec::new(),
+        }
+    }
+
+    pub fn send(&self, m: In) {
+        self.tx
+            .send(pb::SubscribeRequest { message: Some(m) })
+            .expect("stream open");
+    }
+
+    /// Sends a heartbeat; false when the stream is gone.
+    pub fn heartbeat(&self) -> bool {
+        self.tx
+            .send(pb::SubscribeRequest {
+                message: Some(In::Heartbeat(pb::Heartbeat {})),
+            })
+            .is_ok()
+    }
+
+    /// The next message, without panicking on the end of the stream or an error status.
+    pub async fn recv(&mut self, patience: Duration) -> Recv {
+        match tokio::time::timeout(patience, self.rx.message()).await {
+            Ok(Ok(Some(m))) => m.message.map_or(Recv::End, Recv::Msg),
+            Ok(Ok(None)) => Recv::End,
+            Ok(Err(status)) => Recv::Error(status),
+            Err(_) => Recv::Timeout,
+        }
+    }
+
+    /// Heartbeats every 200 ms for `period`, collecting any leases that arrive meanwhile
+    /// (a busy worker that keeps its stream alive).
+    pub async fn heartbeat_for(&mut self, period: Duration) -> Vec<pb::Lease> {
+        let deadline = tokio::time::Instant::now() + period;
+        let mut leases = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            self.send(In::Heartbeat(pb::Heartbeat {}));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if let Some(l) = self
+                .lease_within(left.min(Duration::from_millis(200)))
+                .await
+            {
+                leases.push(l);
+            }
+        }
+        leases
+    }
+
+    async fn read(&mut self, patience: Duration) -> Option<Out> {
+        match tokio::time::timeout(patience, self.rx.message()).await {
+            Ok(Ok(Some(m))) => m.message,
+            Ok(Ok(None)) => None,
+            Ok(Err(status)) => panic!("stream error: {status:?}"),
+            Err(_) => None,
+        }
+    }
+
+    /// The next lease within `patience`, or None.
+    pub async fn lease_within(&mut self, patience: Duration) -> Option<pb::Lease> {
+        if !self.pending_leases.is_empty() {
+            return Some(self.pending_leases.remove(0));
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.read(left).await? {
+                Out::Lease(l) => return Some(l),
+                Out::Settled(s) => self.pending_settled.push(s),
+                Out::Draining(_) => {}
+            }
+        }
+    }
+
+    pub async fn lease(&mut self) -> pb::Lease {
+        self.lease_within(Duration::from_secs(10))
+            .await
+            .expect("a lease within 10 s")
+    }
+
+    pub async fn settled(&mut self) -> pb::Settled {
+        if !self.pending_settled.is_empty() {
+            return self.pending_settled.remove(0);
+        }
+        loop {
+            match self
+                .read(Duration::from_secs(10))
+                .await
+                .expect("a settled within 10 s")
+            {
+                Out::Settled(s) => return s,
+                Out::Lease(l) => self.pending_leases.push(l),
+                Out::Draining(_) => {}
+            }
+        }
+    }
+
+    /// Reads until the server ends the stream or `patience` passes; returns what came.
+    pub async fn drain_messages(&mut self, patience: Duration) -> Vec<Out> {
+        let mut out = Vec::new();
+        while let Some(m) = self.read(patience).await {
+            out.push(m);
+        }
+        out
+    }
+
+    /// Leases `n` jobs, acks them all on the stream, and waits for every ack to be applied.
+    pub async fn ack_all(&mut self, n: usize) {
+        for _ in 0..n {
+            let l = self.lease().await;
+            let job = l.job.as_ref().expect("job");
+            self.send(In::Ack(pb::AckRequest {
+                queue: job.queue.clone(),
+                job_id: job.job_id.clone(),
+                lease_token: l.lease_token.clone(),
+            }));
+        }
+        for _ in 0..n {
+            assert_eq!(self.settled().await.code, 0);
+        }
+    }
+
+    pub async fn ack(&mut self, l: &pb::Lease) -> pb::Settled {
+        let job = l.job.as_ref().expect("job");
+        self.send(In::Ack(pb::AckRequest {
+            queue: job.queue.clone(),
+            job_id: job.job_id.clone(),
+            lease_token: l.lease_token.clone(),
+        }));
+        self.settled().await
+    }
+
+    pub async fn fail(
+        &mut self,
+        l: &pb::Lease,
+        disposition: pb::FailDisposition,
+        message: &str,
+        error_type: &str,
+        retry_after: Option<Duration>,
+    ) -> pb::Settled {
+        let job = l.job.as_ref().expect("job");
+        self.send(In::Fail(pb::FailRequest {
+            queue: job.queue.clone(),
+            job_id: job.job_id.clone(),
+            lease_token: l.lease_token.clone(),
+            disposition: disposition as i32,
+            error: Some(pb::JobError {
+                message: message.into(),
+                error_type: error_type.into(),
+                details: String::new(),
+            }),
+            retry_after: retry_after.map(ms),
+            pause_queue: false,
+        }));
+        self.settled().await
+    }
+}
