@@ -15,6 +15,14 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod abuse;
+mod auth;
+mod tls;
+
+pub use abuse::AbuseArgs;
+pub use auth::AuthArgs;
+pub use tls::TlsArgs;
+
 /// Largest value of `--max-payload-bytes` (64 MiB). The gRPC message limit follows the flag
 /// (`api::max_message_bytes`); Redis itself takes strings up to 512 MB, but one job this size
 /// already costs a lease script call and its replies tens of milliseconds.
@@ -186,6 +194,18 @@ pub struct ServeArgs {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     pub print_config: bool,
+
+    /// TLS of the gRPC port.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
+    /// Authentication and authorization.
+    #[command(flatten)]
+    pub auth: AuthArgs,
+
+    /// Abuse limits of the gRPC port.
+    #[command(flatten)]
+    pub abuse: AbuseArgs,
 }
 
 impl ServeArgs {
@@ -226,6 +246,9 @@ impl ServeArgs {
             config: None,
             log_format: LogFormat::Pretty,
             print_config: false,
+            tls: TlsArgs::default(),
+            auth: AuthArgs::default(),
+            abuse: AbuseArgs::default(),
         }
     }
 
@@ -307,6 +330,9 @@ impl ServeArgs {
                 self.max_queues
             ));
         }
+        self.tls.validate()?;
+        self.auth.validate()?;
+        self.abuse.validate()?;
         Ok(())
     }
 
@@ -378,6 +404,12 @@ impl ServeArgs {
                 e(&|| self.log_format.to_possible_value()),
             ),
         ];
+        let more = [
+            self.tls.effective(),
+            self.auth.effective(),
+            self.abuse.effective(),
+        ];
+        let lines = lines.into_iter().chain(more.into_iter().flatten());
         let mut out = String::from(if self.redis_url.is_none() {
             "# no JOBWIRE_REDIS_URL: an embedded redis-server runs in JOBWIRE_DATA_DIR\n"
         } else {
@@ -417,6 +449,9 @@ impl fmt::Debug for ServeArgs {
             config,
             log_format,
             print_config,
+            tls,
+            auth,
+            abuse,
         } = self;
         f.debug_struct("ServeArgs")
             .field("grpc_addr", grpc_addr)
@@ -442,6 +477,9 @@ impl fmt::Debug for ServeArgs {
             .field("config", config)
             .field("log_format", log_format)
             .field("print_config", print_config)
+            .field("tls", tls)
+            .field("auth", auth)
+            .field("abuse", abuse)
             .finish()
     }
 }

@@ -22,10 +22,12 @@ pub mod lease;
 pub mod metrics;
 pub mod queue_file;
 pub mod redis_embedded;
+pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod transport;
 
 pub use api::pb;
 pub use error::Error;

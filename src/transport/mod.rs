@@ -1,0 +1,24 @@
+//! The gRPC port's connections: plaintext or TLS (rustls, certificates reloaded without a
+//! restart), each tagged with a [`ConnInfo`] that tonic puts into every request's extensions.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+
+/// What the server knows about the connection a request came on; read it with
+/// [`conn_info`]. Present on every request the jobwire listener accepted.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// Process-unique id of the connection (for per-connection limits).
+    pub id: u64,
+    /// The peer's address.
+    pub remote_addr: Option<SocketAddr>,
+    /// The client's certificate chain (leaf first) when mTLS verified one; `None` otherwise.
+    pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+/// The [`ConnInfo`] of the connection `req` came on, if it came through jobwire's listener.
+pub fn conn_info<T>(req: &tonic::Request<T>) -> Option<&ConnInfo> {
+    req.extensions().get::<ConnInfo>()
+}

@@ -1,0 +1,6 @@
+//! jobwire's security tests: real servers over real TLS (certificates made by the test),
+//! bearer tokens and client certificates, every refusal checked against Redis byte for byte.
+
+#[allow(dead_code)] // shared with the it and fault suites, which use more of it
+#[path = "../it/harness.rs"]
+mod harness;
