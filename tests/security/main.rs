@@ -4,3 +4,6 @@
 #[allow(dead_code)] // shared with the it and fault suites, which use more of it
 #[path = "../it/harness.rs"]
 mod harness;
+#[allow(dead_code)] // the Redis Cluster topology, used by the harness
+#[path = "../support/topology/mod.rs"]
+mod topology;
