@@ -135,8 +135,18 @@ impl Hub {
                 }
             }
             if !overdue.is_empty() {
-                self.release(overdue, "handed back leases a stalled stream did not take")
-                    .await;
+                // In the background: a hand-back that waits for Redis to answer again must
+                // not hold up the next sweep.
+                let hub = self.clone();
+                let patience = self.config().lease_duration;
+                self.inner.tracker.spawn(async move {
+                    hub.release(
+                        overdue,
+                        "handed back leases a stalled stream did not take",
+                        patience,
+                    )
+                    .await
+                });
             }
         }
     }

@@ -404,8 +404,13 @@ impl Hub {
         let hub = self.clone();
         let _guard = rt.enter();
         self.inner.tracker.spawn(async move {
-            hub.release(leases, "handed undelivered leases back to waiting")
-                .await
+            let patience = hub.config().lease_duration;
+            hub.release(
+                leases,
+                "handed undelivered leases back to waiting",
+                patience,
+            )
+            .await
         });
     }
 
@@ -414,23 +419,53 @@ impl Hub {
         for s in sessions {
             all.extend(s.book().take_all());
         }
-        self.release(all, "handed leases back to waiting").await;
+        // Shutdown waits for this: a Redis that is down must not hold the exit for a whole
+        // lease duration. What is not handed back then expires at its deadline.
+        let patience = self.config().lease_duration.min(SHUTDOWN_RELEASE_PATIENCE);
+        self.release(all, "handed leases back to waiting", patience)
+            .await;
     }
 
     /// Hands `leases` back to waiting (no attempt consumed), one script call per queue and
-    /// at most [`RELEASE_BATCH`] leases per call.
-    pub(super) async fn release(&self, leases: Vec<LeaseRef>, what: &'static str) {
+    /// at most [`RELEASE_BATCH`] leases per call. A call Redis does not answer is tried
+    /// again with backoff (100 ms doubling to 2 s) for up to `patience`, or until the hub
+    /// stops: the leases never reached a worker, and left alone they would be reclaimed at
+    /// their deadline and charged an attempt. `release.lua` hands back only a lease whose
+    /// token still matches, so a call that ran although its reply was lost, or a lease the
+    /// reaper took meanwhile, makes a repeat harmless.
+    pub(super) async fn release(
+        &self,
+        leases: Vec<LeaseRef>,
+        what: &'static str,
+        patience: Duration,
+    ) {
         let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
         for (q, id, token) in leases {
             by_queue.entry(q).or_default().push((id, token));
         }
+        let give_up = tokio::time::Instant::now() + patience;
         for (queue, items) in by_queue {
             for chunk in items.chunks(RELEASE_BATCH) {
-                match self.inner.store.release(&queue, chunk).await {
-                    Ok(n) => tracing::info!(queue = %queue, released = n, "{what}"),
-                    Err(e) => {
-                        tracing::warn!(queue = %queue, error = %e, "could not hand leases back; they expire at their deadline")
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    match self.inner.store.release(&queue, chunk).await {
+                        Ok(n) => {
+                            tracing::info!(queue = %queue, released = n, "{what}");
+                            break;
+                        }
+                        Err(e) if tokio::time::Instant::now() + pause >= give_up => {
+                            tracing::warn!(queue = %queue, leases = chunk.len(), error = %e, "could not hand leases back; they expire at their deadline");
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::debug!(queue = %queue, error = %e, "cannot hand leases back yet; trying again");
+                        }
                     }
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.inner.stop.cancelled() => return,
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
             }
         }
@@ -439,6 +474,9 @@ impl Hub {
 
 /// Longest a lease waits in a stream's outbox (see `Hub::outbox_wait`).
 const OUTBOX_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// Longest shutdown tries to hand leases back to a Redis that does not answer.
+const SHUTDOWN_RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Most leases one release call hands back.
 const RELEASE_BATCH: usize = 1000;

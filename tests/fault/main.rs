@@ -18,6 +18,7 @@ mod leases;
 mod lost_replies;
 mod readonly;
 mod redis_outage;
+mod release_retry;
 mod replicas;
 mod runaway_queues;
 mod soak;
