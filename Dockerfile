@@ -8,6 +8,13 @@
 # Helm chart always does. Without one, `jobwire serve` tries to start its embedded redis-server
 # and exits with an error saying so.
 #
+# The image listens on every interface (0.0.0.0), and jobwire refuses a non-loopback gRPC
+# address without an auth file unless --insecure is given. So `jobwire serve` needs one of:
+#   --auth-file /etc/jobwire/auth.yaml   (mounted; tokens from `jobwire token new`), best with
+#   --tls-cert/--tls-key (mounted too), or
+#   --insecure                           (no authentication: every client may use every queue).
+# The README's "Deploy with Helm" has both `docker run` lines; the chart passes them itself.
+#
 # No Docker engine runs in CI: .ci/run checks this file with hadolint and runs the build stage's
 # steps from a clean copy of the tree (scripts/check-docker-build.sh).
 
@@ -45,6 +52,9 @@ COPY --from=build /src/target/release/jobwire /usr/local/bin/jobwire
 # Numeric, so Kubernetes can verify runAsNonRoot.
 USER 10001:10001
 WORKDIR /tmp
+# The container's ports are its only way in: listen on every interface (see the bind rule above).
+ENV JOBWIRE_GRPC_ADDR=0.0.0.0:50051 \
+    JOBWIRE_HTTP_ADDR=0.0.0.0:9090
 LABEL org.opencontainers.image.title="jobwire" \
       org.opencontainers.image.description="Language-agnostic gRPC job server backed by Redis" \
       org.opencontainers.image.licenses="Apache-2.0"

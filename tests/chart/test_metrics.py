@@ -153,4 +153,5 @@ def test_alert_overrides_apply(shipped):
 def test_unknown_alert_override_fails_the_render():
     pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
     with pytest.raises(Exception, match="JobwireNoSuchAlert"):
-        render.render({"prometheusRule": {"enabled": True, "alerts": {"JobwireNoSuchAlert": {"threshold": 1}}}})
+        render.render({"insecure": True,
+                       "prometheusRule": {"enabled": True, "alerts": {"JobwireNoSuchAlert": {"threshold": 1}}}})

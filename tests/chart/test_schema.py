@@ -58,6 +58,15 @@ BAD = {
     "liveness of an unknown type": {"livenessProbe": {"type": "tcp"}},
     "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"limit": 2}}}},
     "alert threshold that is not a number": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"threshold": "2"}}}},
+    "insecure as text": {"insecure": "yes"},
+    "auth file of an unknown format": {"auth": {"existingSecret": {"name": "a", "key": "auth.json"}}},
+    "auth file inline as a list": {"auth": {"config": ["principals"]}},
+    "TLS Secret name that is not a Kubernetes name": {"tls": {"enabled": True, "secretName": "My_TLS"}},
+    "unknown TLS key": {"tls": {"cert": "/etc/tls.crt"}},
+    "cert-manager issuer of an unknown kind": {"tls": {"certManager": {"issuerRef": {"kind": "Vault"}}}},
+    "cert-manager duration in days": {"tls": {"certManager": {"duration": "90d"}}},
+    "metrics token Secret without a key": {"metricsAuth": {"existingSecret": {"name": "m", "key": ""}}},
+    "extra argument that is not text": {"extraArgs": ["--max-concurrent-streams", 100]},
 }
 GOOD = {
     "defaults": {},
@@ -67,6 +76,11 @@ GOOD = {
     "single external, no password": {"redis": {"inChart": {"enabled": False},
                                                 "external": {"mode": "single", "hosts": ["10.0.0.7:6379"]}}},
     "existing Secret": {"redis": {"inChart": {"enabled": False}, "existingSecret": {"name": "s"}}},
+    "TLS, mTLS from another Secret, TOML auth file": {
+        "tls": {"enabled": True, "secretName": "jobwire-tls", "clientAuth": True,
+                "clientCa": {"secretName": "client-ca", "key": "ca.pem"}},
+        "auth": {"existingSecret": {"name": "a", "key": "auth.toml"}}},
+    "auth file inline as text": {"auth": {"config": "principals: []\n"}},
     **{f"ci {name}": render.load_values(path) for name, path in render.CI_VALUES.items()},
 }
 
@@ -98,7 +112,7 @@ def test_render_refuses_what_the_schema_refuses():
     if not render.have_helm():
         pytest.skip("helm-python-sdk is not installed")
     with pytest.raises(Exception, match="replicaCount"):
-        render.render({"replicaCount": 0})
+        render.render({"insecure": True, "replicaCount": 0})
 
 
 def leaf_keys(values: dict, prefix="") -> list[str]:

@@ -155,3 +155,85 @@ master a sentinel names, the nodes a Cluster redirects to).
 {{- end }}
 {{- $ports | uniq | toJson }}
 {{- end }}
+
+{{/*
+Security choices that cannot both hold, or that would leave jobwire unable to start, fail the
+render with a message naming the values (values.schema.json checks the shapes).
+*/}}
+{{- define "jobwire.security.check" -}}
+{{- $auth := include "jobwire.auth.enabled" . }}
+{{- if and .Values.auth.existingSecret.name .Values.auth.config }}
+{{- fail "auth.existingSecret.name and auth.config both set: give the auth file one way (a Secret you manage, or inline)" }}
+{{- end }}
+{{- if and (not $auth) (not .Values.insecure) }}
+{{- fail "jobwire has no authentication configured: set auth.existingSecret.name (a Secret with the auth file) or auth.config (the auth file inline), or set insecure=true to let every client that reaches the gRPC port use every queue. jobwire refuses to listen on a non-loopback address without --auth-file unless --insecure is given (see helm/jobwire/README.md, Security)" }}
+{{- end }}
+{{- if and $auth .Values.insecure }}
+{{- fail "insecure=true and an auth file (auth.existingSecret.name or auth.config) both set: with an auth file jobwire authenticates every call; remove insecure" }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
+{{- fail "tls.enabled needs tls.secretName: the Secret with tls.crt and tls.key (or the one tls.certManager writes)" }}
+{{- end }}
+{{- if and (not .Values.tls.enabled) (or .Values.tls.clientAuth .Values.tls.certManager.enabled) }}
+{{- fail "tls.clientAuth and tls.certManager.enabled need tls.enabled=true" }}
+{{- end }}
+{{- if and .Values.tls.certManager.enabled (not .Values.tls.certManager.issuerRef.name) }}
+{{- fail "tls.certManager.enabled needs tls.certManager.issuerRef.name (an Issuer or ClusterIssuer of cert-manager)" }}
+{{- end }}
+{{- if and .Values.tls.enabled (eq .Values.livenessProbe.type "grpc") }}
+{{- fail "livenessProbe.type=grpc cannot be used with tls.enabled: the kubelet's gRPC probe speaks only plaintext; use livenessProbe.type=http (/healthz)" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when an auth file is configured, else "". */}}
+{{- define "jobwire.auth.enabled" -}}
+{{- if or .Values.auth.existingSecret.name .Values.auth.config }}true{{ end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the auth file. */}}
+{{- define "jobwire.auth.secretName" -}}
+{{- default (printf "%s-auth" (include "jobwire.fullname" .)) .Values.auth.existingSecret.name }}
+{{- end }}
+
+{{- define "jobwire.auth.secretKey" -}}
+{{- if .Values.auth.existingSecret.name }}
+{{- .Values.auth.existingSecret.key }}
+{{- else }}
+{{- "auth.yaml" }}
+{{- end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the /metrics bearer token. */}}
+{{- define "jobwire.metricsAuth.secretName" -}}
+{{- default (printf "%s-metrics" (include "jobwire.fullname" .)) .Values.metricsAuth.existingSecret.name }}
+{{- end }}
+
+{{- define "jobwire.metricsAuth.secretKey" -}}
+{{- if .Values.metricsAuth.existingSecret.name }}
+{{- .Values.metricsAuth.existingSecret.key }}
+{{- else }}
+{{- "token" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The /metrics token the chart makes: the one already stored in the release's metrics Secret (so
+upgrades and the ServiceMonitor keep it), else a new random one.
+*/}}
+{{- define "jobwire.metricsAuth.token" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "jobwire.metricsAuth.secretName" .) }}
+{{- if and $existing $existing.data (index $existing.data "token") }}
+{{- index $existing.data "token" | b64dec }}
+{{- else }}
+{{- randAlphaNum 48 }}
+{{- end }}
+{{- end }}
+
+{{/* Where the client CA bundle is mounted (its own Secret, or the TLS Secret). */}}
+{{- define "jobwire.tls.clientCaPath" -}}
+{{- if .Values.tls.clientCa.secretName }}
+{{- printf "/etc/jobwire-client-ca/%s" .Values.tls.clientCa.key }}
+{{- else }}
+{{- printf "/etc/jobwire-tls/%s" .Values.tls.clientCa.key }}
+{{- end }}
+{{- end }}
