@@ -49,16 +49,18 @@ pub fn watch<F>(
 where
     F: Fn() -> Result<(), String> + Send + 'static,
 {
+    // Listening starts here, not in the task: a SIGHUP sent once `watch` returned is seen
+    // (and never takes its default action, which ends the process).
+    #[cfg(unix)]
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, file = what, "cannot listen for SIGHUP; reloading on change only");
+            None
+        }
+    };
+    let mut seen = fingerprint(&paths);
     tokio::spawn(async move {
-        let mut seen = fingerprint(&paths);
-        #[cfg(unix)]
-        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, file = what, "cannot listen for SIGHUP; reloading on change only");
-                None
-            }
-        };
         loop {
             #[cfg(unix)]
             let hup_recv = async {

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -217,7 +216,14 @@ pub async fn serve(
             pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone()))
                 .max_decoding_message_size(max_message),
         );
-    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let tls = crate::transport::ServerTls::load(&cfg.tls).map_err(anyhow::Error::msg)?;
+    // Ends the TLS reload watch when serving ends (or this future is dropped).
+    let stop_reload = CancellationToken::new();
+    let _stop_reload = stop_reload.clone().drop_guard();
+    if let Some(tls) = &tls {
+        tls.watch(stop_reload);
+    }
+    let incoming = crate::transport::incoming(grpc, tls);
     let grpc_stop = stop_grpc.clone();
     let grpc_task = tokio::spawn(async move {
         router

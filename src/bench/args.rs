@@ -119,9 +119,54 @@ pub struct BenchArgs {
     /// Write the results as JSON in the BullMQ harness's shape (for `report.mjs --compare`).
     #[arg(long)]
     pub json: Option<PathBuf>,
+
+    /// Connect over TLS, trusting the CA certificates of this PEM file for the server's
+    /// certificate (an `http://` --server is taken as `https://`).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for a server that requires one (mTLS; needs --tls-key and
+    /// --tls-ca).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Name the server's certificate must carry (default: the host of --server).
+    #[arg(long)]
+    pub tls_server_name: Option<String>,
+
+    /// Bearer token sent as `authorization: Bearer <token>` on every call. Never printed.
+    #[arg(long, env = "JOBWIRE_TOKEN", hide_env_values = true)]
+    pub token: Option<Secret>,
+}
+
+/// A secret flag value (a bearer token): `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
 }
 
 impl BenchArgs {
+    /// How to reach the server: --server with the --tls-* files read and --token.
+    pub fn target(&self) -> anyhow::Result<crate::bench::client::Target> {
+        crate::bench::client::Target::new(self)
+    }
+
     /// Is scenario group `g` selected?
     pub fn wants(&self, g: &str) -> bool {
         self.only.iter().any(|o| o == g)

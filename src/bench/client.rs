@@ -7,26 +7,116 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Streaming;
 
+use crate::bench::BenchArgs;
 use crate::pb;
 use crate::pb::job_service_client::JobServiceClient;
 use crate::pb::subscribe_request::Message as In;
 use crate::pb::worker_service_client::WorkerServiceClient;
 
-/// Connects one HTTP/2 connection to `server`, with wide flow-control windows so that many
+/// A connection of the bench: one HTTP/2 connection, the token added to every call.
+pub type Conn = InterceptedService<Channel, Token>;
+
+/// Adds `authorization: Bearer <token>` to every call when a token is set.
+#[derive(Clone)]
+pub struct Token(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Token {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// Where and how the bench connects: `--server`, TLS from `--tls-*`, `--token`.
+#[derive(Clone)]
+pub struct Target {
+    server: String,
+    tls: Option<ClientTlsConfig>,
+    token: Token,
+}
+
+impl Target {
+    /// Reads the `--tls-*` files of `a`; errors name the flag.
+    pub fn new(a: &BenchArgs) -> anyhow::Result<Target> {
+        let read = |flag: &str, p: &std::path::Path| {
+            std::fs::read(p).with_context(|| format!("{flag} {}: cannot read", p.display()))
+        };
+        let tls = match &a.tls_ca {
+            None => {
+                if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_server_name.is_some() {
+                    anyhow::bail!("--tls-cert, --tls-key and --tls-server-name need --tls-ca");
+                }
+                if a.server.starts_with("https://") {
+                    anyhow::bail!("an https:// --server needs --tls-ca (the CA to trust)");
+                }
+                None
+            }
+            Some(ca) => {
+                let mut tls = ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(read("--tls-ca", ca)?));
+                match (&a.tls_cert, &a.tls_key) {
+                    (Some(c), Some(k)) => {
+                        tls = tls.identity(Identity::from_pem(
+                            read("--tls-cert", c)?,
+                            read("--tls-key", k)?,
+                        ))
+                    }
+                    (None, None) => {}
+                    _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+                }
+                if let Some(name) = &a.tls_server_name {
+                    tls = tls.domain_name(name.clone());
+                }
+                Some(tls)
+            }
+        };
+        let server = match (&tls, a.server.strip_prefix("http://")) {
+            (Some(_), Some(rest)) => format!("https://{rest}"),
+            _ => a.server.clone(),
+        };
+        let token = match &a.token {
+            None => None,
+            Some(t) => Some(
+                MetadataValue::try_from(format!("Bearer {}", t.0))
+                    .map_err(|_| anyhow::anyhow!("--token must be printable ASCII"))?,
+            ),
+        };
+        Ok(Target {
+            server,
+            tls,
+            token: Token(token),
+        })
+    }
+}
+
+/// Connects one HTTP/2 connection to the target, with wide flow-control windows so that many
 /// leases and acks fit in flight on one stream.
-pub async fn connect(server: &str) -> anyhow::Result<Channel> {
-    Endpoint::from_shared(server.to_owned())
+pub async fn connect(t: &Target) -> anyhow::Result<Conn> {
+    let server = &t.server;
+    let mut endpoint = Endpoint::from_shared(server.clone())
         .context("--server is not a valid URI")?
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(4 << 20))
         .initial_connection_window_size(Some(16 << 20))
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(Duration::from_secs(5));
+    if let Some(tls) = &t.tls {
+        endpoint = endpoint
+            .tls_config(tls.clone())
+            .context("--tls-ca, --tls-cert, --tls-key")?;
+    }
+    let ch = endpoint
         .connect()
         .await
-        .with_context(|| format!("cannot connect to {server}"))
+        .with_context(|| format!("cannot connect to {server}"))?;
+    Ok(InterceptedService::new(ch, t.token.clone()))
 }
 
 static QUEUE_SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -91,7 +181,7 @@ pub fn exponential_backoff() -> pb::Backoff {
 
 /// Sets keep_completed 0 on `queues`: a completed job is deleted at its ack, as the BullMQ
 /// harness's `removeOnComplete: true` does, so both keep the same data.
-pub async fn remove_on_complete(ch: &Channel, queues: &[String]) -> anyhow::Result<()> {
+pub async fn remove_on_complete(ch: &Conn, queues: &[String]) -> anyhow::Result<()> {
     let mut client = pb::queue_service_client::QueueServiceClient::new(ch.clone());
     for q in queues {
         client
@@ -116,7 +206,7 @@ pub async fn remove_on_complete(ch: &Channel, queues: &[String]) -> anyhow::Resu
 
 /// Enqueues `n` jobs in EnqueueBatch calls of `batch`; fails on any item error.
 pub async fn prefill(
-    ch: &Channel,
+    ch: &Conn,
     queues: &[String],
     n: usize,
     batch: usize,
@@ -149,7 +239,7 @@ pub struct Stream {
 
 impl Stream {
     /// Opens a Subscribe stream on `queues` with `credits`.
-    pub async fn open(ch: &Channel, queues: &[String], credits: u32) -> anyhow::Result<Stream> {
+    pub async fn open(ch: &Conn, queues: &[String], credits: u32) -> anyhow::Result<Stream> {
         let (tx, rx) = mpsc::unbounded_channel();
         tx.send(pb::SubscribeRequest {
             message: Some(In::Open(pb::OpenStream {

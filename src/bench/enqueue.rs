@@ -1,22 +1,20 @@
 //! Enqueue throughput: unary one at a time, unary with K in flight, EnqueueBatch of B.
 //! Window: first call sent to last reply received.
 
-use serde_json::{Map, Value};
-use tonic::transport::Channel;
-
-use super::client::{prefill, spec, SpecOpts};
+use super::client::{prefill, spec, Conn, SpecOpts};
 use super::cpu::{measure, Pids};
 use crate::pb;
 use crate::pb::job_service_client::JobServiceClient;
+use serde_json::{Map, Value};
 
-async fn unary(jobs: &mut JobServiceClient<Channel>, job: pb::JobSpec) -> anyhow::Result<()> {
+async fn unary(jobs: &mut JobServiceClient<Conn>, job: pb::JobSpec) -> anyhow::Result<()> {
     jobs.enqueue(pb::EnqueueRequest { job: Some(job) }).await?;
     Ok(())
 }
 
 /// `n` unary Enqueue calls, each awaited before the next.
 pub async fn sequential(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     queues: &[String],
@@ -33,7 +31,7 @@ pub async fn sequential(
 /// `n` unary Enqueue calls from `producers` concurrent tasks sharing one connection, each
 /// sending its share one after another (so `producers` calls are in flight).
 pub async fn concurrent(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     producers: usize,
@@ -64,7 +62,7 @@ pub async fn concurrent(
 
 /// `n` jobs in EnqueueBatch calls of `batch`, one call at a time.
 pub async fn batched(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     batch: usize,

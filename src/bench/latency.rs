@@ -7,15 +7,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
-use tokio::sync::Notify;
-use tonic::transport::Channel;
-
-use super::client::{spec, SpecOpts, Stream};
+use super::client::{spec, Conn, SpecOpts, Stream};
 use super::cpu::{measure, Pids};
 use crate::pb;
 use crate::pb::job_service_client::JobServiceClient;
 use crate::pb::subscribe_response::Message as Out;
+use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
 
 /// The `p`-th percentile of sorted `xs` (nearest rank, as the harness computes it).
 pub fn pct(xs: &[f64], p: f64) -> f64 {
@@ -28,7 +26,7 @@ pub fn pct(xs: &[f64], p: f64) -> f64 {
 
 /// Runs the probe: `n` jobs, `gap` after each, one idle stream with `credits`.
 pub async fn idle_pickup(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     gap: Duration,

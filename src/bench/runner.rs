@@ -127,7 +127,7 @@ fn job_count(a: &BenchArgs, what: &Plan) -> usize {
 
 async fn run_one(
     a: &BenchArgs,
-    ch: &tonic::transport::Channel,
+    ch: &crate::bench::client::Conn,
     pids: &Pids,
     what: &Plan,
     queues: &[String],
@@ -161,7 +161,7 @@ async fn run_one(
         }
         Plan::Rss => {
             workers::rss(
-                &a.server,
+                &a.target()?,
                 pids,
                 a.rss_streams,
                 a.rss_credits,
@@ -186,7 +186,7 @@ async fn run_one(
 /// that master's queues; job i goes to queue i mod Q).
 async fn run_measured(
     a: &BenchArgs,
-    ch: &tonic::transport::Channel,
+    ch: &crate::bench::client::Conn,
     pids: &Pids,
     nodes: &mut Option<Nodes>,
     what: &Plan,
@@ -237,7 +237,8 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         server: a.server_pid.map(|p| p.to_string()),
         redis: a.redis_pid.iter().map(|p| p.to_string()).collect(),
     };
-    let ch = connect(&a.server).await?;
+    let target = a.target()?;
+    let ch = connect(&target).await?;
     let mut nodes = match &a.redis_url {
         Some(url) => Some(Nodes::discover(url).await?),
         None => None,

@@ -6,15 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
-use tonic::transport::Channel;
-
-use super::client::{connect, prefill, remove_on_complete, SpecOpts, Stream};
+use super::client::{connect, prefill, remove_on_complete, Conn, SpecOpts, Stream, Target};
 use super::cpu::{measure, rss_bytes, Pids, Snap};
 use crate::pb;
 use crate::pb::subscribe_response::Message as Out;
+use serde_json::{json, Map, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 /// How a worker answers a lease.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -120,7 +118,7 @@ fn patience(n: usize) -> Duration {
 /// then `workers` streams with `credits` each lease and ack them.
 /// Window: first lease received to the n-th successful Settled.
 pub async fn end_to_end(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     (workers, credits): (usize, u32),
@@ -150,7 +148,7 @@ pub async fn end_to_end(
 /// `n` jobs with max_attempts 3 and a fixed zero backoff; `workers` streams with `credits`
 /// each fail every attempt with RETRY. Value: attempts/s, first lease to the n-th dead job.
 pub async fn failure_path(
-    ch: &Channel,
+    ch: &Conn,
     pids: &Pids,
     n: usize,
     credits: u32,
@@ -187,7 +185,7 @@ pub async fn failure_path(
 /// The server's RSS with `streams` x `credits` jobs leased across `streams` streams (100
 /// streams per connection). Value: RSS in MB once every lease arrived; then all are acked.
 pub async fn rss(
-    server: &str,
+    server: &Target,
     pids: &Pids,
     streams: usize,
     credits: u32,

@@ -204,3 +204,46 @@ fn print_config_lists_every_variable_with_secrets_redacted() {
         );
     }
 }
+
+#[test]
+fn tls_flags_come_in_pairs_are_read_at_validation_and_show_in_print_config() {
+    let err = |args: &[&str]| serve(args).expect("parse").validate().expect_err("refused");
+    assert_eq!(
+        err(&["--tls-cert", "/none/server.crt"]),
+        "--tls-cert needs --tls-key"
+    );
+    assert_eq!(
+        err(&["--tls-key", "/none/server.key"]),
+        "--tls-key needs --tls-cert"
+    );
+    assert_eq!(
+        err(&["--tls-client-ca", "/none/ca.crt"]),
+        "--tls-client-ca needs --tls-cert and --tls-key"
+    );
+    let e = err(&["--tls-cert", "/none/server.crt", "--tls-key", "/none/k"]);
+    assert!(
+        e.starts_with("--tls-cert /none/server.crt: cannot read"),
+        "{e}"
+    );
+    assert!(err(&["--tls-reload-interval", "10ms"]).contains("--tls-reload-interval"));
+    let cfg = serve(&["--tls-cert", "/c.pem", "--tls-key", "/k.pem"]).expect("parse");
+    assert_eq!(cfg.tls.tls_reload_interval, Duration::from_secs(2));
+    let text = cfg.effective();
+    assert!(text.contains("JOBWIRE_TLS_CERT=/c.pem"), "{text}");
+    assert!(text.contains("JOBWIRE_TLS_KEY=/k.pem"), "{text}");
+    assert!(text.contains("JOBWIRE_TLS_RELOAD_INTERVAL=2s"), "{text}");
+    assert!(ServeArgs::for_tests("redis://x").validate().is_ok());
+}
+
+#[test]
+fn bench_token_is_never_shown() {
+    let argv = ["jobwire", "bench", "--token", "jw_abc_s3cret"];
+    let Command::Bench(b) = Cli::try_parse_from(argv).expect("parse").command else {
+        panic!("not bench");
+    };
+    assert!(!format!("{b:?}").contains("s3cret"));
+    assert_eq!(
+        b.token.as_ref().map(|t| t.0.as_str()),
+        Some("jw_abc_s3cret")
+    );
+}

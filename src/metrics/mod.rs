@@ -221,6 +221,11 @@ pub fn describe_all() {
         "1 while a write reaches a Redis master (even a full one), 0 while Redis is unreachable, a replica, loading or failing over."
     );
     describe_gauge!(
+        crate::transport::tls::CERT_EXPIRY,
+        Unit::Seconds,
+        "notAfter of the gRPC port's TLS certificate in force, Unix seconds (only with --tls-cert)."
+    );
+    describe_gauge!(
         BUILD_INFO,
         Unit::Count,
         "Always 1; labelled with the jobwire version and git sha."

@@ -1,5 +1,14 @@
 //! The gRPC port's connections: plaintext or TLS (rustls, certificates reloaded without a
 //! restart), each tagged with a [`ConnInfo`] that tonic puts into every request's extensions.
+//!
+//! - [`listener`]: the accept loop ([`incoming`]) and the connection type ([`Conn`]).
+//! - [`tls`]: the TLS configuration from the `--tls-*` files and its reload ([`ServerTls`]).
+
+pub mod listener;
+pub mod tls;
+
+pub use listener::{incoming, Conn};
+pub use tls::ServerTls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

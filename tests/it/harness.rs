@@ -297,8 +297,27 @@ pub fn test_config(redis_url: &str) -> ServeArgs {
     cfg
 }
 
+/// A plaintext channel to the gRPC port at `addr`.
+pub async fn plain_channel(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect to jobwire")
+}
+
 impl TestApp {
     pub async fn spawn(cfg: ServeArgs) -> TestApp {
+        TestApp::spawn_with(cfg, plain_channel).await
+    }
+
+    /// Spawns like [`TestApp::spawn`], with `channel` (and the readiness check) made by
+    /// `connect` from the gRPC address, e.g. a TLS channel.
+    pub async fn spawn_with<F, Fut>(cfg: ServeArgs, connect: F) -> TestApp
+    where
+        F: FnOnce(SocketAddr) -> Fut,
+        Fut: Future<Output = Channel>,
+    {
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -313,11 +332,7 @@ impl TestApp {
         let task = tokio::spawn(jobwire::run(cfg, grpc, http, async move {
             let _ = rx.await;
         }));
-        let channel = Channel::from_shared(format!("http://{grpc_addr}"))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect to jobwire");
+        let channel = connect(grpc_addr).await;
         let app = TestApp {
             grpc: grpc_addr,
             http: http_addr,

@@ -4,6 +4,18 @@
 #[allow(dead_code)] // shared with the it and fault suites, which use more of it
 #[path = "../it/harness.rs"]
 mod harness;
-#[allow(dead_code)] // the Redis Cluster topology, used by the harness
+#[allow(dead_code)] // the Redis Cluster topology the harness can run on
 #[path = "../support/topology/mod.rs"]
 mod topology;
+
+#[allow(dead_code)] // test PKI: each suite uses part of it
+#[path = "../support/certs.rs"]
+mod certs;
+#[allow(dead_code)] // TLS servers and clients, shared by the TLS and auth tests
+mod tls_harness;
+
+mod bench_tls;
+mod conn_info;
+mod rotation;
+mod startup;
+mod tls;
