@@ -44,6 +44,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load a running server and report throughput, latency and CPU per job.
     Bench(crate::bench::BenchArgs),
+    /// Bearer tokens for the auth file (`token new`).
+    Token(crate::auth::cli::TokenArgs),
 }
 
 /// `appendfsync` policy for the embedded Redis: the durability/throughput trade-off.
@@ -80,8 +82,9 @@ pub enum LogFormat {
 /// Settings of `jobwire serve`. Build with clap, or with [`ServeArgs::for_tests`] in tests.
 #[derive(Clone, Args)]
 pub struct ServeArgs {
-    /// Address the gRPC server listens on.
-    #[arg(long, env = "JOBWIRE_GRPC_ADDR", default_value = "0.0.0.0:50051")]
+    /// Address the gRPC server listens on. A non-loopback address needs --auth-file (or
+    /// --insecure).
+    #[arg(long, env = "JOBWIRE_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
 
     /// Address of the HTTP port (/metrics, /healthz, /readyz).
@@ -332,6 +335,7 @@ impl ServeArgs {
         }
         self.tls.validate()?;
         self.auth.validate()?;
+        self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
         Ok(())
     }

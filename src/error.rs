@@ -72,9 +72,37 @@ pub enum Error {
     /// consumed or Redis has more memory. The call changed nothing.
     #[error("store full: {0}")]
     StoreFull(String),
+    /// No credentials, malformed or unknown ones, or ones revoked by an auth-file reload:
+    /// UNAUTHENTICATED. The message says which, never echoing a secret.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The principal is authenticated but holds no role that allows the call on the queue:
+    /// PERMISSION_DENIED, naming the queue and the roles that would allow it.
+    #[error("{}", denied_message(principal, rpc, queue.as_deref(), roles))]
+    PermissionDenied {
+        /// The principal's name.
+        principal: String,
+        /// The RPC (`Enqueue`, `PurgeQueue`, ...).
+        rpc: &'static str,
+        /// The queue; `None` for a call that names none (ListQueues).
+        queue: Option<String>,
+        /// The roles that would allow it: `producer`, `viewer or admin`.
+        roles: String,
+    },
     /// A bug or corrupt data: INTERNAL; the detail is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn denied_message(principal: &str, rpc: &str, queue: Option<&str>, roles: &str) -> String {
+    match queue {
+        Some(q) => format!(
+            "permission denied: principal {principal:?} may not call {rpc} on queue {q:?}: it needs role {roles} on it"
+        ),
+        None => format!(
+            "permission denied: principal {principal:?} may not call {rpc}: it needs role {roles} on at least one queue"
+        ),
+    }
 }
 
 impl Error {

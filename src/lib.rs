@@ -7,12 +7,15 @@
 //! - [`store`]: Redis only: key schema, Lua scripts, decoding.
 //! - [`lease`]: worker streams, per-queue lease loops, renewal, reaper, wake-ups.
 //! - [`api`]: the gRPC adapters and the one `Error -> Status` mapping.
+//! - [`auth`]: who is calling (bearer tokens, client certificates) and what they may do
+//!   (roles per queue pattern, from `--auth-file`), and the audit trail of admin actions.
 //! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
 //!   `main` and for the tests.
 //! - [`bench`]: `jobwire bench`, a load generator and BullMQ-comparable report.
 //! - [`config`], [`telemetry`], [`shutdown`], [`http`], [`redis_embedded`]: process plumbing.
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod error;
@@ -47,7 +50,8 @@ const REDIS_START_WAIT: Duration = Duration::from_secs(30);
 /// Runs a jobwire server on already-bound listeners until `shutdown` resolves. With no
 /// `redis_url` in `cfg`, starts the embedded `redis-server` in `cfg.data_dir` and stops it at
 /// the end. Errors: Redis unreachable at start, a `maxmemory-policy` other than `noeviction`
-/// (unless `allow_eviction`), the embedded Redis failing to start.
+/// (unless `allow_eviction`), the embedded Redis failing to start, an auth file that does not
+/// parse (the message names the line).
 pub async fn run(
     cfg: ServeArgs,
     grpc: TcpListener,
@@ -55,6 +59,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
+    // A bad auth file refuses the start, before anything else is started.
+    let auth = auth::Auth::from_args(&cfg.auth).map_err(anyhow::Error::msg)?;
     let embedded = match &cfg.redis_url {
         Some(_) => None,
         None => Some(EmbeddedRedis::start(&cfg.data_dir, cfg.redis_fsync).await?),
@@ -84,7 +90,7 @@ pub async fn run(
         }
         tracing::info!(grpc = %grpc.local_addr()?, http = %http.local_addr()?,
             redis = %config::redact_url(&url), "jobwire serving");
-        server::serve(&cfg, store, grpc, http, shutdown).await
+        server::serve(&cfg, auth, store, grpc, http, shutdown).await
     }
     .await;
     if let Some(e) = embedded {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -16,6 +17,7 @@ use crate::api::{
     max_message_bytes, pb, ApiLimits, DeadLetterApi, JobApi, MessageSizeLayer, QueueApi, WorkerApi,
     WorkerService,
 };
+use crate::auth::Auth;
 use crate::config::ServeArgs;
 use crate::http::{self, HttpState};
 use crate::lease::{Hub, HubConfig};
@@ -136,8 +138,11 @@ async fn watch_redis(
 /// Serves gRPC on `grpc` and HTTP on `http` over `store` until `shutdown` resolves, then
 /// drains: health NOT_SERVING, no new leases, `Draining` to every stream, up to
 /// `shutdown_grace` for acks, the remaining leases handed back to waiting, connections closed.
+/// Every call of the four jobwire services is authenticated and authorized by `auth`
+/// (health and reflection stay open); the auth file is reloaded on change while serving.
 pub async fn serve(
     cfg: &ServeArgs,
+    auth: Auth,
     store: Store,
     grpc: TcpListener,
     http_listener: TcpListener,
@@ -187,6 +192,15 @@ pub async fn serve(
     // letters) are not capped by the server: clients size their own receive limit.
     let max_message = max_message_bytes(cfg.max_payload_bytes);
     let stop_grpc = CancellationToken::new();
+    // Ends the auth-file reload watch when serving ends (or this future is dropped).
+    let stop_auth_watch = CancellationToken::new();
+    let _stop_auth_watch = stop_auth_watch.clone().drop_guard();
+    auth.watch(stop_auth_watch);
+    let grpc_local = grpc.local_addr()?;
+    if cfg.auth.open_to_network(grpc_local) {
+        tracing::warn!(grpc = %grpc_local, "INSECURE: no --auth-file and gRPC listens on a non-loopback address (--insecure): anyone who can reach it may enqueue, lease, replay, purge and delete jobs of every queue");
+    }
+    let authn = auth.interceptor();
     let router = tonic::transport::Server::builder()
         .timeout(cfg.request_timeout)
         .layer(GrpcMetricsLayer)
@@ -196,26 +210,39 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(
-            pb::job_service_server::JobServiceServer::new(JobApi::new(hub.clone(), limits))
-                .max_decoding_message_size(max_message),
-        )
-        .add_service(
-            pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
-                WorkerApi::new(hub.clone()),
-            )))
-            .max_decoding_message_size(max_message),
-        )
-        .add_service(
-            pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
-                store.clone(),
+        // The four jobwire services, each behind the authentication interceptor.
+        .add_service(InterceptedService::new(
+            pb::job_service_server::JobServiceServer::new(JobApi::new(
+                hub.clone(),
+                limits,
+                auth.clone(),
             ))
             .max_decoding_message_size(max_message),
-        )
-        .add_service(
-            pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone()))
-                .max_decoding_message_size(max_message),
-        );
+            authn.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
+                WorkerApi::new(hub.clone(), auth.clone()),
+            )))
+            .max_decoding_message_size(max_message),
+            authn.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
+                store.clone(),
+                auth.clone(),
+            ))
+            .max_decoding_message_size(max_message),
+            authn.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            pb::queue_service_server::QueueServiceServer::new(QueueApi::new(
+                hub.clone(),
+                auth.clone(),
+            ))
+            .max_decoding_message_size(max_message),
+            authn,
+        ));
     let tls = crate::transport::ServerTls::load(&cfg.tls).map_err(anyhow::Error::msg)?;
     // Ends the TLS reload watch when serving ends (or this future is dropped).
     let stop_reload = CancellationToken::new();

@@ -7,6 +7,8 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use super::limits::*;
 use super::pb;
+use crate::auth::audit::{self, AdminAction};
+use crate::auth::{Auth, Rpc};
 use crate::jobs::{DeadFilter, JobState, QueueName};
 use crate::store::{DeadSelector, Store};
 use crate::Error;
@@ -14,12 +16,22 @@ use crate::Error;
 /// The DeadLetterService handlers.
 pub struct DeadLetterApi {
     store: Store,
+    auth: Auth,
 }
 
 impl DeadLetterApi {
-    /// Handlers over `store`.
-    pub fn new(store: Store) -> DeadLetterApi {
-        DeadLetterApi { store }
+    /// Handlers over `store`; every call is authorized by `auth`, and replays and deletes
+    /// are audited.
+    pub fn new(store: Store, auth: Auth) -> DeadLetterApi {
+        DeadLetterApi { store, auth }
+    }
+}
+
+/// What a replay or delete selected, for the audit line: the number of ids, or the filter.
+fn selector_text(sel: &DeadSelector) -> String {
+    match sel {
+        DeadSelector::Ids(ids) => format!("job_ids({})", ids.len()),
+        DeadSelector::Filter(f) => format!("{f:?}"),
     }
 }
 
@@ -73,8 +85,9 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
         &self,
         request: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let queue = convert::queue("queue", &request.get_ref().queue)?;
+        self.auth.check(&request, Rpc::ListDeadLetters, &[&queue])?;
         let r = request.into_inner();
-        let queue = convert::queue("queue", &r.queue)?;
         let page_size = match r.page_size {
             0 => DEFAULT_PAGE_SIZE,
             n if (1..=MAX_PAGE_SIZE).contains(&n) => n,
@@ -111,9 +124,10 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
         &self,
         request: Request<pb::GetDeadLetterRequest>,
     ) -> Result<Response<pb::GetDeadLetterResponse>, Status> {
-        let r = request.into_inner();
+        let r = request.get_ref();
         let queue: QueueName = convert::queue("queue", &r.queue)?;
         let id = convert::job_id("job_id", &r.job_id)?;
+        self.auth.check(&request, Rpc::GetDeadLetter, &[&queue])?;
         let job = self.store.get_job(&queue, &id).await.map_err(Error::from)?;
         match job {
             Some(j) if j.state == JobState::Dead => Ok(Response::new(pb::GetDeadLetterResponse {
@@ -132,12 +146,22 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
         &self,
         request: Request<pb::ReplayDeadLettersRequest>,
     ) -> Result<Response<pb::ReplayDeadLettersResponse>, Status> {
-        let r = request.into_inner();
+        let r = request.get_ref();
         let queue = convert::queue("queue", &r.queue)?;
         let sel = selector(&r.job_ids, r.filter.as_ref())?;
+        let who = self
+            .auth
+            .check(&request, Rpc::ReplayDeadLetters, &[&queue])?;
         let (replayed, skipped) = self.store.replay(&queue, &sel).await.map_err(Error::from)?;
         crate::metrics::replayed(queue.as_str(), replayed.len());
         tracing::info!(queue = %queue, replayed = replayed.len(), skipped = skipped.len(), "replayed dead letters");
+        audit::record(
+            &who,
+            AdminAction::ReplayDeadLetters,
+            queue.as_str(),
+            &selector_text(&sel),
+            replayed.len() as u64,
+        );
         Ok(Response::new(pb::ReplayDeadLettersResponse {
             replayed_job_ids: replayed,
             skipped_job_ids: skipped,
@@ -149,15 +173,25 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
         &self,
         request: Request<pb::DeleteDeadLettersRequest>,
     ) -> Result<Response<pb::DeleteDeadLettersResponse>, Status> {
-        let r = request.into_inner();
+        let r = request.get_ref();
         let queue = convert::queue("queue", &r.queue)?;
         let sel = selector(&r.job_ids, r.filter.as_ref())?;
+        let who = self
+            .auth
+            .check(&request, Rpc::DeleteDeadLetters, &[&queue])?;
         let (deleted, skipped) = self
             .store
             .delete_dead(&queue, &sel)
             .await
             .map_err(Error::from)?;
         tracing::info!(queue = %queue, deleted = deleted.len(), skipped = skipped.len(), "deleted dead letters");
+        audit::record(
+            &who,
+            AdminAction::DeleteDeadLetters,
+            queue.as_str(),
+            &selector_text(&sel),
+            deleted.len() as u64,
+        );
         Ok(Response::new(pb::DeleteDeadLettersResponse {
             deleted_job_ids: deleted,
             skipped_job_ids: skipped,

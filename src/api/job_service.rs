@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{self, ApiLimits};
 use super::limits::MAX_BATCH;
 use super::pb;
+use crate::auth::{Auth, Rpc};
 use crate::jobs::{JobState, NewJob, QueueName};
 use crate::lease::{EchoCredit, Hub};
 use crate::store::{EnqueueOutcome, Store};
@@ -27,15 +28,18 @@ pub struct JobApi {
     store: Store,
     hub: Hub,
     limits: ApiLimits,
+    auth: Auth,
 }
 
 impl JobApi {
-    /// Handlers over `hub`'s store; enqueues wake `hub`'s local lease loops directly.
-    pub fn new(hub: Hub, limits: ApiLimits) -> JobApi {
+    /// Handlers over `hub`'s store; enqueues wake `hub`'s local lease loops directly. Every
+    /// call is authorized by `auth`.
+    pub fn new(hub: Hub, limits: ApiLimits, auth: Auth) -> JobApi {
         JobApi {
             store: hub.store().clone(),
             hub,
             limits,
+            auth,
         }
     }
 
@@ -124,10 +128,12 @@ impl pb::job_service_server::JobService for JobApi {
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let spec = request
-            .into_inner()
+            .get_ref()
             .job
+            .as_ref()
             .ok_or_else(|| Error::invalid("job", "is required"))?;
-        let job = convert::new_job("job", &spec, &self.limits)?;
+        let job = convert::new_job("job", spec, &self.limits)?;
+        self.auth.check(&request, Rpc::Enqueue, &[&job.queue])?;
         let id_ours = spec.job_id.is_empty();
         tracing::Span::current().record("queue", job.queue.as_str());
         tracing::Span::current().record("job_id", job.id.as_str());
@@ -149,7 +155,7 @@ impl pb::job_service_server::JobService for JobApi {
         &self,
         request: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
-        let specs = request.into_inner().jobs;
+        let specs = &request.get_ref().jobs;
         tracing::Span::current().record("jobs", specs.len());
         if specs.is_empty() {
             return Err(Error::invalid("jobs", "must hold at least one job").into());
@@ -172,9 +178,13 @@ impl pb::job_service_server::JobService for JobApi {
                 Err(e) => results[i] = Some(item_error(e)),
             }
         }
+        // The principal must be producer on every queue of the batch: otherwise the whole
+        // batch is refused before anything is written.
+        let queues: Vec<QueueName> = by_queue.keys().cloned().collect();
+        let named: Vec<&QueueName> = queues.iter().collect();
+        self.auth.check(&request, Rpc::EnqueueBatch, &named)?;
         // Every new queue of the batch is registered first, all or none: past the queue
         // limit the whole batch is refused before anything is written.
-        let queues: Vec<QueueName> = by_queue.keys().cloned().collect();
         self.store
             .remember_queues(&queues)
             .await
@@ -222,9 +232,10 @@ impl pb::job_service_server::JobService for JobApi {
         &self,
         request: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::GetJobResponse>, Status> {
-        let r = request.into_inner();
+        let r = request.get_ref();
         let queue = convert::queue("queue", &r.queue)?;
         let id = convert::job_id("job_id", &r.job_id)?;
+        self.auth.check(&request, Rpc::GetJob, &[&queue])?;
         let job = self
             .store
             .get_job(&queue, &id)

@@ -5,6 +5,8 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use super::limits::MAX_BACKOFF_MS;
 use super::pb;
+use crate::auth::audit::{self, AdminAction};
+use crate::auth::{Auth, Rpc};
 use crate::jobs::{
     ConfigField, QueueConfig, QueueName, RateLimit, Retention, DEFAULT_DEAD_MAX_AGE_MS,
     DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD,
@@ -16,12 +18,14 @@ use crate::Error;
 /// The QueueService handlers.
 pub struct QueueApi {
     hub: Hub,
+    auth: Auth,
 }
 
 impl QueueApi {
-    /// Handlers over `hub` (its store, and its stream count for `workers_connected`).
-    pub fn new(hub: Hub) -> QueueApi {
-        QueueApi { hub }
+    /// Handlers over `hub` (its store, and its stream count for `workers_connected`); every
+    /// call is authorized by `auth`, and admin actions are audited.
+    pub fn new(hub: Hub, auth: Auth) -> QueueApi {
+        QueueApi { hub, auth }
     }
 
     async fn stats(&self, queues: &[QueueName]) -> Result<Vec<pb::QueueStats>, Error> {
@@ -166,11 +170,15 @@ fn mask(
 
 #[tonic::async_trait]
 impl pb::queue_service_server::QueueService for QueueApi {
+    /// With an auth file: only the queues the principal may view (viewer or admin on them);
+    /// PERMISSION_DENIED when it may view no queue at all.
     async fn list_queues(
         &self,
-        _: Request<pb::ListQueuesRequest>,
+        r: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        self.auth.visible(&r, Rpc::ListQueues, Vec::new())?;
         let queues = self.hub.store().queues().await.map_err(Error::from)?;
+        let queues = self.auth.visible(&r, Rpc::ListQueues, queues)?;
         Ok(Response::new(pb::ListQueuesResponse {
             queues: self.stats(&queues).await?,
         }))
@@ -181,6 +189,7 @@ impl pb::queue_service_server::QueueService for QueueApi {
         r: Request<pb::GetQueueStatsRequest>,
     ) -> Result<Response<pb::GetQueueStatsResponse>, Status> {
         let q = convert::queue("queue", &r.get_ref().queue)?;
+        self.auth.check(&r, Rpc::GetQueueStats, &[&q])?;
         let stats = self.stats(std::slice::from_ref(&q)).await?.pop();
         Ok(Response::new(pb::GetQueueStatsResponse { stats }))
     }
@@ -191,12 +200,14 @@ impl pb::queue_service_server::QueueService for QueueApi {
         r: Request<pb::PauseQueueRequest>,
     ) -> Result<Response<pb::PauseQueueResponse>, Status> {
         let q = convert::queue("queue", &r.get_ref().queue)?;
+        let who = self.auth.check(&r, Rpc::PauseQueue, &[&q])?;
         self.hub
             .store()
             .set_paused(&q, true)
             .await
             .map_err(Error::from)?;
         tracing::info!(queue = %q, "queue paused");
+        audit::record(&who, AdminAction::PauseQueue, q.as_str(), "", 1);
         Ok(Response::new(pb::PauseQueueResponse {}))
     }
 
@@ -206,12 +217,14 @@ impl pb::queue_service_server::QueueService for QueueApi {
         r: Request<pb::ResumeQueueRequest>,
     ) -> Result<Response<pb::ResumeQueueResponse>, Status> {
         let q = convert::queue("queue", &r.get_ref().queue)?;
+        let who = self.auth.check(&r, Rpc::ResumeQueue, &[&q])?;
         self.hub
             .store()
             .set_paused(&q, false)
             .await
             .map_err(Error::from)?;
         tracing::info!(queue = %q, "queue resumed");
+        audit::record(&who, AdminAction::ResumeQueue, q.as_str(), "", 1);
         Ok(Response::new(pb::ResumeQueueResponse {}))
     }
 
@@ -220,6 +233,7 @@ impl pb::queue_service_server::QueueService for QueueApi {
         r: Request<pb::GetQueueConfigRequest>,
     ) -> Result<Response<pb::GetQueueConfigResponse>, Status> {
         let q = convert::queue("queue", &r.get_ref().queue)?;
+        self.auth.check(&r, Rpc::GetQueueConfig, &[&q])?;
         let config = self
             .hub
             .store()
@@ -236,8 +250,9 @@ impl pb::queue_service_server::QueueService for QueueApi {
         &self,
         r: Request<pb::UpdateQueueConfigRequest>,
     ) -> Result<Response<pb::UpdateQueueConfigResponse>, Status> {
+        let q = convert::queue("queue", &r.get_ref().queue)?;
+        let who = self.auth.check(&r, Rpc::UpdateQueueConfig, &[&q])?;
         let r = r.into_inner();
-        let q = convert::queue("queue", &r.queue)?;
         let given = r.config.unwrap_or_default();
         let fields = mask(r.update_mask.as_ref(), &given)?;
         let config = config_from_pb("config", &given)?;
@@ -247,6 +262,14 @@ impl pb::queue_service_server::QueueService for QueueApi {
             .await
             .map_err(Error::from)?;
         tracing::info!(queue = %q, fields = ?fields, "queue config updated");
+        let names: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+        audit::record(
+            &who,
+            AdminAction::UpdateQueueConfig,
+            q.as_str(),
+            &format!("fields={}", names.join(",")),
+            fields.len() as u64,
+        );
         let now = store.queue_config(&q).await.map_err(Error::from)?;
         Ok(Response::new(pb::UpdateQueueConfigResponse {
             config: Some(config_pb(&now)),
@@ -258,8 +281,9 @@ impl pb::queue_service_server::QueueService for QueueApi {
         &self,
         r: Request<pb::PurgeQueueRequest>,
     ) -> Result<Response<pb::PurgeQueueResponse>, Status> {
+        let q = convert::queue("queue", &r.get_ref().queue)?;
+        let who = self.auth.check(&r, Rpc::PurgeQueue, &[&q])?;
         let r = r.into_inner();
-        let q = convert::queue("queue", &r.queue)?;
         let deleted = self
             .hub
             .store()
@@ -267,6 +291,16 @@ impl pb::queue_service_server::QueueService for QueueApi {
             .await
             .map_err(Error::from)?;
         tracing::info!(queue = %q, deleted, "queue purged");
+        audit::record(
+            &who,
+            AdminAction::PurgeQueue,
+            q.as_str(),
+            &format!(
+                "include_completed={} include_dead={}",
+                r.include_completed, r.include_dead
+            ),
+            deleted,
+        );
         Ok(Response::new(pb::PurgeQueueResponse { deleted }))
     }
 
@@ -275,8 +309,9 @@ impl pb::queue_service_server::QueueService for QueueApi {
         &self,
         r: Request<pb::DeleteQueueRequest>,
     ) -> Result<Response<pb::DeleteQueueResponse>, Status> {
+        let q = convert::queue("queue", &r.get_ref().queue)?;
+        let who = self.auth.check(&r, Rpc::DeleteQueue, &[&q])?;
         let r = r.into_inner();
-        let q = convert::queue("queue", &r.queue)?;
         let outcome = self
             .hub
             .store()
@@ -301,6 +336,13 @@ impl pb::queue_service_server::QueueService for QueueApi {
             }
         };
         tracing::info!(queue = %q, force = r.force, deleted = ?d, "queue deleted");
+        audit::record(
+            &who,
+            AdminAction::DeleteQueue,
+            q.as_str(),
+            &format!("force={}", r.force),
+            d.waiting + d.delayed + d.active + d.completed + d.dead,
+        );
         Ok(Response::new(pb::DeleteQueueResponse {
             waiting: d.waiting,
             delayed: d.delayed,

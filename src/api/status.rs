@@ -16,6 +16,7 @@ pub const ERROR_DOMAIN: &str = "jobwire.dev";
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
         let mut d = ErrorDetails::new();
+        let mut info = HashMap::new();
         let (code, reason, message) = match &e {
             Error::InvalidArgument { field, reason } => {
                 d.add_bad_request_violation(field.clone(), reason.clone());
@@ -79,6 +80,14 @@ impl From<Error> for Status {
                         .to_owned(),
                 )
             }
+            Error::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED", e.to_string()),
+            Error::PermissionDenied { queue, roles, .. } => {
+                if let Some(q) = queue {
+                    info.insert("queue".to_owned(), q.clone());
+                }
+                info.insert("roles".to_owned(), roles.clone());
+                (Code::PermissionDenied, "PERMISSION_DENIED", e.to_string())
+            }
             Error::Internal(_) => (Code::Internal, "INTERNAL", "internal error".to_owned()),
         };
         match (code, &e) {
@@ -87,7 +96,7 @@ impl From<Error> for Status {
             }
             _ => tracing::debug!(error = %e, "request refused"),
         }
-        d.set_error_info(reason, ERROR_DOMAIN, HashMap::new());
+        d.set_error_info(reason, ERROR_DOMAIN, info);
         Status::with_error_details(code, message, d)
     }
 }
@@ -146,6 +155,21 @@ mod tests {
                 "STORE_FULL",
             ),
             (Error::Internal("bug".into()), Code::Internal, "INTERNAL"),
+            (
+                Error::Unauthenticated("no token".into()),
+                Code::Unauthenticated,
+                "UNAUTHENTICATED",
+            ),
+            (
+                Error::PermissionDenied {
+                    principal: "p".into(),
+                    rpc: "Enqueue",
+                    queue: Some("q".into()),
+                    roles: "producer".into(),
+                },
+                Code::PermissionDenied,
+                "PERMISSION_DENIED",
+            ),
             (
                 Error::TooManyQueues { limit: 10 },
                 Code::ResourceExhausted,

@@ -14,6 +14,7 @@ use super::convert;
 use super::limits::*;
 use super::pb;
 use super::pb::subscribe_request::Message as In;
+use crate::auth::{Auth, Principal, Rpc};
 use crate::jobs::{Disposition, JobState, QueueName};
 use crate::lease::{Hub, Outbound, Session, Settled};
 use crate::store::{AckOutcome, FailItem, FailOutcome, Settle};
@@ -27,12 +28,14 @@ const INBOUND_BATCH: usize = 256;
 /// The WorkerService handlers.
 pub struct WorkerApi {
     hub: Hub,
+    auth: Auth,
 }
 
 impl WorkerApi {
-    /// Handlers over `hub`.
-    pub fn new(hub: Hub) -> WorkerApi {
-        WorkerApi { hub }
+    /// Handlers over `hub`; every call (and every Ack and Fail on a stream) is authorized by
+    /// `auth`.
+    pub fn new(hub: Hub, auth: Auth) -> WorkerApi {
+        WorkerApi { hub, auth }
     }
 }
 
@@ -173,6 +176,7 @@ impl WorkerApi {
     async fn handle_batch(
         &self,
         session: &Arc<Session>,
+        principal: &Principal,
         batch: Vec<pb::SubscribeRequest>,
     ) -> Result<(), Error> {
         let mut acks: BTreeMap<QueueName, Vec<(String, String)>> = BTreeMap::new();
@@ -187,11 +191,19 @@ impl WorkerApi {
         };
         for m in batch {
             match m.message {
-                Some(In::Ack(a)) => match ack_args(&a) {
+                // An Ack or Fail on a queue the principal may not work is refused like any
+                // other bad one: a Settled with the code, the stream goes on.
+                Some(In::Ack(a)) => match ack_args(&a).and_then(|(q, id, token)| {
+                    self.auth.authorize(principal, Rpc::Ack, &q)?;
+                    Ok((q, id, token))
+                }) {
                     Ok((q, id, token)) => acks.entry(q).or_default().push((id, token)),
                     Err(e) => refuse(&a.queue, &a.job_id, &a.lease_token, e),
                 },
-                Some(In::Fail(f)) => match fail_args(&f) {
+                Some(In::Fail(f)) => match fail_args(&f).and_then(|(q, item)| {
+                    self.auth.authorize(principal, Rpc::Fail, &q)?;
+                    Ok((q, item))
+                }) {
                     Ok((q, item)) => fails.entry(q).or_default().push(item),
                     Err(e) => refuse(&f.queue, &f.job_id, &f.lease_token, e),
                 },
@@ -256,19 +268,37 @@ impl WorkerApi {
         Ok(())
     }
 
-    /// Reads the stream until it ends, in batches of what is already buffered.
+    /// Reads the stream until it ends, in batches of what is already buffered. When an
+    /// auth-file reload takes the principal's `worker` role on one of the stream's queues
+    /// (or its credentials) away, the stream ends with that refusal and gets no more leases.
     async fn read_stream(
         self: Arc<Self>,
         session: Arc<Session>,
+        principal: Principal,
         mut inbound: Streaming<pb::SubscribeRequest>,
     ) {
+        let revoked = self
+            .auth
+            .revoked(principal.clone(), Rpc::Subscribe, session.queues.clone());
+        let mut revoked = std::pin::pin!(revoked);
         let mut ended = false;
         while !ended {
-            // Replies the worker has not read yet bound what is read from it.
-            self.hub.outbound_room(&session).await;
             let mut batch = Vec::new();
             let mut refused = None;
-            match inbound.next().await {
+            let next = async {
+                // Replies the worker has not read yet bound what is read from it.
+                self.hub.outbound_room(&session).await;
+                inbound.next().await
+            };
+            let next = tokio::select! {
+                next = next => next,
+                e = &mut revoked => {
+                    tracing::info!(worker_id = %session.worker_id, principal = %principal.name, error = %e, "stream ended: its principal's access was revoked");
+                    session.send(Outbound::Fatal(e));
+                    break;
+                }
+            };
+            match next {
                 Some(Ok(m)) => batch.push(m),
                 Some(Err(s)) => {
                     ended = true;
@@ -290,7 +320,7 @@ impl WorkerApi {
             self.hub.touch(&session);
             // The messages before a malformed one are handled, then the stream ends with
             // the refusal.
-            let handled = self.handle_batch(&session, batch).await;
+            let handled = self.handle_batch(&session, &principal, batch).await;
             if let Err(e) = handled.and(refused.map_or(Ok(()), Err)) {
                 tracing::debug!(worker_id = %session.worker_id, error = %e, "stream ended by a protocol error");
                 session.send(Outbound::Fatal(e));
@@ -371,6 +401,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         &self,
         request: Request<Streaming<pb::SubscribeRequest>>,
     ) -> Result<Response<SubscribeStream>, Status> {
+        let principal = self.0.auth.check(&request, Rpc::Subscribe, &[])?;
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(OPEN_TIMEOUT, inbound.message())
             .await
@@ -380,13 +411,17 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             _ => return Err(Error::invalid("open", "the first message must be `open`").into()),
         };
         let (queues, credits, worker) = open_args(open)?;
+        // Every queue the stream names must be granted `worker`, or none is served.
+        for q in &queues {
+            self.0.auth.authorize(&principal, Rpc::Subscribe, q)?;
+        }
         let hub = &self.0.hub;
         if hub.is_draining() {
             return Err(Error::Unavailable("the server is shutting down".into()).into());
         }
-        tracing::info!(worker_id = %worker, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
+        tracing::info!(worker_id = %worker, principal = %principal.name, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
         let (session, out) = hub.open_session(queues, credits, worker);
-        tokio::spawn(self.0.clone().read_stream(session, inbound));
+        tokio::spawn(self.0.clone().read_stream(session, principal, inbound));
         let out = out.map(outbound_pb);
         Ok(Response::new(Box::pin(out)))
     }
@@ -397,6 +432,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let (queue, id, token) = ack_args(request.get_ref())?;
+        self.0.auth.check(&request, Rpc::Ack, &[&queue])?;
         let (_, r) = self
             .0
             .hub
@@ -420,6 +456,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         request: Request<pb::FailRequest>,
     ) -> Result<Response<pb::FailResponse>, Status> {
         let (queue, item) = fail_args(request.get_ref())?;
+        self.0.auth.check(&request, Rpc::Fail, &[&queue])?;
         let (item, r) = self
             .0
             .hub
@@ -452,6 +489,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         let queue = convert::queue("queue", &r.queue)?;
         let id = convert::job_id("job_id", &r.job_id)?;
         let token = convert::token("lease_token", &r.lease_token)?;
+        self.0.auth.check(&request, Rpc::ExtendLease, &[&queue])?;
         let default_ms = self.0.hub.config().lease_duration.as_millis() as u64;
         let ms = convert::duration_ms(
             "lease_duration",

@@ -1,19 +1,70 @@
-//! `serve` flags of authentication and authorization (`--auth-file`, `--insecure`, ...).
+//! `serve` flags of authentication and authorization (`--auth-file`, `--insecure`), and the
+//! bind rule: without an auth file the gRPC port stays on loopback unless `--insecure`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::Args;
 
-/// Who may call what. Empty: no authentication (loopback only).
+/// Who may call what. Without `--auth-file`: no authentication, loopback only (unless
+/// `--insecure`).
 #[derive(Clone, Debug, Default, Args)]
-pub struct AuthArgs {}
+pub struct AuthArgs {
+    /// Auth file (YAML or TOML, by its extension .yaml/.yml/.toml): principals (bearer
+    /// tokens by id and SHA-256 of the secret, or client-certificate identities) and their
+    /// roles (producer, worker, viewer, admin) per queue pattern (name, prefix*, *). Every
+    /// call of the jobwire services must then authenticate; deny by default. Reloaded when
+    /// the file changes and on SIGHUP (a bad file is refused and the old one stays). Without
+    /// it every caller may call everything.
+    #[arg(long, env = "JOBWIRE_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Allow --grpc-addr on a non-loopback address without --auth-file: anyone who can
+    /// reach the port may enqueue, lease, replay, purge and delete. For trusted networks
+    /// only (a loud warning is logged at start).
+    #[arg(long, env = "JOBWIRE_INSECURE")]
+    pub insecure: bool,
+}
 
 impl AuthArgs {
     /// Checks what clap cannot; the error names the flag.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(path) = &self.auth_file {
+            crate::auth::file::check_extension(path)?;
+        }
         Ok(())
     }
 
-    /// `JOBWIRE_*=value` lines for `--print-config`.
+    /// The bind rule: without `--auth-file`, `grpc_addr` must be a loopback address unless
+    /// `--insecure`.
+    pub fn check_bind(&self, grpc_addr: SocketAddr) -> Result<(), String> {
+        if self.auth_file.is_none() && !self.insecure && !grpc_addr.ip().is_loopback() {
+            return Err(format!(
+                "--grpc-addr {grpc_addr} is not a loopback address and there is no --auth-file: \
+                 anyone who can reach it could enqueue, lease, replay, purge and delete. Give \
+                 --auth-file FILE (see `jobwire token new`), bind 127.0.0.1, or pass --insecure \
+                 on a trusted network"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Serving without authentication on a non-loopback address (`--insecure`)?
+    pub fn open_to_network(&self, grpc_addr: SocketAddr) -> bool {
+        self.auth_file.is_none() && !grpc_addr.ip().is_loopback()
+    }
+
+    /// `JOBWIRE_*=value` lines for `--print-config` (the file's path, never its content).
     pub fn effective(&self) -> Vec<(&'static str, String)> {
-        Vec::new()
+        vec![
+            (
+                "JOBWIRE_AUTH_FILE",
+                self.auth_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            ("JOBWIRE_INSECURE", self.insecure.to_string()),
+        ]
     }
 }

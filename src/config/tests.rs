@@ -7,7 +7,7 @@ fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     let argv = ["jobwire", "serve"].iter().chain(args).copied();
     Cli::try_parse_from(argv).map(|cli| match cli.command {
         Command::Serve(a) => a,
-        Command::Bench(_) => panic!("parsed `serve` as `bench`"),
+        _ => panic!("parsed `serve` as another command"),
     })
 }
 
@@ -40,7 +40,7 @@ fn clap_definition_is_consistent() {
 #[test]
 fn defaults_are_valid_and_as_documented() {
     let a = serve(&[]).expect("parse");
-    assert_eq!(a.grpc_addr, "0.0.0.0:50051".parse().expect("addr"));
+    assert_eq!(a.grpc_addr, "127.0.0.1:50051".parse().expect("addr"));
     assert_eq!(a.http_addr, "0.0.0.0:9090".parse().expect("addr"));
     assert_eq!(a.redis_url, None);
     assert_eq!(a.redis_fsync, Fsync::Everysec);
@@ -246,4 +246,29 @@ fn bench_token_is_never_shown() {
         b.token.as_ref().map(|t| t.0.as_str()),
         Some("jw_abc_s3cret")
     );
+}
+
+#[test]
+fn a_non_loopback_grpc_addr_needs_an_auth_file_or_insecure() {
+    let open = serve(&["--grpc-addr", "0.0.0.0:50051"]).expect("parse");
+    let e = open.validate().expect_err("no auth file, not loopback");
+    assert!(e.contains("--grpc-addr 0.0.0.0:50051") && e.contains("--auth-file"), "{e}");
+    for ok in [
+        &["--grpc-addr", "0.0.0.0:50051", "--insecure"][..],
+        &["--grpc-addr", "0.0.0.0:50051", "--auth-file", "auth.yaml"][..],
+        &["--grpc-addr", "[::1]:50051"][..],
+        &["--grpc-addr", "127.0.0.2:50051"][..],
+    ] {
+        serve(ok).expect("parse").validate().expect("allowed");
+    }
+    let e = serve(&["--auth-file", "auth.json"])
+        .expect("parse")
+        .validate()
+        .expect_err("extension");
+    assert!(e.contains("--auth-file auth.json"), "{e}");
+    let printed = serve(&["--auth-file", "/etc/jobwire/auth.yaml", "--insecure"])
+        .expect("parse")
+        .effective();
+    assert!(printed.contains("JOBWIRE_AUTH_FILE=/etc/jobwire/auth.yaml\n"), "{printed}");
+    assert!(printed.contains("JOBWIRE_INSECURE=true\n"), "{printed}");
 }

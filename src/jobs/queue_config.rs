@@ -83,6 +83,18 @@ impl ConfigField {
         ConfigField::MaxActive,
     ];
 
+    /// The update-mask path.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigField::DefaultMaxAttempts => "default_max_attempts",
+            ConfigField::DefaultBackoff => "default_backoff",
+            ConfigField::DefaultTimeout => "default_timeout",
+            ConfigField::Retention => "retention",
+            ConfigField::RateLimit => "rate_limit",
+            ConfigField::MaxActive => "max_active",
+        }
+    }
+
     /// Parses an update-mask path.
     pub fn parse(path: &str) -> Option<ConfigField> {
         Some(match path {

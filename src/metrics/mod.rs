@@ -69,6 +69,9 @@ pub const REDIS_ERRORS: &str = "jobwire_redis_errors_total";
 /// 1 while the health probe's write reaches a master (even a full one), 0 while Redis is
 /// unreachable, a replica, loading or failing over.
 pub const REDIS_UP: &str = "jobwire_redis_up";
+/// Admin actions carried out (replay, dead-letter delete, purge, pause, resume, config
+/// change, queue delete), by action; see `auth/audit.rs`.
+pub const ADMIN_ACTIONS: &str = "jobwire_admin_actions_total";
 /// Always 1, labelled with the version and git sha.
 pub const BUILD_INFO: &str = "jobwire_build_info";
 
@@ -105,6 +108,7 @@ pub fn install() -> PrometheusHandle {
             for kind in ["unavailable", "error"] {
                 metrics::counter!(REDIS_ERRORS, "kind" => kind).increment(0);
             }
+            crate::auth::audit::zero_counters();
             metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "git_sha" => env!("JOBWIRE_GIT_SHA")).set(1.0);
             handle
         })
@@ -219,6 +223,11 @@ pub fn describe_all() {
         REDIS_UP,
         Unit::Count,
         "1 while a write reaches a Redis master (even a full one), 0 while Redis is unreachable, a replica, loading or failing over."
+    );
+    describe_counter!(
+        ADMIN_ACTIONS,
+        Unit::Count,
+        "Admin actions carried out, by action: replay_dead_letters, delete_dead_letters, purge_queue, pause_queue, resume_queue, update_queue_config, delete_queue."
     );
     describe_gauge!(
         crate::transport::tls::CERT_EXPIRY,

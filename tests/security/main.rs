@@ -4,6 +4,9 @@
 #[allow(dead_code)] // shared with the it and fault suites, which use more of it
 #[path = "../it/harness.rs"]
 mod harness;
+#[allow(dead_code)] // the bad-input suites' snapshot and refusal helpers
+#[path = "../it/refusal.rs"]
+mod refusal;
 #[allow(dead_code)] // the Redis Cluster topology the harness can run on
 #[path = "../support/topology/mod.rs"]
 mod topology;
@@ -19,3 +22,7 @@ mod conn_info;
 mod rotation;
 mod startup;
 mod tls;
+
+mod secured;
+
+mod roles;

@@ -1,0 +1,33 @@
+//! Authentication and authorization of the gRPC API (DESIGN.md section 11).
+//!
+//! - [`token`]: bearer tokens `jw_<id>_<secret>`; only the SHA-256 of the secret is stored,
+//!   compared in constant time.
+//! - [`identity`]: the [`Principal`] of a request, from its bearer token or its client
+//!   certificate (URI SAN, then DNS SAN, then CN).
+//! - [`file`]: the auth file (`--auth-file`, YAML or TOML): principals and their grants.
+//! - [`policy`]: roles, the RPCs each allows, queue patterns; deny by default.
+//! - [`guard`]: [`Auth`], the one place that decides: an interceptor authenticates every
+//!   call of the four jobwire services (health and reflection stay open), and every handler
+//!   asks [`Auth::check`] with the queue(s) of its request. The policy reloads on change.
+//! - [`audit`]: one structured line and a counter per admin action.
+//! - [`cli`]: `jobwire token new`.
+//!
+//! Without `--auth-file` every caller is the principal `anonymous` and may call everything.
+
+pub mod audit;
+pub mod cli;
+pub mod file;
+mod guard;
+pub mod identity;
+pub mod policy;
+pub mod token;
+
+pub use guard::{Auth, AuthInterceptor};
+pub use identity::Principal;
+pub use policy::{Role, Rpc};
+
+/// The principal the interceptor authenticated for `req`; `None` on a request that did not
+/// go through it (health, reflection).
+pub fn principal<T>(req: &tonic::Request<T>) -> Option<&Principal> {
+    req.extensions().get::<Principal>()
+}

@@ -1,0 +1,289 @@
+//! Each RPC of the four jobwire services × each role: a principal holding only that role
+//! (on `t-*`) gets an answer (OK, or the call's own NOT_FOUND), every other call is
+//! PERMISSION_DENIED naming the queue and the role it needs, and changes nothing in Redis.
+//! A principal with no grant on the queue is refused everything there.
+//!
+//! The expected table is written out from issue 13, not computed from the server's code.
+
+use std::time::Duration;
+
+use jobwire::pb;
+use tonic::Code;
+
+use crate::refusal::snapshot;
+use crate::secured::*;
+
+/// (RPC, the roles that may call it), as issue 13 lists them.
+const TABLE: &[(&str, &[&str])] = &[
+    ("Enqueue", &["producer"]),
+    ("EnqueueBatch", &["producer"]),
+    ("GetJob", &["producer", "viewer", "admin"]),
+    ("Subscribe", &["worker"]),
+    ("Ack", &["worker"]),
+    ("Fail", &["worker"]),
+    ("ExtendLease", &["worker"]),
+    ("ListDeadLetters", &["viewer", "admin"]),
+    ("GetDeadLetter", &["viewer", "admin"]),
+    ("ReplayDeadLetters", &["admin"]),
+    ("DeleteDeadLetters", &["admin"]),
+    ("ListQueues", &["viewer", "admin"]),
+    ("GetQueueStats", &["viewer", "admin"]),
+    ("PauseQueue", &["admin"]),
+    ("ResumeQueue", &["admin"]),
+    ("GetQueueConfig", &["viewer", "admin"]),
+    ("UpdateQueueConfig", &["admin"]),
+    ("PurgeQueue", &["admin"]),
+    ("DeleteQueue", &["admin"]),
+];
+
+/// The codes an allowed call may end with: OK, or NOT_FOUND for the calls that name a job
+/// (or queue) that is not there.
+fn allowed_codes(rpc: &str) -> &'static [Code] {
+    match rpc {
+        "GetJob" | "Ack" | "Fail" | "ExtendLease" | "GetDeadLetter" => &[Code::NotFound],
+        "DeleteQueue" => &[Code::Ok, Code::NotFound],
+        _ => &[Code::Ok],
+    }
+}
+
+/// Calls `rpc` on queue `q` (ListQueues names none) with a request that is valid.
+pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Status> {
+    let s = |v: &str| v.to_string();
+    let job = |q: &str| pb::JobSpec {
+        queue: s(q),
+        name: s("n"),
+        ..Default::default()
+    };
+    match rpc {
+        "Enqueue" => c
+            .jobs
+            .enqueue(pb::EnqueueRequest { job: Some(job(q)) })
+            .await
+            .map(drop),
+        "EnqueueBatch" => c
+            .jobs
+            .enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![job(q)] })
+            .await
+            .map(drop),
+        "GetJob" => c
+            .jobs
+            .get_job(pb::GetJobRequest {
+                queue: s(q),
+                job_id: s("nope"),
+            })
+            .await
+            .map(drop),
+        "Subscribe" => c.subscribe(&[q], 1).await.map(drop),
+        "Ack" => c
+            .workers
+            .ack(pb::AckRequest {
+                queue: s(q),
+                job_id: s("nope"),
+                lease_token: s("t"),
+            })
+            .await
+            .map(drop),
+        "Fail" => c
+            .workers
+            .fail(pb::FailRequest {
+                queue: s(q),
+                job_id: s("nope"),
+                lease_token: s("t"),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "ExtendLease" => c
+            .workers
+            .extend_lease(pb::ExtendLeaseRequest {
+                queue: s(q),
+                job_id: s("nope"),
+                lease_token: s("t"),
+                lease_duration: None,
+            })
+            .await
+            .map(drop),
+        "ListDeadLetters" => c
+            .dead
+            .list_dead_letters(pb::ListDeadLettersRequest {
+                queue: s(q),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "GetDeadLetter" => c
+            .dead
+            .get_dead_letter(pb::GetDeadLetterRequest {
+                queue: s(q),
+                job_id: s("nope"),
+            })
+            .await
+            .map(drop),
+        "ReplayDeadLetters" => c
+            .dead
+            .replay_dead_letters(pb::ReplayDeadLettersRequest {
+                queue: s(q),
+                job_ids: vec![s("nope")],
+                filter: None,
+            })
+            .await
+            .map(drop),
+        "DeleteDeadLetters" => c
+            .dead
+            .delete_dead_letters(pb::DeleteDeadLettersRequest {
+                queue: s(q),
+                job_ids: vec![s("nope")],
+                filter: None,
+            })
+            .await
+            .map(drop),
+        "ListQueues" => c
+            .queues
+            .list_queues(pb::ListQueuesRequest {})
+            .await
+            .map(drop),
+        "GetQueueStats" => c
+            .queues
+            .get_queue_stats(pb::GetQueueStatsRequest { queue: s(q) })
+            .await
+            .map(drop),
+        "PauseQueue" => c
+            .queues
+            .pause_queue(pb::PauseQueueRequest { queue: s(q) })
+            .await
+            .map(drop),
+        "ResumeQueue" => c
+            .queues
+            .resume_queue(pb::ResumeQueueRequest { queue: s(q) })
+            .await
+            .map(drop),
+        "GetQueueConfig" => c
+            .queues
+            .get_queue_config(pb::GetQueueConfigRequest { queue: s(q) })
+            .await
+            .map(drop),
+        "UpdateQueueConfig" => c
+            .queues
+            .update_queue_config(pb::UpdateQueueConfigRequest {
+                queue: s(q),
+                config: Some(pb::QueueConfig {
+                    default_max_attempts: Some(3),
+                    ..Default::default()
+                }),
+                update_mask: None,
+            })
+            .await
+            .map(drop),
+        "PurgeQueue" => c
+            .queues
+            .purge_queue(pb::PurgeQueueRequest {
+                queue: s(q),
+                include_completed: true,
+                include_dead: true,
+            })
+            .await
+            .map(drop),
+        "DeleteQueue" => c
+            .queues
+            .delete_queue(pb::DeleteQueueRequest {
+                queue: s(q),
+                force: true,
+            })
+            .await
+            .map(drop),
+        other => panic!("no such RPC in the table: {other}"),
+    }
+}
+
+/// A refused call: PERMISSION_DENIED naming the queue (if any) and the role, Redis unchanged.
+pub async fn denied(
+    s: &Secured,
+    c: &mut Clients,
+    rpc: &str,
+    q: &str,
+    role: &str,
+    who: &str,
+) -> tonic::Status {
+    let before = snapshot(&s.redis).await;
+    let st = call(c, rpc, q)
+        .await
+        .expect_err(&format!("{who} may not call {rpc} on {q}"));
+    assert_eq!(
+        st.code(),
+        Code::PermissionDenied,
+        "{who} {rpc} {q}: {}",
+        st.message()
+    );
+    if rpc != "ListQueues" {
+        assert!(
+            st.message().contains(&format!("queue {q:?}")),
+            "{who} {rpc}: names the queue: {}",
+            st.message()
+        );
+    }
+    assert!(
+        st.message().contains(role),
+        "{who} {rpc}: names the role {role}: {}",
+        st.message()
+    );
+    assert_eq!(
+        snapshot(&s.redis).await,
+        before,
+        "{who} {rpc}: a refusal changes nothing in Redis"
+    );
+    st
+}
+
+#[tokio::test]
+async fn each_rpc_and_each_role() {
+    let roles = ["producer", "worker", "viewer", "admin"];
+    let who: Vec<Who> = roles
+        .iter()
+        .map(|r| Who::new(r, &[(&["t-*"], &[r])]))
+        .collect();
+    // Authenticated, with a grant elsewhere only.
+    let stranger = Who::new("stranger", &[(&["other-*"], &["producer"])]);
+    let mut all: Vec<&Who> = who.iter().collect();
+    all.push(&stranger);
+    let s = Secured::start(&all).await;
+    // Some state for the refusals to leave alone: a waiting job and a dead one.
+    let mut admin_side = s.as_(&who[0]);
+    for id in ["a", "b"] {
+        admin_side
+            .jobs
+            .enqueue(pb::EnqueueRequest {
+                job: Some(job("t-state", id)),
+            })
+            .await
+            .expect("producer enqueues");
+    }
+
+    let mut checked = 0;
+    for (rpc, allowed) in TABLE {
+        // Each RPC on its own queue, so that what an allowed call does (a stream that
+        // leases, a purge) never touches another row's queue.
+        let q = format!("t-{}", rpc.to_lowercase());
+        for (role, w) in roles.iter().zip(&who) {
+            let mut c = s.as_(w);
+            if allowed.contains(role) {
+                let code = match call(&mut c, rpc, &q).await {
+                    Ok(()) => Code::Ok,
+                    Err(st) => st.code(),
+                };
+                assert!(
+                    allowed_codes(rpc).contains(&code),
+                    "{role} may call {rpc}: got {code:?}"
+                );
+            } else {
+                let needs = if rpc == &"GetJob" { "producer" } else { allowed[0] };
+                denied(&s, &mut c, rpc, &q, needs, role).await;
+            }
+            checked += 1;
+        }
+        let mut c = s.as_(&stranger);
+        denied(&s, &mut c, rpc, &q, allowed[0], "stranger").await;
+    }
+    assert_eq!(checked, TABLE.len() * roles.len());
+    // Streams opened above are dropped; nothing leaked into other queues.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
