@@ -96,18 +96,15 @@ mod tests {
             name: Some("ci-bot".into()),
             format,
         })
-        .unwrap()
+        .expect("valid in the test")
     }
 
     /// The printed entry parses as an auth file and the printed token authenticates as it.
     #[test]
     fn the_printed_entry_accepts_the_printed_token() {
-        for (format, file) in [
-            (FileFormat::Yaml, "a.yaml"),
-            (FileFormat::Toml, "a.toml"),
-        ] {
+        for (format, file) in [(FileFormat::Yaml, "a.yaml"), (FileFormat::Toml, "a.toml")] {
             let text = out(format);
-            let token = Token::parse(text.lines().next().unwrap()).unwrap();
+            let token = Token::parse(text.lines().next().expect("valid in the test")).expect("valid in the test");
             let entry: String = text.lines().skip(1).collect::<Vec<_>>().join("\n");
             let file_text = match format {
                 FileFormat::Yaml => format!(

@@ -178,7 +178,10 @@ fn line_of(text: &str, key: Option<&str>, value: &str, nth: usize) -> usize {
             let before = line[..i].chars().next_back();
             let after = line[i + value.len()..].chars().next();
             let edge = |c: Option<char>| {
-                c.is_none_or(|c| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '[' | ']' | '{' | '}' | ':' | '='))
+                c.is_none_or(|c| {
+                    c.is_whitespace()
+                        || matches!(c, '"' | '\'' | ',' | '[' | ']' | '{' | '}' | ':' | '=')
+                })
             };
             edge(before) && edge(after)
         })

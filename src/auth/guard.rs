@@ -154,9 +154,9 @@ impl Auth {
                     }
                 }
                 Err(Error::Unauthenticated(match identities.first() {
-                    Some(id) => format!(
-                        "the client certificate ({id}) names no principal of the auth file"
-                    ),
+                    Some(id) => {
+                        format!("the client certificate ({id}) names no principal of the auth file")
+                    }
                     None => "no credentials: send `authorization: Bearer jw_<id>_<secret>` \
                              metadata or a client certificate"
                         .into(),

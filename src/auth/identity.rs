@@ -133,16 +133,16 @@ mod tests {
                 .distinguished_name
                 .push(rcgen::DnType::CommonName, cn);
         }
-        let key = rcgen::KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().der().clone()
+        let key = rcgen::KeyPair::generate().expect("valid in the test");
+        params.self_signed(&key).expect("valid in the test").der().clone()
     }
 
     #[test]
     fn identities_are_uri_sans_then_dns_sans_then_cn() {
         let c = cert(
             vec![
-                rcgen::SanType::DnsName("worker.example".try_into().unwrap()),
-                rcgen::SanType::URI("spiffe://example.org/w".try_into().unwrap()),
+                rcgen::SanType::DnsName("worker.example".try_into().expect("valid in the test")),
+                rcgen::SanType::URI("spiffe://example.org/w".try_into().expect("valid in the test")),
             ],
             Some("worker-cn"),
         );
@@ -158,14 +158,14 @@ mod tests {
 
     #[test]
     fn bearer_metadata_is_read_case_insensitively_and_malformed_is_told_apart() {
-        let token = Token::generate("ci").unwrap().reveal();
+        let token = Token::generate("ci").expect("valid in the test").reveal();
         let mut m = tonic::metadata::MetadataMap::new();
         assert!(matches!(bearer(&m), Bearer::Absent));
-        m.insert("authorization", format!("bearer {token}").parse().unwrap());
+        m.insert("authorization", format!("bearer {token}").parse().expect("valid in the test"));
         assert!(matches!(bearer(&m), Bearer::Token(t) if t.id == "ci"));
-        m.insert("authorization", "Basic dXNlcjpwYXNz".parse().unwrap());
+        m.insert("authorization", "Basic dXNlcjpwYXNz".parse().expect("valid in the test"));
         assert!(matches!(bearer(&m), Bearer::Malformed(_)));
-        m.insert("authorization", "Bearer jw_nope".parse().unwrap());
+        m.insert("authorization", "Bearer jw_nope".parse().expect("valid in the test"));
         assert!(matches!(bearer(&m), Bearer::Malformed(_)));
     }
 }

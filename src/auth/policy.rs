@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn patterns_match_exact_prefix_and_all() {
-        let p = |s: &str| QueuePattern::parse(s).unwrap();
+        let p = |s: &str| QueuePattern::parse(s).expect("valid in the test");
         assert!(p("emails").matches("emails"));
         assert!(!p("emails").matches("emails2"));
         assert!(p("billing-*").matches("billing-eu"));

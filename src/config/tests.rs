@@ -252,7 +252,10 @@ fn bench_token_is_never_shown() {
 fn a_non_loopback_grpc_addr_needs_an_auth_file_or_insecure() {
     let open = serve(&["--grpc-addr", "0.0.0.0:50051"]).expect("parse");
     let e = open.validate().expect_err("no auth file, not loopback");
-    assert!(e.contains("--grpc-addr 0.0.0.0:50051") && e.contains("--auth-file"), "{e}");
+    assert!(
+        e.contains("--grpc-addr 0.0.0.0:50051") && e.contains("--auth-file"),
+        "{e}"
+    );
     for ok in [
         &["--grpc-addr", "0.0.0.0:50051", "--insecure"][..],
         &["--grpc-addr", "0.0.0.0:50051", "--auth-file", "auth.yaml"][..],
@@ -269,6 +272,9 @@ fn a_non_loopback_grpc_addr_needs_an_auth_file_or_insecure() {
     let printed = serve(&["--auth-file", "/etc/jobwire/auth.yaml", "--insecure"])
         .expect("parse")
         .effective();
-    assert!(printed.contains("JOBWIRE_AUTH_FILE=/etc/jobwire/auth.yaml\n"), "{printed}");
+    assert!(
+        printed.contains("JOBWIRE_AUTH_FILE=/etc/jobwire/auth.yaml\n"),
+        "{printed}"
+    );
     assert!(printed.contains("JOBWIRE_INSECURE=true\n"), "{printed}");
 }

@@ -25,4 +25,9 @@ mod tls;
 
 mod secured;
 
+mod audit;
+mod auth_startup;
+mod patterns;
+mod reload;
 mod roles;
+mod tokens;

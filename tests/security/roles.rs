@@ -275,7 +275,11 @@ async fn each_rpc_and_each_role() {
                     "{role} may call {rpc}: got {code:?}"
                 );
             } else {
-                let needs = if rpc == &"GetJob" { "producer" } else { allowed[0] };
+                let needs = if rpc == &"GetJob" {
+                    "producer"
+                } else {
+                    allowed[0]
+                };
                 denied(&s, &mut c, rpc, &q, needs, role).await;
             }
             checked += 1;

@@ -122,7 +122,10 @@ fn refusals_name_the_line() {
     }
     let e = toml("[[principals]]\nname = \"a\"\ntokens = [{ id = \"a\", sha256 = \"x\" }]\n")
         .expect_err("bad hash");
-    assert!(e.starts_with("line 3:") && e.contains("64 hex digits"), "{e}");
+    assert!(
+        e.starts_with("line 3:") && e.contains("64 hex digits"),
+        "{e}"
+    );
     let e = toml("[[principals]]\nname = \"a\"\ncerts = [\"c\"]\n\ngrants = [{ queues = [\"q\"], roles = [\"root\"] }]\n")
         .expect_err("bad role");
     assert!(e.starts_with("line 5:") && e.contains("root"), "{e}");
