@@ -104,7 +104,8 @@ mod tests {
     fn the_printed_entry_accepts_the_printed_token() {
         for (format, file) in [(FileFormat::Yaml, "a.yaml"), (FileFormat::Toml, "a.toml")] {
             let text = out(format);
-            let token = Token::parse(text.lines().next().expect("valid in the test")).expect("valid in the test");
+            let token = Token::parse(text.lines().next().expect("valid in the test"))
+                .expect("valid in the test");
             let entry: String = text.lines().skip(1).collect::<Vec<_>>().join("\n");
             let file_text = match format {
                 FileFormat::Yaml => format!(

@@ -134,7 +134,11 @@ mod tests {
                 .push(rcgen::DnType::CommonName, cn);
         }
         let key = rcgen::KeyPair::generate().expect("valid in the test");
-        params.self_signed(&key).expect("valid in the test").der().clone()
+        params
+            .self_signed(&key)
+            .expect("valid in the test")
+            .der()
+            .clone()
     }
 
     #[test]
@@ -142,7 +146,11 @@ mod tests {
         let c = cert(
             vec![
                 rcgen::SanType::DnsName("worker.example".try_into().expect("valid in the test")),
-                rcgen::SanType::URI("spiffe://example.org/w".try_into().expect("valid in the test")),
+                rcgen::SanType::URI(
+                    "spiffe://example.org/w"
+                        .try_into()
+                        .expect("valid in the test"),
+                ),
             ],
             Some("worker-cn"),
         );
@@ -161,11 +169,22 @@ mod tests {
         let token = Token::generate("ci").expect("valid in the test").reveal();
         let mut m = tonic::metadata::MetadataMap::new();
         assert!(matches!(bearer(&m), Bearer::Absent));
-        m.insert("authorization", format!("bearer {token}").parse().expect("valid in the test"));
+        m.insert(
+            "authorization",
+            format!("bearer {token}")
+                .parse()
+                .expect("valid in the test"),
+        );
         assert!(matches!(bearer(&m), Bearer::Token(t) if t.id == "ci"));
-        m.insert("authorization", "Basic dXNlcjpwYXNz".parse().expect("valid in the test"));
+        m.insert(
+            "authorization",
+            "Basic dXNlcjpwYXNz".parse().expect("valid in the test"),
+        );
         assert!(matches!(bearer(&m), Bearer::Malformed(_)));
-        m.insert("authorization", "Bearer jw_nope".parse().expect("valid in the test"));
+        m.insert(
+            "authorization",
+            "Bearer jw_nope".parse().expect("valid in the test"),
+        );
         assert!(matches!(bearer(&m), Bearer::Malformed(_)));
     }
 }

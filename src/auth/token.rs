@@ -198,7 +198,11 @@ mod tests {
         let h = t.secret_hash();
         let back = SecretHash::parse_hex(&h.to_hex().to_uppercase()).expect("valid in the test");
         assert!(h.matches(&back));
-        assert!(!h.matches(&Token::generate("x").expect("valid in the test").secret_hash()));
+        assert!(!h.matches(
+            &Token::generate("x")
+                .expect("valid in the test")
+                .secret_hash()
+        ));
         // The SHA-256 of "abc" (FIPS 180-2 test vector).
         assert_eq!(
             SecretHash::of("abc").to_hex(),
