@@ -1,4 +1,4 @@
-//! (Auth) //! Start-up of the real binary: a bad auth file refuses the start with a message naming the
+//! Start-up of the real binary: a bad auth file refuses the start with a message naming the
 //! file and the line; without an auth file a non-loopback --grpc-addr is refused (exit 64,
 //! the flag named) unless --insecure, which starts with a loud warning.
 
