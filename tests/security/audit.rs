@@ -1,4 +1,4 @@
-//! The audit trail, read from the real binary's JSON logs: each admin action (replay,
+//! The audit trail, read from the real binary's JSON logs (served over TLS): each admin action (replay,
 //! dead-letter delete, purge, pause, resume, config change, queue delete) writes one line
 //! with target `jobwire::audit`, the principal, the action, the queue, the filter and the
 //! count, and counts one in `jobwire_admin_actions_total{action}` (every action's series is
@@ -8,16 +8,15 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::certs::TestPki;
+use crate::harness::{http_get, metric_value, TestRedis};
+use crate::secured::*;
 use jobwire::pb;
 use pb::subscribe_request::Message as In;
 use pb::subscribe_response::Message as Out;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
-
-use crate::harness::{http_get, metric_value, TestRedis};
-use crate::secured::*;
 
 const ACTIONS: [&str; 7] = [
     "replay_dead_letters",
@@ -53,6 +52,8 @@ async fn every_admin_action_is_logged_and_counted() {
     let auth_file = dir.path().join("auth.yaml");
     std::fs::write(&auth_file, auth_yaml(&[&ops, &viewer])).expect("write");
     let redis = TestRedis::start().await;
+    let pki = TestPki::new("jobwire audit test CA");
+    let server = pki.server("server", 1);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobwire"))
         .args([
             "serve",
@@ -67,6 +68,10 @@ async fn every_admin_action_is_logged_and_counted() {
         ])
         .arg("--auth-file")
         .arg(&auth_file)
+        .arg("--tls-cert")
+        .arg(&server.cert)
+        .arg("--tls-key")
+        .arg(&server.key)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -90,17 +95,19 @@ async fn every_admin_action_is_logged_and_counted() {
             break v;
         }
     };
-    let grpc = serving["grpc"].as_str().expect("grpc").to_owned();
+    let grpc: std::net::SocketAddr = serving["grpc"]
+        .as_str()
+        .expect("grpc")
+        .parse()
+        .expect("addr");
     let http: std::net::SocketAddr = serving["http"]
         .as_str()
         .expect("http")
         .parse()
         .expect("addr");
-    let channel = Channel::from_shared(format!("http://{grpc}"))
-        .expect("uri")
-        .connect()
+    let channel = crate::tls_harness::tls_channel(grpc, &pki.ca_path(), None)
         .await
-        .expect("connect");
+        .expect("tls connect");
     let text = http_get(http, "/metrics").await;
     for a in ACTIONS {
         assert_eq!(

@@ -27,6 +27,7 @@ mod secured;
 
 mod audit;
 mod auth_startup;
+mod cert_principals;
 mod patterns;
 mod reload;
 mod roles;

@@ -1,6 +1,7 @@
-//! A jobwire server with an auth file, and clients that present a bearer token: the auth
-//! file is written by the test (tokens made with `jobwire::auth::token::Token`, as
-//! `jobwire token new` makes them), rewritten to test reloads.
+//! A jobwire server over TLS with an auth file, and clients that present a bearer token (or
+//! a client certificate, with mTLS): the auth file is written by the test (tokens made with
+//! `jobwire::auth::token::Token`, as `jobwire token new` makes them), rewritten to test
+//! reloads.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,7 +19,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
+use crate::certs::{CertFiles, ClientId, TestPki, Validity};
 use crate::harness::*;
+use crate::tls_harness::{start_server_with, tls_config};
 
 /// A principal of the test's auth file: its name, its token, and grants (queue patterns,
 /// roles).
@@ -26,6 +29,8 @@ use crate::harness::*;
 pub struct Who {
     pub name: String,
     pub token: Token,
+    /// Client-certificate identities that also name this principal.
+    pub certs: Vec<String>,
     pub grants: Vec<(Vec<String>, Vec<String>)>,
 }
 
@@ -35,6 +40,7 @@ impl Who {
         Who {
             name: name.into(),
             token: Token::generate(name).expect("token id"),
+            certs: Vec::new(),
             grants: grants
                 .iter()
                 .map(|(q, r)| {
@@ -45,6 +51,12 @@ impl Who {
                 })
                 .collect(),
         }
+    }
+
+    /// The same principal, also named by the certificate identity `identity`.
+    pub fn with_cert(mut self, identity: &str) -> Who {
+        self.certs.push(identity.into());
+        self
     }
 
     /// `authorization: Bearer jw_...` for this principal.
@@ -60,6 +72,12 @@ impl Who {
             self.token.id,
             self.token.secret_hash().to_hex()
         );
+        if !self.certs.is_empty() {
+            s = s.replace(
+                "    grants:\n",
+                &format!("    certs: {:?}\n    grants:\n", self.certs),
+            );
+        }
         if self.grants.is_empty() {
             s = s.replace("    grants:\n", "    grants: []\n");
         }
@@ -192,30 +210,51 @@ impl Stream {
     }
 }
 
-/// A Redis, an auth file and a jobwire server that reads it.
+/// A Redis, an auth file and a jobwire server over TLS that reads it.
 pub struct Secured {
     pub redis: TestRedis,
     pub app: TestApp,
     pub auth_file: PathBuf,
+    /// The CA of the server's certificate (and, with mTLS, of the client certificates).
+    pub pki: TestPki,
     _dir: tempfile::TempDir,
 }
 
 impl Secured {
-    /// Starts a server whose auth file grants `who`.
+    /// Starts a server over TLS whose auth file grants `who`; clients authenticate with
+    /// bearer tokens.
     pub async fn start(who: &[&Who]) -> Secured {
+        Secured::start_tls(who, false, None).await
+    }
+
+    /// [`Secured::start`] with mTLS on (every client presents a certificate of the test
+    /// CA); the harness channel presents `identity`.
+    pub async fn start_tls(who: &[&Who], mtls: bool, identity: Option<ClientId>) -> Secured {
         let dir = tempfile::tempdir().expect("tempdir");
         let auth_file = dir.path().join("auth.yaml");
         std::fs::write(&auth_file, auth_yaml(who)).expect("write auth file");
         let redis = TestRedis::start().await;
-        let mut cfg = test_config(&redis.url);
+        let pki = TestPki::new("jobwire auth test CA");
+        let server = pki.server("server", 1);
+        let ca = pki.ca_path();
+        let mut cfg = tls_config(&redis.url, &server, mtls.then_some(ca.as_path()));
         cfg.auth.auth_file = Some(auth_file.clone());
-        let app = TestApp::spawn(cfg).await;
+        let client = identity.map(|id| pki.client("harness", id, Validity::Current));
+        let app = start_server_with(cfg, &ca, client.as_ref()).await;
         Secured {
             redis,
             app,
             auth_file,
+            pki,
             _dir: dir,
         }
+    }
+
+    /// A new TLS channel to the server presenting the client certificate `cert`.
+    pub async fn channel_as(&self, cert: &CertFiles) -> Channel {
+        crate::tls_harness::tls_channel(self.app.grpc, &self.pki.ca_path(), Some(cert))
+            .await
+            .expect("mTLS connect")
     }
 
     /// Clients that present `who`'s token.

@@ -38,6 +38,13 @@ pub enum ClientId {
     Dns(String),
     /// Only the subject's CN, no SAN.
     Cn(String),
+    /// A URI SAN, a DNS SAN and a CN at once (which one names the principal is jobwire's
+    /// choice: URI SAN, then DNS SAN, then CN).
+    All {
+        uri: String,
+        dns: String,
+        cn: String,
+    },
 }
 
 /// When a certificate is valid.
@@ -125,6 +132,13 @@ impl TestPki {
                 "dns-client".to_owned(),
             ),
             ClientId::Cn(cn) => (Vec::new(), cn.clone()),
+            ClientId::All { uri, dns, cn } => (
+                vec![
+                    SanType::DnsName(dns.as_str().try_into().expect("dns")),
+                    SanType::URI(uri.as_str().try_into().expect("uri")),
+                ],
+                cn.clone(),
+            ),
         };
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
         params.subject_alt_names = sans;
