@@ -12,9 +12,6 @@ from k8s import (container, container_ports, env_map, expanded_env, jobwire_depl
 # not list one, its test is an expected failure instead of a pass; once it does, it passes.
 PENDING_FLAGS = {
     "--config": "queue config file (--config), added by the config issue",
-    "--tls-cert": "gRPC TLS, issue 13",
-    "--tls-key": "gRPC TLS, issue 13",
-    "--tls-client-ca": "gRPC mTLS, issue 13",
     "--auth-file": "auth file, issue 13",
     "--insecure": "the bind rule's opt-out, issue 13",
     "--metrics-token-file": "/metrics token, issue 13",
@@ -182,8 +179,50 @@ def test_replicas_and_autoscaling_do_not_fight(rendered_all):
     assert jobwire_deployment(rendered_all["defaults"])["spec"]["replicas"] == 2
 
 
-def test_binary_accepts_the_rendered_environment(rendered, serve_help, documented_flags):
-    """`jobwire serve ARGS --print-config` parses every arg and JOBWIRE_* value the chart renders."""
+# The files the security flags name, as the pod has them from its Secrets; jobwire reads them
+# when it validates its flags (a certificate that does not parse stops the start).
+SECRET_MOUNTS = ("/etc/jobwire-tls/", "/etc/jobwire-client-ca/", "/etc/jobwire-auth/", "/etc/jobwire-metrics/")
+AUTH_YAML = "principals:\n  - name: ci\n    tokens: [{id: ci, sha256: '" + "ab" * 32 + "'}]\n" \
+            "    grants: [{queues: ['*'], roles: [admin]}]\n"
+AUTH_TOML = "[[principals]]\nname = 'ci'\ntokens = [{ id = 'ci', sha256 = '" + "ab" * 32 + "' }]\n" \
+            "grants = [{ queues = ['*'], roles = ['admin'] }]\n"
+
+
+def pod_files(docs, args: list[str], root) -> list[str]:
+    """`args` with each file under a Secret mount moved below `root`, where the file is written
+    as the pod would see it: the chart's own Secrets' content, a test certificate and key
+    (scripts/dev-certs.sh) for TLS, a valid auth file for a Secret the user manages."""
+    import subprocess
+
+    pki = root / "pki"
+    subprocess.run(["bash", str(render.REPO / "scripts" / "dev-certs.sh"), str(pki)], check=True)
+    chart_secrets = {s["metadata"]["name"]: s["data"] for s in of_kind(docs, "Secret")}
+    volumes = {v["name"]: v for v in jobwire_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container(jobwire_deployment(docs), "jobwire")["volumeMounts"]}
+    out = []
+    for arg in args:
+        if not arg.startswith(SECRET_MOUNTS):
+            out.append(arg)
+            continue
+        mount, _, name = arg.rpartition("/")
+        secret = mounts[mount]["secret"]["secretName"]
+        local = root / mount.lstrip("/") / name
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if secret in chart_secrets:
+            local.write_bytes(base64.b64decode(chart_secrets[secret][name]))
+        elif mount.endswith(("-tls", "-client-ca")):
+            local.write_bytes((pki / {"tls.crt": "server.crt", "tls.key": "server.key"}.get(name, "ca.crt")).read_bytes())
+        elif mount.endswith("-auth"):
+            local.write_text(AUTH_TOML if name.endswith(".toml") else AUTH_YAML)
+        else:
+            local.write_text("a-metrics-token-of-the-users-secret\n")
+        out.append(str(local))
+    return out
+
+
+def test_binary_accepts_the_rendered_environment(rendered, serve_help, documented_flags, tmp_path):
+    """`jobwire serve ARGS --print-config` parses every arg and JOBWIRE_* value the chart renders,
+    and the files its Secrets give it."""
     import os
     import subprocess
 
@@ -195,7 +234,8 @@ def test_binary_accepts_the_rendered_environment(rendered, serve_help, documente
     env.update({name: value for name, value in pod_env.items() if name.startswith("JOBWIRE_")})
     binary = os.environ.get("JOBWIRE_BIN", str(render.REPO / "target" / "debug" / "jobwire"))
     # The rendered args too: clap parses their values (e.g. --redis-wait-timeout 500ms).
-    out = subprocess.run([binary, *c["args"], "--print-config"], env=env, capture_output=True, text=True)
+    args = pod_files(rendered, c["args"], tmp_path)
+    out = subprocess.run([binary, *args, "--print-config"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, f"jobwire refused the chart's environment: {out.stderr}"
     printed = dict(line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#"))
     for name, entry in env_map(c).items():
