@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what jobwire's demo and tests need and is missing on a Debian/Ubuntu machine:
 # redis-server (also run as a sentinel: `redis-server <conf> --sentinel`) and redis-tools
-# (redis-cli, which the cluster tests use to create a cluster), and a Python venv at .venv with
-# the gRPC client packages;
+# (redis-cli, which the cluster tests use to create a cluster), openssl (the demo's --secure
+# mode and the TLS tests make throwaway certificates), and a Python venv at .venv with the gRPC
+# client packages and grpcurl;
 # with --test also Prometheus (promtool and the server, for the alert-rule tests).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -22,8 +23,8 @@ if [ "${1:-}" = "--test" ] && { ! command -v promtool >/dev/null 2>&1 || ! comma
   # The package starts a system Prometheus on :9090; the tests run their own on free ports.
   (as_root systemctl disable --now prometheus || as_root service prometheus stop) >/dev/null 2>&1 || true
 fi
-if [ "${1:-}" = "--test" ] && ! command -v openssl >/dev/null 2>&1; then
-  echo "setup: installing openssl (certificates for the TLS test)"
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "setup: installing openssl (throwaway certificates: demo --secure, the TLS tests)"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssl >/dev/null
 fi
@@ -36,7 +37,8 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
 fi
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest' >/dev/null 2>&1; then
+if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/grpcurl ] \
+  || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest' >/dev/null 2>&1; then
   echo "setup: creating .venv with the Python gRPC packages"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt

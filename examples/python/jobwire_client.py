@@ -10,6 +10,10 @@ Two things live here:
 * ``Worker`` runs one ``WorkerService.Subscribe`` stream in background threads: requests go out
   through a queue, leases and settle results come back through queues (or a handler callback).
 
+* ``connect()`` opens a channel: plaintext, or TLS with your CA (``ca=``), a client certificate
+  for mTLS (``cert=``, ``key=``) and a bearer token (``token=``, sent as ``authorization:
+  Bearer <token>`` on every call) for a server with ``--auth-file``.
+
 Only grpcio, grpcio-tools and protobuf are needed (see requirements.txt)::
 
     import grpc
@@ -211,6 +215,54 @@ def wait_for_serving(channel: grpc.Channel, timeout: float = 30.0, service: str 
         if time.monotonic() >= deadline:
             raise TimeoutError(f"health of {service!r} not SERVING after {timeout} s (last: {last})")
         time.sleep(0.1)
+
+
+# === channels ===
+
+
+def read_secret(path: os.PathLike | str) -> str:
+    """The content of a token or key file, without surrounding whitespace."""
+    return Path(path).read_text().strip()
+
+
+def connect(
+    server: str,
+    *,
+    ca: os.PathLike | str | None = None,
+    cert: os.PathLike | str | None = None,
+    key: os.PathLike | str | None = None,
+    token: str | None = None,
+    server_name: str | None = None,
+) -> grpc.Channel:
+    """A channel to jobwire at ``server`` (HOST:PORT).
+
+    * No ``ca``: plaintext, as ``grpc.insecure_channel``. With a ``token`` too, gRPC's local
+      credentials carry it: gRPC sends call credentials in clear text only to a loopback
+      address, so a token cannot leak onto a network this way.
+    * ``ca``: TLS, trusting the CA certificates in that PEM file (the server's certificate must
+      name the host you dial, or ``server_name``); ``cert`` and ``key`` add a client certificate
+      (mTLS, a server with ``--tls-client-ca``).
+    * ``token``: ``authorization: Bearer <token>`` on every call, as gRPC's access-token call
+      credentials (``jw_<id>_<secret>``, from ``jobwire token new``).
+    """
+    call_creds = grpc.access_token_call_credentials(token) if token else None
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    if ca is None:
+        if cert or key:
+            raise ValueError("a client certificate needs TLS: give ca= too")
+        if call_creds is None:
+            return grpc.insecure_channel(server, options=options)
+        local = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        return grpc.secure_channel(server, grpc.composite_channel_credentials(local, call_creds), options=options)
+    if bool(cert) != bool(key):
+        raise ValueError("a client certificate needs both cert= and key=")
+    tls = grpc.ssl_channel_credentials(
+        root_certificates=Path(ca).read_bytes(),
+        private_key=Path(key).read_bytes() if key else None,
+        certificate_chain=Path(cert).read_bytes() if cert else None,
+    )
+    creds = grpc.composite_channel_credentials(tls, call_creds) if call_creds else tls
+    return grpc.secure_channel(server, creds, options=options)
 
 
 # === worker ===
