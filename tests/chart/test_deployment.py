@@ -12,8 +12,6 @@ from k8s import (container, container_ports, env_map, expanded_env, jobwire_depl
 # not list one, its test is an expected failure instead of a pass; once it does, it passes.
 PENDING_FLAGS = {
     "--config": "queue config file (--config), added by the config issue",
-    "--auth-file": "auth file, issue 13",
-    "--insecure": "the bind rule's opt-out, issue 13",
     "--metrics-token-file": "/metrics token, issue 13",
 }
 
