@@ -4,8 +4,22 @@
 # 20-sign-up dead-letter demo against it, and stops the server (SIGTERM, orderly shutdown).
 # Exits with the demo's status. Ports: JOBWIRE_GRPC_ADDR (default 127.0.0.1:50051) and
 # JOBWIRE_HTTP_ADDR (default 127.0.0.1:9090).
+#
+# --secure: the same demo over TLS with tokens. Makes a throwaway CA and a server certificate
+# for localhost (scripts/dev-certs.sh) and three tokens (`jobwire token new`) in
+# jobwire-data/secure/, writes an auth file granting the sign-up API `producer`, the email
+# workers `worker` and the on-call person `admin` on the queues signups-*, starts the server
+# with --tls-cert, --tls-key and --auth-file, and runs the demo with each part on its own
+# token; the demo then also checks that the server refuses what a token's role does not allow.
+# Usage: bash scripts/demo.sh [--secure]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+secure=false
+case "${1:-}" in
+  --secure) secure=true ;;
+  "") ;;
+  *) echo "usage: bash scripts/demo.sh [--secure]" >&2; exit 64 ;;
+esac
 bash scripts/setup.sh
 cargo build --release --locked
 export JOBWIRE_GRPC_ADDR="${JOBWIRE_GRPC_ADDR:-127.0.0.1:50051}"
@@ -13,13 +27,49 @@ export JOBWIRE_HTTP_ADDR="${JOBWIRE_HTTP_ADDR:-127.0.0.1:9090}"
 mkdir -p jobwire-data && chmod 700 jobwire-data
 # The log is the server's own file in the private data dir: 0600 like the rest of it.
 (umask 077 && : >jobwire-data/server.log)
-./target/release/jobwire serve --data-dir jobwire-data >jobwire-data/server.log 2>&1 &
+serve_args=(--data-dir jobwire-data)
+demo_args=(--server "$JOBWIRE_GRPC_ADDR")
+ca=""
+if $secure; then
+  sec=jobwire-data/secure
+  bash scripts/dev-certs.sh "$sec"
+  hash_of() { sed -n 's/^ *sha256: "\([0-9a-f]*\)"$/\1/p' "$sec/$1.new"; }
+  rm -f "$sec"/*.token  # a rerun makes new ones (0600: a redirect would keep an old file's mode)
+  for who in signup-api email-worker oncall; do
+    (umask 077 && ./target/release/jobwire token new --id "$who" >"$sec/$who.new" \
+      && head -1 "$sec/$who.new" >"$sec/$who.token")
+  done
+  (umask 077 && cat >"$sec/auth.yaml" <<EOF
+# The demo's principals: one token each, roles on the demo's queues only.
+principals:
+  - name: signup-api
+    tokens: [{id: signup-api, sha256: "$(hash_of signup-api)"}]
+    grants: [{queues: ["signups-*"], roles: [producer]}]
+  - name: email-worker
+    tokens: [{id: email-worker, sha256: "$(hash_of email-worker)"}]
+    grants: [{queues: ["signups-*"], roles: [worker]}]
+  - name: oncall
+    tokens: [{id: oncall, sha256: "$(hash_of oncall)"}]
+    grants: [{queues: ["signups-*"], roles: [admin]}]
+EOF
+  )
+  rm -f "$sec"/*.new
+  serve_args+=(--tls-cert "$sec/server.crt" --tls-key "$sec/server.key" --auth-file "$sec/auth.yaml")
+  ca="$sec/ca.crt"
+  demo_args+=(--ca "$ca" --producer-token-file "$sec/signup-api.token"
+    --worker-token-file "$sec/email-worker.token" --admin-token-file "$sec/oncall.token")
+  echo "secure mode: TLS (CA $ca), auth file $sec/auth.yaml, tokens $sec/*.token"
+fi
+./target/release/jobwire serve "${serve_args[@]}" >jobwire-data/server.log 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-.venv/bin/python - "$JOBWIRE_GRPC_ADDR" "$server" <<'PY'
+.venv/bin/python - "$JOBWIRE_GRPC_ADDR" "$server" "$ca" <<'PY'
 import os, sys, time, grpc
+sys.path.insert(0, "examples/python")
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(sys.argv[1]))
+from jobwire_client import connect
+# Health needs no token; over TLS it needs the CA.
+stub = health_pb2_grpc.HealthStub(connect(sys.argv[1], ca=sys.argv[3] or None))
 deadline = time.time() + 60
 while True:
     try:
@@ -37,4 +87,4 @@ while True:
         sys.exit("jobwire did not report SERVING within 60 s; see jobwire-data/server.log")
     time.sleep(0.2)
 PY
-.venv/bin/python examples/python/signup_demo.py --server "$JOBWIRE_GRPC_ADDR"
+.venv/bin/python examples/python/signup_demo.py "${demo_args[@]}"

@@ -24,6 +24,17 @@ and exits non-zero when a number differs from what the experiment expects:
   | replay after recovery (not the 400s) | 18      | 2             | 29                |
 
 Usage: python signup_demo.py --server 127.0.0.1:50051
+
+Over TLS with tokens (a server with --tls-cert/--tls-key and --auth-file; scripts/demo.sh
+--secure sets one up): each part of the demo uses its own principal, as a real deployment
+would: the sign-up API enqueues with a producer token, the email workers subscribe with a
+worker token, the on-call person lists and replays dead letters with an admin token. The demo
+then checks that the server refuses what each is not granted (a worker enqueueing, a producer
+replaying, a call without a token) and that the refusals change nothing:
+
+  python signup_demo.py --server localhost:50443 --ca ca.crt \
+      --producer-token-file producer.token --worker-token-file worker.token \
+      --admin-token-file admin.token
 Exit codes: 0 all numbers match, 1 a number or a check differs, 2 the run itself failed
 (server unreachable, an RPC error, jobs not settled in time).
 """
@@ -44,7 +55,7 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobwire_client import Worker, load_stubs, ms, state_name  # noqa: E402
+from jobwire_client import Worker, connect, load_stubs, ms, read_secret, state_name  # noqa: E402
 
 SIGNUPS = 20
 BAD_ADDRESSES = {"user_4", "user_9"}  # typos the provider rejects for good (HTTP 400)
@@ -293,6 +304,41 @@ def check_keys(run: Run, label: str) -> None:
         print(f"note [{label}]: the provider deduped {run.provider.duplicates} repeated send(s) by idempotency key")
 
 
+def expect_refused(problems: list[str], what: str, want: grpc.StatusCode, call) -> None:
+    """Runs `call`, which the server must refuse with `want`; prints the refusal."""
+    try:
+        call()
+    except grpc.RpcError as e:
+        print(f"auth check: {what}: refused, {e.code().name}: {e.details()}")
+        if e.code() != want:
+            problems.append(f"auth check: {what}: got {e.code().name}, expected {want.name}")
+        return
+    problems.append(f"auth check: {what}: accepted, expected {want.name}")
+
+
+def auth_checks(args, channels: dict, queue: str, job_id: str) -> list[str]:
+    """With tokens: each principal is refused what its role does not allow, and nothing changes."""
+    problems: list[str] = []
+    before = pb.JobServiceStub(channels["producer"]).GetJob(pb.GetJobRequest(queue=queue, job_id=job_id), timeout=10).job
+    expect_refused(problems, "the worker's token enqueues", grpc.StatusCode.PERMISSION_DENIED,
+                   lambda: pb.JobServiceStub(channels["worker"]).Enqueue(pb.EnqueueRequest(job=pb.JobSpec(
+                       queue=queue, job_id=job_id, name=JOB_NAME, payload=b"{}")), timeout=10))
+    expect_refused(problems, "the producer's token replays dead letters", grpc.StatusCode.PERMISSION_DENIED,
+                   lambda: pb.DeadLetterServiceStub(channels["producer"]).ReplayDeadLetters(
+                       pb.ReplayDeadLettersRequest(queue=queue, job_ids=[job_id]), timeout=10))
+    anonymous = connect(args.server, ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
+    try:
+        expect_refused(problems, "a call without a token", grpc.StatusCode.UNAUTHENTICATED,
+                       lambda: pb.DeadLetterServiceStub(anonymous).ReplayDeadLetters(
+                           pb.ReplayDeadLettersRequest(queue=queue, job_ids=[job_id]), timeout=10))
+    finally:
+        anonymous.close()
+    after = pb.JobServiceStub(channels["producer"]).GetJob(pb.GetJobRequest(queue=queue, job_id=job_id), timeout=10).job
+    if after != before:
+        problems.append(f"auth check: {job_id!r} changed although every call was refused")
+    return problems
+
+
 # === main ===
 
 
@@ -301,16 +347,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="127.0.0.1:50051", help="jobwire gRPC address HOST:PORT")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds each run may take to settle")
     ap.add_argument("--credits", type=int, default=4, help="credits of each of the two worker streams")
+    ap.add_argument("--ca", help="TLS: PEM file of the CA that signed the server's certificate")
+    ap.add_argument("--cert", help="mTLS: the client certificate (PEM); needs --key")
+    ap.add_argument("--key", help="mTLS: the client certificate's private key (PEM)")
+    ap.add_argument("--server-name", help="TLS: the name the server's certificate must have (default: the host)")
+    ap.add_argument("--token-file", help="a file with the bearer token of every call (jw_<id>_<secret>)")
+    for role, who in (("producer", "Enqueue, GetJob"), ("worker", "Subscribe, Ack, Fail"),
+                      ("admin", "ListDeadLetters, ReplayDeadLetters")):
+        ap.add_argument(f"--{role}-token-file", help=f"the token of the {role} calls ({who}); default --token-file")
     args = ap.parse_args(argv)
 
-    channel = grpc.insecure_channel(args.server)
+    # One channel per principal (three plaintext channels when no token is given).
+    channels: dict[str, grpc.Channel] = {}
+    for role in ("producer", "worker", "admin"):
+        path = getattr(args, f"{role}_token_file") or args.token_file
+        channels[role] = connect(args.server, ca=args.ca, cert=args.cert, key=args.key,
+                                 token=read_secret(path) if path else None, server_name=args.server_name)
+    per_role_tokens = all(getattr(args, f"{r}_token_file") for r in ("producer", "worker", "admin"))
+    channel = channels["worker"]
     try:
-        grpc.channel_ready_future(channel).result(timeout=10)
+        for ch in set(channels.values()):
+            grpc.channel_ready_future(ch).result(timeout=10)
     except grpc.FutureTimeoutError:
         print(f"error: cannot connect to jobwire at {args.server} within 10 s", file=sys.stderr)
         return 2
-    jobs = pb.JobServiceStub(channel)
-    dead = pb.DeadLetterServiceStub(channel)
+    jobs = pb.JobServiceStub(channels["producer"])
+    dead = pb.DeadLetterServiceStub(channels["admin"])
 
     rows: list[tuple[str, int, int, int]] = []
     problems: list[str] = []
@@ -361,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
             if final[job_id].replays != 1:
                 b.problems.append(f"{REPLAYED}: {job_id!r} has replays={final[job_id].replays}, expected 1")
         problems += b.problems
+        if per_role_tokens:
+            problems += auth_checks(args, channels, b.queue, sorted(b.job_ids)[0])
     except DemoError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -368,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: RPC failed: {e.code().name}: {e.details()}", file=sys.stderr)
         return 2
     finally:
-        channel.close()
+        for ch in channels.values():
+            ch.close()
 
     print()
     print("| strategy | emailed | dead-lettered | provider requests |")
