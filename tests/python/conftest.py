@@ -4,6 +4,12 @@ The session starts its own ``redis-server`` on a free loopback port (never 6379,
 and the jobwire binary pointed at it, waits for grpc.health.v1 to say SERVING, and stops both at
 the end. The binary is ``$JOBWIRE_BIN`` or ``<repo>/target/debug/jobwire`` (run ``cargo build``).
 
+The session server comes twice (``jobwire_server`` is parametrized): ``plaintext``, and ``tls``:
+TLS on the gRPC port (a throwaway CA from scripts/dev-certs.sh) with an auth file, every call
+carrying the bearer token of a principal granted producer, worker and admin on every queue. So
+every test that uses ``channel`` runs over both. ``security`` holds the certificates and the
+tokens of the other principals (tests/python/test_secure.py).
+
 Run: .venv/bin/pip install -r examples/python/requirements.txt && .venv/bin/pytest tests/python
 """
 
@@ -16,7 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
+import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -26,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "python"
 sys.path.insert(0, str(EXAMPLES))
 
-from jobwire_client import load_stubs, wait_for_serving  # noqa: E402
+from jobwire_client import connect, load_stubs, wait_for_serving  # noqa: E402
 
 START_TIMEOUT_S = float(os.environ.get("JOBWIRE_TEST_START_TIMEOUT", "30"))
 
@@ -107,12 +115,113 @@ def jobwire_binary() -> Path:
     return binary
 
 
-class JobwireProcess:
-    """A jobwire child process on free loopback ports, SERVING once constructed."""
+# === TLS and tokens ===
 
-    def __init__(self, redis_url: str, workdir: Path, extra_args: tuple[str, ...] = ()):
+# Principals of the session's auth file: name -> grants (queue patterns -> roles). Tokens are
+# made by `jobwire token new`; `cert-client` is the identity of the client certificate.
+PRINCIPALS = {
+    # The whole suite's token: everything a test of the plaintext run does.
+    "suite": [{"queues": ["*"], "roles": ["producer", "worker", "admin"]}],
+    "orders-api": [{"queues": ["orders-*"], "roles": ["producer"]}],
+    "orders-worker": [{"queues": ["orders-*"], "roles": ["worker"]}],
+    "orders-viewer": [{"queues": ["orders-*"], "roles": ["viewer"]}],
+    "billing-worker": [{"queues": ["billing-*"], "roles": ["worker", "producer"]}],
+    "oncall": [{"queues": ["*"], "roles": ["admin"]}],
+    # The sign-up demo's three principals (examples/python/signup_demo.py with tokens).
+    "signup-api": [{"queues": ["signups-*"], "roles": ["producer"]}],
+    "email-worker": [{"queues": ["signups-*"], "roles": ["worker"]}],
+    "signup-oncall": [{"queues": ["signups-*"], "roles": ["admin"]}],
+}
+CERT_CLIENT = "cert-client"
+CERT_IDENTITY = f"spiffe://jobwire.test/{CERT_CLIENT}"
+CERT_GRANTS = [{"queues": ["orders-*"], "roles": ["producer"]}]
+
+
+def new_token(token_id: str) -> tuple[str, str]:
+    """(token, SHA-256 hex of its secret) from `jobwire token new --id ID`."""
+    out = subprocess.run([str(jobwire_binary()), "token", "new", "--id", token_id],
+                         check=True, capture_output=True, text=True).stdout
+    token = out.splitlines()[0].strip()
+    hashes = re.findall(r"sha256\W+([0-9a-f]{64})", out)
+    assert token.startswith(f"jw_{token_id}_") and len(hashes) == 1, f"unexpected `token new` output:\n{out}"
+    return token, hashes[0]
+
+
+def auth_file_yaml(principals: list[dict]) -> str:
+    """An auth file (YAML) from [{name, tokens: [(id, sha256)], certs: [...], grants: [...]}]."""
+    lines = ["principals:"]
+    for p in principals:
+        lines.append(f"  - name: {p['name']!r}")
+        if p.get("tokens"):
+            lines.append("    tokens:")
+            lines += [f"      - {{id: {i!r}, sha256: {h!r}}}" for i, h in p["tokens"]]
+        if p.get("certs"):
+            lines.append(f"    certs: {list(p['certs'])!r}")
+        lines.append("    grants:")
+        for g in p["grants"]:
+            lines.append(f"      - {{queues: {g['queues']!r}, roles: {g['roles']!r}}}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Security:
+    """The files and tokens of a TLS + auth server: a CA, the server's certificate, a client
+    certificate (identity CERT_IDENTITY), the auth file and one token per PRINCIPALS entry."""
+
+    dir: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ca(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def auth_file(self) -> Path:
+        return self.dir / "auth.yaml"
+
+    def server_args(self, mtls: bool = False) -> tuple[str, ...]:
+        args = ("--tls-cert", str(self.dir / "server.crt"), "--tls-key", str(self.dir / "server.key"),
+                "--auth-file", str(self.auth_file))
+        return args + (("--tls-client-ca", str(self.ca)) if mtls else ())
+
+    def principals(self, without: tuple[str, ...] = ()) -> list[dict]:
+        out = [{"name": name, "tokens": [(name, self.hashes[name])], "grants": grants}
+               for name, grants in PRINCIPALS.items() if name not in without]
+        out.append({"name": CERT_CLIENT, "certs": [CERT_IDENTITY], "grants": CERT_GRANTS})
+        return out
+
+    def channel(self, addr: str, principal: str | None = None, client_cert: bool = False) -> grpc.Channel:
+        """A TLS channel trusting the test CA, with `principal`'s token and/or the client certificate."""
+        cert = (self.dir / "client.crt", self.dir / "client.key") if client_cert else (None, None)
+        return connect(addr, ca=self.ca, cert=cert[0], key=cert[1],
+                       token=self.tokens[principal] if principal else None)
+
+
+def make_security(workdir: Path) -> Security:
+    """Certificates (scripts/dev-certs.sh), a token per principal, and the auth file."""
+    subprocess.run(["bash", str(REPO_ROOT / "scripts" / "dev-certs.sh"), str(workdir), CERT_CLIENT],
+                   check=True, capture_output=True, text=True)
+    sec = Security(workdir)
+    for name in PRINCIPALS:
+        sec.tokens[name], sec.hashes[name] = new_token(name)
+    sec.auth_file.write_text(auth_file_yaml(sec.principals()))
+    return sec
+
+
+class JobwireProcess:
+    """A jobwire child process on free loopback ports, SERVING once constructed. With
+    `security`, TLS and the auth file are on (``security.server_args``; ``mtls`` requires
+    client certificates too)."""
+
+    def __init__(self, redis_url: str, workdir: Path, extra_args: tuple[str, ...] = (),
+                 security: Security | None = None, mtls: bool = False):
         self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.http_addr = f"127.0.0.1:{free_port()}"
+        self.security = security
+        self.mtls = mtls
+        if security is not None:
+            extra_args = security.server_args(mtls) + tuple(extra_args)
         self.log = workdir / "jobwire.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWIRE_")}
         env.setdefault("RUST_LOG", "info")
@@ -133,8 +242,15 @@ class JobwireProcess:
             self.stop()
             raise
 
+    def channel(self, principal: str | None = None) -> grpc.Channel:
+        """A channel as a client of this server: plaintext, or TLS with `principal`'s token
+        (and the client certificate when the server requires one)."""
+        if self.security is None:
+            return grpc.insecure_channel(self.grpc_addr)
+        return self.security.channel(self.grpc_addr, principal, client_cert=self.mtls)
+
     def _wait_serving(self) -> None:
-        channel = grpc.insecure_channel(self.grpc_addr)
+        channel = self.channel()
         try:
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
@@ -158,11 +274,19 @@ class JobwireProcess:
 
 
 @pytest.fixture(scope="session")
-def jobwire_server(redis_url, tmp_path_factory):
-    """The jobwire binary on free ports; yields its gRPC address HOST:PORT."""
-    server = JobwireProcess(redis_url, tmp_path_factory.mktemp("jobwire"))
+def security(tmp_path_factory) -> Security:
+    """A throwaway CA and certificates, a token per principal, the auth file."""
+    return make_security(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session", params=["plaintext", "tls"])
+def jobwire_server(request, redis_url, tmp_path_factory):
+    """The jobwire binary on free ports, plaintext or with TLS and an auth file; yields the
+    JobwireProcess (``grpc_addr``, ``security``, ``channel(principal)``)."""
+    sec = request.getfixturevalue("security") if request.param == "tls" else None
+    server = JobwireProcess(redis_url, tmp_path_factory.mktemp(f"jobwire-{request.param}"), security=sec)
     try:
-        yield server.grpc_addr
+        yield server
     finally:
         server.stop()
         if os.environ.get("JOBWIRE_TEST_SHOW_LOG"):
@@ -171,7 +295,8 @@ def jobwire_server(redis_url, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def channel(jobwire_server):
-    ch = grpc.insecure_channel(jobwire_server)
+    """A channel to the session's server; over TLS it carries the `suite` principal's token."""
+    ch = jobwire_server.channel("suite")
     yield ch
     ch.close()
 

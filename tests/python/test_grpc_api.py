@@ -583,13 +583,27 @@ def test_sigterm_drains_streams_and_hands_leases_back(stubs, channel, redis_url,
 # === the sign-up experiment ===
 
 
-def test_signup_demo(jobwire_server):
+def test_signup_demo(jobwire_server, tmp_path):
+    """The demo's table; over TLS each part uses its own principal's token and the demo checks
+    the refusals (a worker enqueueing, a producer replaying, no token)."""
+    args = ["--server", jobwire_server.grpc_addr]
+    sec = jobwire_server.security
+    if sec is not None:
+        args += ["--ca", str(sec.ca)]
+        for role, principal in (("producer", "signup-api"), ("worker", "email-worker"), ("admin", "signup-oncall")):
+            (tmp_path / role).write_text(sec.tokens[principal] + "\n")
+            args += [f"--{role}-token-file", str(tmp_path / role)]
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "signup_demo.py"), "--server", jobwire_server],
+        [sys.executable, str(EXAMPLES / "signup_demo.py"), *args],
         capture_output=True, text=True, timeout=180,
     )
     output = f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
     assert proc.returncode == 0, output
+    if sec is not None:
+        for check in ("the worker's token enqueues: refused, PERMISSION_DENIED",
+                      "the producer's token replays dead letters: refused, PERMISSION_DENIED",
+                      "a call without a token: refused, UNAUTHENTICATED"):
+            assert f"auth check: {check}" in proc.stdout, output
     assert "| strategy | emailed | dead-lettered | provider requests |" in proc.stdout, output
     for line in ("| retry everything | 15 | 5 | 30 |",
                  "| permanent errors not retried | 15 | 5 | 26 |",
