@@ -18,9 +18,11 @@ const JOBS: usize = 600;
 /// Worker streams open through the rotations.
 const WORKERS: usize = 3;
 
-/// Works leases on `w` until `JOBS` acks are counted in `acked`; returns the first stream
-/// error or end, if any (it must not happen).
+/// Works leases on `w` (acks sent on the stream as leases arrive; each Settled must be OK)
+/// until `JOBS` acks are counted in `acked`; returns the first stream error or end, if any
+/// (it must not happen).
 async fn work(mut w: TestWorker, acked: Arc<Mutex<HashMap<String, u32>>>) -> Option<String> {
+    use pb::subscribe_response::Message as Out;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         if acked.lock().expect("lock").values().sum::<u32>() as usize >= JOBS {
@@ -30,13 +32,19 @@ async fn work(mut w: TestWorker, acked: Arc<Mutex<HashMap<String, u32>>>) -> Opt
             return Some("deadline".into());
         }
         match w.recv(Duration::from_millis(200)).await {
-            Recv::Msg(pb::subscribe_response::Message::Lease(l)) => {
-                let id = l.job.as_ref().expect("job").job_id.clone();
-                let s = w.ack(&l).await;
-                assert_eq!(s.code, 0, "ack of {id}: {s:?}");
-                *acked.lock().expect("lock").entry(id).or_default() += 1;
+            Recv::Msg(Out::Lease(l)) => {
+                let job = l.job.as_ref().expect("job");
+                w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
+                    queue: job.queue.clone(),
+                    job_id: job.job_id.clone(),
+                    lease_token: l.lease_token.clone(),
+                }));
             }
-            Recv::Msg(_) | Recv::Timeout => {}
+            Recv::Msg(Out::Settled(s)) => {
+                assert_eq!(s.code, 0, "ack of {}: {s:?}", s.job_id);
+                *acked.lock().expect("lock").entry(s.job_id).or_default() += 1;
+            }
+            Recv::Msg(Out::Draining(_)) | Recv::Timeout => {}
             Recv::End => return Some("stream ended".into()),
             Recv::Error(s) => return Some(format!("stream error: {s:?}")),
         }

@@ -192,8 +192,9 @@ async fn the_certificate_expiry_is_a_gauge() {
     let (app, _) = start_tls(&redis.url, &pki, false, None).await;
     eventually(Duration::from_secs(5), || async {
         let page = http_get(app.http, "/metrics").await;
-        metric_value(&page, "jobwire_tls_cert_expiry_timestamp_seconds", &[])
-            == Some(CURRENT_NOT_AFTER as f64)
+        page.contains("# HELP jobwire_tls_cert_expiry_timestamp_seconds ")
+            && metric_value(&page, "jobwire_tls_cert_expiry_timestamp_seconds", &[])
+                == Some(CURRENT_NOT_AFTER as f64)
     })
     .await;
 }
