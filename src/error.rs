@@ -89,6 +89,24 @@ pub enum Error {
         /// The roles that would allow it: `producer`, `viewer or admin`.
         roles: String,
     },
+    /// A Subscribe past an abuse limit (`flag`: at most `limit` worker streams per
+    /// `scope`, "connection" or "principal"): RESOURCE_EXHAUSTED with a quota violation.
+    /// The stream was not opened; nothing was written.
+    #[error(
+        "at most {limit} worker streams per {scope} (--{flag}); close a stream or raise the limit"
+    )]
+    TooManyStreams {
+        /// The limit.
+        limit: u32,
+        /// What is counted: "connection" or "principal".
+        scope: &'static str,
+        /// The flag that sets the limit.
+        flag: &'static str,
+    },
+    /// The server ended a worker stream (idle past `--heartbeat-timeout`, or its connection
+    /// past `--max-connection-age` and its grace): UNAVAILABLE, reconnect.
+    #[error("the server closed the stream: {0}")]
+    StreamClosed(String),
     /// A bug or corrupt data: INTERNAL; the detail is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),

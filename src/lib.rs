@@ -9,11 +9,14 @@
 //! - [`api`]: the gRPC adapters and the one `Error -> Status` mapping.
 //! - [`auth`]: who is calling (bearer tokens, client certificates) and what they may do
 //!   (roles per queue pattern, from `--auth-file`), and the audit trail of admin actions.
+//! - [`abuse`]: abuse limits of the gRPC port (HTTP/2 settings, streams per connection and
+//!   per principal, connection age).
 //! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
 //!   `main` and for the tests.
 //! - [`bench`]: `jobwire bench`, a load generator and BullMQ-comparable report.
 //! - [`config`], [`telemetry`], [`shutdown`], [`http`], [`redis_embedded`]: process plumbing.
 
+pub mod abuse;
 pub mod api;
 pub mod auth;
 pub mod bench;

@@ -19,7 +19,7 @@ use crate::api::{
 };
 use crate::auth::Auth;
 use crate::config::ServeArgs;
-use crate::http::{self, HttpState};
+use crate::http::{self, HttpState, MetricsToken};
 use crate::lease::{Hub, HubConfig};
 use crate::metrics::{GrpcMetricsLayer, Scraper};
 use crate::store::{Store, StoreError};
@@ -135,6 +135,40 @@ async fn watch_redis(
     }
 }
 
+/// The `/metrics` token (`--metrics-token-file`, read now and reloaded on change) and the
+/// listener of `--metrics-addr`. Errors name the flag.
+async fn metrics_setup(
+    cfg: &ServeArgs,
+    stop_reload: CancellationToken,
+) -> anyhow::Result<(Option<Arc<MetricsToken>>, Option<TcpListener>)> {
+    let token = match &cfg.abuse.metrics_token_file {
+        Some(path) => {
+            let token = Arc::new(MetricsToken::load(path).map_err(anyhow::Error::msg)?);
+            let watched = token.clone();
+            crate::reload::watch(
+                "metrics-token",
+                vec![path.clone()],
+                crate::reload::DEFAULT_POLL,
+                stop_reload,
+                move || watched.reload(),
+            );
+            Some(token)
+        }
+        None => None,
+    };
+    let listener = match cfg.abuse.metrics_addr {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on --metrics-addr {addr}"))?;
+            tracing::info!(metrics = %l.local_addr()?, "serving /metrics on its own address");
+            Some(l)
+        }
+        None => None,
+    };
+    Ok((token, listener))
+}
+
 /// Serves gRPC on `grpc` and HTTP on `http` over `store` until `shutdown` resolves, then
 /// drains: health NOT_SERVING, no new leases, `Draining` to every stream, up to
 /// `shutdown_grace` for acks, the remaining leases handed back to waiting, connections closed.
@@ -148,6 +182,10 @@ pub async fn serve(
     http_listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // Ends the token file's reload watch when serving ends (or this future is dropped).
+    let stop_token_watch = CancellationToken::new();
+    let _stop_token_watch = stop_token_watch.clone().drop_guard();
+    let (metrics_token, metrics_listener) = metrics_setup(cfg, stop_token_watch).await?;
     let handle = crate::metrics::install();
     crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
     crate::metrics::labels::set_max_queues(cfg.metrics_max_queues);
@@ -206,7 +244,8 @@ pub async fn serve(
         .layer(GrpcMetricsLayer)
         .layer(MessageSizeLayer { limit: max_message })
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+    let router = crate::abuse::http2_limits(router, &cfg.abuse)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -222,7 +261,8 @@ pub async fn serve(
         ))
         .add_service(InterceptedService::new(
             pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
-                WorkerApi::new(hub.clone(), auth.clone()),
+                WorkerApi::new(hub.clone(), auth.clone())
+                    .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse)),
             )))
             .max_decoding_message_size(max_message),
             authn.clone(),
@@ -259,11 +299,22 @@ pub async fn serve(
     });
     let stop_http = CancellationToken::new();
     let scraper = Arc::new(Scraper::new(handle, hub.clone()));
-    let http_state = HttpState::new(ready.clone()).with_metrics(Arc::new(move || {
-        let scraper = scraper.clone();
-        Box::pin(async move { scraper.render().await })
-    }));
-    let http_task = tokio::spawn(http::serve(http_listener, http_state, stop_http.clone()));
+    let http_state = HttpState::new(ready.clone())
+        .with_metrics(Arc::new(move || {
+            let scraper = scraper.clone();
+            Box::pin(async move { scraper.render().await })
+        }))
+        .with_metrics_token(metrics_token);
+    let http_task = match metrics_listener {
+        Some(l) => {
+            let stop = stop_http.clone();
+            let routes = http::metrics_router(http_state.clone());
+            tokio::spawn(async move { http::serve_router(l, routes, stop).await });
+            let routes = http::health_router(http_state);
+            tokio::spawn(http::serve_router(http_listener, routes, stop_http.clone()))
+        }
+        None => tokio::spawn(http::serve(http_listener, http_state, stop_http.clone())),
+    };
 
     shutdown.await;
     tracing::info!(grace = ?cfg.shutdown_grace, "shutting down: draining streams");

@@ -88,6 +88,17 @@ impl From<Error> for Status {
                 info.insert("roles".to_owned(), roles.clone());
                 (Code::PermissionDenied, "PERMISSION_DENIED", e.to_string())
             }
+            Error::TooManyStreams { limit, scope, flag } => {
+                d.add_quota_failure_violation(
+                    (*flag).to_owned(),
+                    format!("at most {limit} worker streams per {scope}"),
+                );
+                (Code::ResourceExhausted, "TOO_MANY_STREAMS", e.to_string())
+            }
+            Error::StreamClosed(_) => {
+                d.set_retry_info(Some(Duration::from_secs(1)));
+                (Code::Unavailable, "STREAM_CLOSED", e.to_string())
+            }
             Error::Internal(_) => (Code::Internal, "INTERNAL", "internal error".to_owned()),
         };
         match (code, &e) {
@@ -187,6 +198,20 @@ mod tests {
                 },
                 Code::FailedPrecondition,
                 "QUEUE_BUSY",
+            ),
+            (
+                Error::TooManyStreams {
+                    limit: 1,
+                    scope: "connection",
+                    flag: "max-streams-per-connection",
+                },
+                Code::ResourceExhausted,
+                "TOO_MANY_STREAMS",
+            ),
+            (
+                Error::StreamClosed("idle".into()),
+                Code::Unavailable,
+                "STREAM_CLOSED",
             ),
         ];
         for (e, code, r) in cases {

@@ -14,6 +14,7 @@ use super::convert;
 use super::limits::*;
 use super::pb;
 use super::pb::subscribe_request::Message as In;
+use crate::abuse::{ConnKey, StreamLimits};
 use crate::auth::{Auth, Principal, Rpc};
 use crate::jobs::{Disposition, JobState, QueueName};
 use crate::lease::{Hub, Outbound, Session, Settled};
@@ -29,13 +30,20 @@ const INBOUND_BATCH: usize = 256;
 pub struct WorkerApi {
     hub: Hub,
     auth: Auth,
+    streams: StreamLimits,
 }
 
 impl WorkerApi {
     /// Handlers over `hub`; every call (and every Ack and Fail on a stream) is authorized by
-    /// `auth`.
+    /// `auth`. Subscribe streams are counted against the default stream limits.
     pub fn new(hub: Hub, auth: Auth) -> WorkerApi {
-        WorkerApi { hub, auth }
+        let streams = StreamLimits::new(&crate::config::AbuseArgs::default());
+        WorkerApi { hub, auth, streams }
+    }
+
+    /// The same, counting Subscribe streams against `streams`.
+    pub fn with_stream_limits(self, streams: StreamLimits) -> WorkerApi {
+        WorkerApi { streams, ..self }
     }
 }
 
@@ -402,8 +410,15 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         request: Request<Streaming<pb::SubscribeRequest>>,
     ) -> Result<Response<SubscribeStream>, Status> {
         let principal = self.0.auth.check(&request, Rpc::Subscribe, &[])?;
+        // Counted from the start: a stream that never sends `open` holds a place too. Only
+        // authenticated principals are counted as such: without --auth-file every caller is
+        // the same anonymous one.
+        let counted = (principal.via() != "anonymous").then(|| principal.name.clone());
+        let place = self.0.streams.admit(ConnKey::of(&request), counted)?;
         let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(OPEN_TIMEOUT, inbound.message())
+        // A stream silent from its start is cut at the heartbeat timeout at the latest.
+        let open_timeout = OPEN_TIMEOUT.min(self.0.hub.config().heartbeat_timeout);
+        let first = tokio::time::timeout(open_timeout, inbound.message())
             .await
             .map_err(|_| Error::invalid("open", "the stream sent no open message in time"))??;
         let open = match first.and_then(|m| m.message) {
@@ -421,8 +436,15 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         }
         tracing::info!(worker_id = %worker, principal = %principal.name, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
         let (session, out) = hub.open_session(queues, credits, worker);
+        if let Some((at, grace)) = place.age_deadline() {
+            tokio::spawn(hub.clone().retire_at(session.clone(), at, grace));
+        }
         tokio::spawn(self.0.clone().read_stream(session, principal, inbound));
-        let out = out.map(outbound_pb);
+        // The place is given back when the transport drops the stream (it ended).
+        let out = out.map(move |m| {
+            let _place = &place;
+            outbound_pb(m)
+        });
         Ok(Response::new(Box::pin(out)))
     }
 

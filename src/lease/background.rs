@@ -70,7 +70,8 @@ impl Hub {
     }
 
     /// Every lease_duration / 3, renews the leases of streams that are alive, one script
-    /// call per queue and [`RENEW_BATCH`] leases.
+    /// call per queue and [`RENEW_BATCH`] leases, and ends the streams that went silent
+    /// while holding leases (`Hub::end_silent`).
     async fn renew_loop(self) {
         let period = self.config().lease_duration / 3;
         let stop = self.inner.stop.clone();
@@ -80,6 +81,7 @@ impl Hub {
                 _ = stop.cancelled() => return,
             }
             self.renew_once().await;
+            self.end_silent(self.mono_ms()).await;
         }
     }
 

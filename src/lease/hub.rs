@@ -204,6 +204,34 @@ impl Hub {
         added as u32
     }
 
+    /// Ends `session` for a reason of the server's (`why` is the stream's final status).
+    /// With `hand_back`, the leases it holds go back to waiting at once, without an attempt
+    /// (an orderly end the worker was told of, like a drain); without, they are no longer
+    /// renewed and expire at their deadline like those of a stream that broke. The leases
+    /// still in its outbox go back either way. Idempotent.
+    pub async fn end_session(&self, session: &Arc<Session>, why: crate::Error, hand_back: bool) {
+        if session.is_closed() {
+            return;
+        }
+        session.draining.store(true, Ordering::Relaxed);
+        let held = if hand_back {
+            session.book().take_all()
+        } else {
+            Vec::new()
+        };
+        session.send(Outbound::Fatal(why));
+        self.close_session(session);
+        if !held.is_empty() {
+            let patience = self.config().lease_duration;
+            self.release(
+                held,
+                "handed back the leases of a stream the server ended",
+                patience,
+            )
+            .await;
+        }
+    }
+
     /// The worker asked for no more leases on this stream.
     pub fn drain_session(&self, session: &Session) {
         session.draining.store(true, Ordering::Relaxed);

@@ -9,6 +9,7 @@ mod background;
 mod hub;
 mod outbound;
 mod queue_loop;
+mod retire;
 mod session;
 mod settle;
 mod wakeup;

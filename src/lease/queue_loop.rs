@@ -238,8 +238,13 @@ impl QueueLoop {
             );
             let span = attempt_span(&self.queue, &lj, &slot.worker_id);
             span.in_scope(|| tracing::debug!("leased"));
-            if let Err(lj) = slot.deliver(&self.queue, Box::new(lj), span) {
-                orphans.push((lj.job.id, lj.token));
+            // A stream that held nothing was idle, not silent: its heartbeat clock starts
+            // with its first job (an idle worker need not heartbeat, see `Hub::end_silent`).
+            let was_idle = slot.held_count() == 0;
+            match slot.deliver(&self.queue, Box::new(lj), span) {
+                Ok(()) if was_idle => hub.touch(slot),
+                Ok(()) => {}
+                Err(lj) => orphans.push((lj.job.id, lj.token)),
             }
         }
         // A call whose byte budget ran out leased fewer than asked with jobs still waiting.

@@ -1,5 +1,5 @@
 //! Leases of live, hung and slow workers: renewal keeps a long job with one worker, a hung
-//! worker loses its lease and its late ack is fenced off, and a per-attempt timeout fails
+//! worker loses its lease and its stream and its late ack is fenced off, and a per-attempt timeout fails
 //! attempts as TIMED_OUT until the job is dead.
 
 use std::time::Duration;
@@ -101,15 +101,29 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
     assert_eq!(job_of(&fresh).job_id, "j", "another worker gets the job");
     assert_eq!(fresh.attempt, 2);
 
-    // The hung worker wakes up and acks with its old token.
-    let before = redis.record("hung", "j").await;
-    let s = hung.ack(&stale).await;
-    assert_eq!(
-        s.code,
-        tonic::Code::FailedPrecondition as i32,
-        "{}",
-        s.message
+    // The server ended the hung worker's silent stream (it held a lease).
+    let ended = loop {
+        match hung.recv(Duration::from_secs(10)).await {
+            Recv::Msg(_) => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(&ended, Recv::Error(s) if s.code() == tonic::Code::Unavailable),
+        "{ended:?}"
     );
+    // The hung worker wakes up and acks with its old token (unary: its stream is gone).
+    let before = redis.record("hung", "j").await;
+    let s = app
+        .workers()
+        .ack(pb::AckRequest {
+            queue: "hung".into(),
+            job_id: "j".into(),
+            lease_token: stale.lease_token.clone(),
+        })
+        .await
+        .expect_err("stale ack");
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{}", s.message());
     assert_eq!(redis.record("hung", "j").await, before, "nothing changed");
 
     // The new holder keeps its lease (renewed) for 3 lease durations and acks.

@@ -28,6 +28,13 @@ mod secured;
 mod audit;
 mod auth_startup;
 mod cert_principals;
+#[allow(dead_code)] // each abuse test uses part of it
+mod h2raw;
+mod limits_age;
+mod limits_h2;
+mod limits_idle;
+mod limits_streams;
+mod metrics_port;
 mod patterns;
 mod reload;
 mod roles;

@@ -5,13 +5,23 @@
 //! works (and its `maxmemory-policy` does not evict) and clears when it does not or the server
 //! starts draining, so traffic moves elsewhere. `/metrics` renders through
 //! a callback so this module does not depend on the metrics exporter.
+//!
+//! `/healthz` and `/readyz` stay open and answer a fixed word (no version, no Redis address, no
+//! error text): whoever reaches the port learns only up or down. `/metrics` may require a
+//! bearer token ([`MetricsToken`], `--metrics-token-file`: 401 with `WWW-Authenticate: Bearer`
+//! without it) and may be served on its own listener (`--metrics-addr`, [`metrics_router`]),
+//! which then leaves [`health_router`] alone on the main port.
+
+mod token;
+
+pub use token::MetricsToken;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -31,6 +41,8 @@ pub struct HttpState {
     pub ready: Arc<AtomicBool>,
     /// Metrics renderer; `/metrics` is 404 while this is `None`.
     pub metrics_render: Option<MetricsRender>,
+    /// The token `/metrics` requires, if any.
+    pub metrics_token: Option<Arc<MetricsToken>>,
 }
 
 impl HttpState {
@@ -39,12 +51,19 @@ impl HttpState {
         Self {
             ready,
             metrics_render: None,
+            metrics_token: None,
         }
     }
 
     /// Adds the `/metrics` renderer.
     pub fn with_metrics(mut self, render: MetricsRender) -> Self {
         self.metrics_render = Some(render);
+        self
+    }
+
+    /// Requires `token` on `/metrics`.
+    pub fn with_metrics_token(mut self, token: Option<Arc<MetricsToken>>) -> Self {
+        self.metrics_token = token;
         self
     }
 }
@@ -54,15 +73,30 @@ impl fmt::Debug for HttpState {
         f.debug_struct("HttpState")
             .field("ready", &self.ready.load(Ordering::Relaxed))
             .field("metrics_render", &self.metrics_render.is_some())
+            .field(
+                "metrics_token_file",
+                &self.metrics_token.as_ref().map(|t| t.path().to_owned()),
+            )
             .finish()
     }
 }
 
-/// The HTTP routes over `state`.
+/// All HTTP routes over `state`: [`health_router`] and [`metrics_router`].
 pub fn router(state: HttpState) -> Router {
+    health_router(state.clone()).merge(metrics_router(state))
+}
+
+/// `/healthz` and `/readyz` only.
+pub fn health_router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// `/metrics` only.
+pub fn metrics_router(state: HttpState) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -76,7 +110,16 @@ pub async fn serve(
     state: HttpState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    serve_router(listener, router(state), shutdown).await
+}
+
+/// Serves `routes` on `listener` as [`serve`] does.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    routes: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, routes)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
@@ -93,7 +136,17 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics(State(state): State<HttpState>) -> Response {
+async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.metrics_token {
+        if !token.allows(headers.get(header::AUTHORIZATION)) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"jobwire metrics\"")],
+                "a bearer token is required (--metrics-token-file)",
+            )
+                .into_response();
+        }
+    }
     match &state.metrics_render {
         Some(render) => (
             [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
