@@ -124,7 +124,10 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_LEASE_DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub lease_duration: Duration,
 
-    /// A worker stream silent for this long is considered dead.
+    /// A worker stream silent for this long is considered dead: its leases are no longer
+    /// renewed, and a stream that holds leases is ended (UNAVAILABLE); a stream that sent no
+    /// `open` is ended after it too (30s at most). An idle worker, holding nothing, may stay
+    /// silent.
     #[arg(long, env = "JOBWIRE_HEARTBEAT_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub heartbeat_timeout: Duration,
 
