@@ -12,7 +12,6 @@ from k8s import (container, container_ports, env_map, expanded_env, jobwire_depl
 # not list one, its test is an expected failure instead of a pass; once it does, it passes.
 PENDING_FLAGS = {
     "--config": "queue config file (--config), added by the config issue",
-    "--metrics-token-file": "/metrics token, issue 13",
 }
 
 

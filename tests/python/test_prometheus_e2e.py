@@ -4,11 +4,17 @@ the query API, and the "waiting jobs, no workers" alert firing through the alert
 
 The only change to the shipped rules is the alert's `for:` (5m in production), set to 0s so
 the test does not wait five minutes.
+
+Run twice: with `/metrics` open, and with `--metrics-token-file`, where Prometheus sends the
+token as the chart's ServiceMonitor does (`authorization: {type: Bearer, credentials: ...}`
+becomes a scrape config's `authorization`); a second scrape job without the token is refused
+(the target is down with HTTP 401).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 import time
@@ -43,20 +49,29 @@ def get_json(url: str) -> dict:
         return json.loads(r.read())
 
 
-@pytest.fixture
-def prometheus_and_jobwire(redis_url, tmp_path):
+@pytest.fixture(params=["open", "token"])
+def prometheus_and_jobwire(request, redis_url, tmp_path):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: apt-get install -y prometheus (scripts/setup.sh --test does it)")
-    server = JobwireProcess(redis_url, tmp_path)
+    token_file = tmp_path / "metrics-token"
+    extra: tuple[str, ...] = ()
+    if request.param == "token":
+        token_file.write_text(secrets.token_urlsafe(32) + "\n")
+        extra = ("--metrics-token-file", str(token_file))
+    server = JobwireProcess(redis_url, tmp_path, extra)
     rules = tmp_path / "rules.yaml"
     rules.write_text(rules_without_wait(RULES, ALERT))
     config = tmp_path / "prometheus.yml"
+    scrape = f"    static_configs:\n      - targets: ['{server.http_addr}']\n"
+    jobs = "  - job_name: jobwire\n" + scrape
+    if request.param == "token":
+        jobs += f"    authorization:\n      type: Bearer\n      credentials_file: {token_file}\n"
+        jobs += "  - job_name: jobwire-no-token\n" + scrape
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"rule_files:\n  - {rules}\n"
-        "scrape_configs:\n  - job_name: jobwire\n    static_configs:\n"
-        f"      - targets: ['{server.http_addr}']\n"
+        "scrape_configs:\n" + jobs
     )
     port = free_port()
     log = open(tmp_path / "prometheus.log", "wb")
@@ -117,3 +132,13 @@ def test_prometheus_scrapes_the_backlog_and_fires_the_no_worker_alert(stubs, pro
     assert firing is not None, f"{ALERT} did not fire for {queue_name}"
     assert firing["labels"]["severity"] == "critical"
     assert firing["annotations"]["summary"] == f"Queue {queue_name} has waiting jobs and no connected worker"
+
+    targets = {t["labels"]["job"]: t for t in get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]}
+    assert targets["jobwire"]["health"] == "up", targets["jobwire"]
+    if "jobwire-no-token" in targets:  # the token run: a scrape without it is refused
+        deadline = time.monotonic() + PATIENCE_S
+        while targets["jobwire-no-token"]["health"] != "down" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            targets = {t["labels"]["job"]: t for t in get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]}
+        assert targets["jobwire-no-token"]["health"] == "down", targets["jobwire-no-token"]
+        assert "401" in targets["jobwire-no-token"]["lastError"], targets["jobwire-no-token"]
