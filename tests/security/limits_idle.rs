@@ -94,7 +94,13 @@ async fn an_idle_worker_may_wait_in_silence_and_then_gets_and_keeps_its_job() {
     );
     enqueue(&app, spec("wait", "j")).await;
     let lease = idle.lease().await;
-    // Its heartbeat clock started with the job: it is renewed while the worker heartbeats.
+    // Its heartbeat clock started with the job, not with its last word 3 s ago: silent for
+    // half the timeout (past a renewal tick) it keeps its stream and its lease.
+    assert!(
+        matches!(idle.recv(HEARTBEAT / 2).await, Recv::Timeout),
+        "the stream stays open"
+    );
+    // It is renewed while the worker heartbeats.
     assert!(idle.heartbeat_for(HEARTBEAT * 3).await.is_empty());
     assert_eq!(idle.ack(&lease).await.code, 0);
     assert_eq!(get_job(&app, "wait", "j").await.attempts_made, 1);
