@@ -59,6 +59,11 @@ where
             None
         }
     };
+    // Zero series from the start, so that the first refused reload is an increase an alert
+    // sees (a series born at 1 shows none).
+    for result in ["ok", "error"] {
+        metrics::counter!(RELOADS, "file" => what, "result" => result).increment(0);
+    }
     let mut seen = fingerprint(&paths);
     tokio::spawn(async move {
         loop {

@@ -225,6 +225,11 @@ pub fn describe_all() {
         "1 while a write reaches a Redis master (even a full one), 0 while Redis is unreachable, a replica, loading or failing over."
     );
     describe_counter!(
+        crate::reload::RELOADS,
+        Unit::Count,
+        "Reloads of a watched file (tls: the gRPC port's certificate files, auth: the auth file, metrics-token: the /metrics token file), by file and result (ok, error: the previous one stays in force)."
+    );
+    describe_counter!(
         ADMIN_ACTIONS,
         Unit::Count,
         "Admin actions carried out, by action: replay_dead_letters, delete_dead_letters, purge_queue, pause_queue, resume_queue, update_queue_config, delete_queue."
