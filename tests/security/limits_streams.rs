@@ -13,29 +13,7 @@ use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 use crate::harness::*;
-
-/// Every key of the test Redis with its DUMP, sorted, but those the server rewrites by
-/// itself (the readiness probe's `jw:health`, the reaper's due index).
-pub async fn redis_dump(redis: &TestRedis) -> Vec<(String, Vec<u8>)> {
-    let mut c = redis.conn().await;
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut c)
-        .await
-        .expect("keys");
-    keys.retain(|k| k != "jw:health" && !jobwire::store::DUE_KEYS.contains(&k.as_str()));
-    keys.sort();
-    let mut out = Vec::new();
-    for k in keys {
-        let v: Vec<u8> = redis::cmd("DUMP")
-            .arg(&k)
-            .query_async(&mut c)
-            .await
-            .expect("dump");
-        out.push((k, v));
-    }
-    out
-}
+use crate::refusal::snapshot;
 
 /// Opens a Subscribe on `channel`; the refusal, if any, comes back before any message.
 pub async fn subscribe(
@@ -108,11 +86,11 @@ async fn streams_per_connection_are_capped_and_a_place_frees_when_one_ends() {
                 .expect("within the limit"),
         );
     }
-    let before = redis_dump(&redis).await;
+    let before = snapshot(&redis).await;
     let refused = subscribe(&app.channel, "q").await.expect_err("the fourth");
     assert_stream_refusal(&refused, "max-streams-per-connection", 3);
     assert_eq!(
-        redis_dump(&redis).await,
+        snapshot(&redis).await,
         before,
         "the refusal changed nothing"
     );
@@ -161,12 +139,12 @@ async fn streams_per_principal_are_capped_across_connections() {
         let mut c = Clients::new(&new_channel(&app).await, a.bearer());
         held.push(c.subscribe(&["q"], 1).await.expect("within the limit"));
     }
-    let before = redis_dump(&redis).await;
+    let before = snapshot(&redis).await;
     let mut c = Clients::new(&new_channel(&app).await, a.bearer());
     let refused = c.subscribe(&["q"], 1).await.err().expect("the third");
     assert_stream_refusal(&refused, "max-streams-per-principal", 2);
     assert_eq!(
-        redis_dump(&redis).await,
+        snapshot(&redis).await,
         before,
         "the refusal changed nothing"
     );
