@@ -2,8 +2,8 @@
 # Makes throwaway certificates with openssl (3.0 or newer) for trying TLS and mTLS on one
 # machine: a CA, a server certificate for localhost and 127.0.0.1 signed by it, and a client
 # certificate whose identity (URI SAN) is spiffe://jobwire.test/<client name>. The demo's
-# secure mode (scripts/demo.sh --secure) and the Python suite (tests/python) use it; the README's
-# "Securing jobwire" shows the same commands one by one. Not for production: the CA's key sits
+# secure mode (scripts/demo.sh --secure) and the Python suite (tests/python) use it; the
+# walk-through in docs/security.md shows the same commands one by one. Not for production: the CA's key sits
 # next to the certificates, and they expire after 30 days.
 #
 # Usage: bash scripts/dev-certs.sh DIR [CLIENT_NAME]

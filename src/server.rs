@@ -186,6 +186,15 @@ pub async fn serve(
     let stop_token_watch = CancellationToken::new();
     let _stop_token_watch = stop_token_watch.clone().drop_guard();
     let (metrics_token, metrics_listener) = metrics_setup(cfg, stop_token_watch).await?;
+    if metrics_token.is_none() {
+        let metrics_at = match &metrics_listener {
+            Some(l) => l.local_addr()?,
+            None => http_listener.local_addr()?,
+        };
+        if !metrics_at.ip().is_loopback() {
+            tracing::warn!(metrics = %metrics_at, "/metrics (queue names, depths, rates) is open to anyone who can reach {metrics_at}: give --metrics-token-file, or keep that port on a private network");
+        }
+    }
     let handle = crate::metrics::install();
     crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
     crate::metrics::labels::set_max_queues(cfg.metrics_max_queues);

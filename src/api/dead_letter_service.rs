@@ -148,10 +148,13 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
     ) -> Result<Response<pb::ReplayDeadLettersResponse>, Status> {
         let r = request.get_ref();
         let queue = convert::queue("queue", &r.queue)?;
-        let sel = selector(&r.job_ids, r.filter.as_ref())?;
+        // The role before the rest of the request: a caller without it learns nothing
+        // from our validation, and its refusal is audited.
         let who = self
             .auth
             .check(&request, Rpc::ReplayDeadLetters, &[&queue])?;
+        let r = request.get_ref();
+        let sel = selector(&r.job_ids, r.filter.as_ref())?;
         let (replayed, skipped) = self.store.replay(&queue, &sel).await.map_err(Error::from)?;
         crate::metrics::replayed(queue.as_str(), replayed.len());
         tracing::info!(queue = %queue, replayed = replayed.len(), skipped = skipped.len(), "replayed dead letters");
@@ -175,10 +178,13 @@ impl pb::dead_letter_service_server::DeadLetterService for DeadLetterApi {
     ) -> Result<Response<pb::DeleteDeadLettersResponse>, Status> {
         let r = request.get_ref();
         let queue = convert::queue("queue", &r.queue)?;
-        let sel = selector(&r.job_ids, r.filter.as_ref())?;
+        // The role before the rest of the request: a caller without it learns nothing
+        // from our validation, and its refusal is audited.
         let who = self
             .auth
             .check(&request, Rpc::DeleteDeadLetters, &[&queue])?;
+        let r = request.get_ref();
+        let sel = selector(&r.job_ids, r.filter.as_ref())?;
         let (deleted, skipped) = self
             .store
             .delete_dead(&queue, &sel)

@@ -287,3 +287,46 @@ async fn each_rpc_and_each_role() {
     }
     assert_eq!(checked, TABLE.len() * roles.len());
 }
+
+/// The role is checked before the rest of the request: a producer sending an admin call
+/// that is also malformed (no job_ids, no filter) is told PERMISSION_DENIED, not how to fix
+/// the request (found by a newcomer's try: INVALID_ARGUMENT came first, and the refusal
+/// was not audited).
+#[tokio::test]
+async fn a_malformed_admin_call_without_the_role_is_refused_for_the_role() {
+    let producer = Who::new("producer", &[(&["t-*"], &["producer"])]);
+    let admin = Who::new("admin", &[(&["t-*"], &["admin"])]);
+    let s = Secured::start(&[&producer, &admin]).await;
+    let before = snapshot(&s.redis).await;
+    let mut c = s.as_(&producer);
+    let replay = c
+        .dead
+        .replay_dead_letters(pb::ReplayDeadLettersRequest {
+            queue: "t-q".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(replay.code(), Code::PermissionDenied, "{replay:?}");
+    let delete = c
+        .dead
+        .delete_dead_letters(pb::DeleteDeadLettersRequest {
+            queue: "t-q".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
+    assert_eq!(snapshot(&s.redis).await, before);
+    // With the role, the same request is told what is wrong with it.
+    let e = s
+        .as_(&admin)
+        .dead
+        .replay_dead_letters(pb::ReplayDeadLettersRequest {
+            queue: "t-q".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("invalid");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+}
