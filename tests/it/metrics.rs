@@ -234,6 +234,9 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     let mut exported = families(&scrape(&app).await);
     // Exported only by a server with --tls-cert (tests/security/tls.rs checks it there).
     exported.insert("jobwire_tls_cert_expiry_timestamp_seconds".to_owned());
+    // Exported only by a server that watches a file (--auth-file, --tls-cert,
+    // --metrics-token-file); tests/security/reload.rs counts a refused reload there.
+    exported.insert("jobwire_config_reloads_total".to_owned());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut used = BTreeSet::new();
     for file in [
