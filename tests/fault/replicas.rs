@@ -115,22 +115,7 @@ async fn sigkill_of_a_replica_lets_its_leases_expire_into_the_other() {
     // A confirms in the background that its lease call reached a stream; a lease whose call
     // was never confirmed goes back uncharged at its deadline (nobody can tell whether a
     // worker got it). Wait for the confirmation, so the lease counts as delivered.
-    let mut c = redis.conn().await;
-    let mut waited = 0;
-    loop {
-        let pending: i64 = redis::cmd("EXISTS")
-            .arg("jw:{rk}:calls")
-            .arg("jw:{rk}:call_jobs")
-            .query_async(&mut c)
-            .await
-            .expect("exists");
-        if pending == 0 {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 500, "the lease call was never confirmed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_lease_calls_confirmed(&mut redis.conn().await, "rk").await;
     let mut on_b = TestWorker::open_on(b.channel.clone(), &["rk"], 1, "on-b").await;
     // The worker on A is alive and busy: only A's death can cost it the lease.
     tokio::spawn(async move {

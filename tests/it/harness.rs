@@ -448,6 +448,25 @@ pub async fn enqueue(app: &TestApp, spec: pb::JobSpec) -> pb::EnqueueResponse {
         .into_inner()
 }
 
+/// Waits (polling, at most 5 s) until the server has confirmed every lease call of `queue`
+/// (`confirm_calls.lua` removes the call records): from then on its leases count as
+/// delivered, and no background confirmation changes Redis.
+pub async fn wait_lease_calls_confirmed(c: &mut impl redis::aio::ConnectionLike, queue: &str) {
+    for _ in 0..500 {
+        let pending: i64 = redis::cmd("EXISTS")
+            .arg(format!("jw:{{{queue}}}:calls"))
+            .arg(format!("jw:{{{queue}}}:call_jobs"))
+            .query_async(c)
+            .await
+            .expect("exists");
+        if pending == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the lease calls of {queue} were never confirmed");
+}
+
 pub async fn get_job(app: &TestApp, queue: &str, id: &str) -> pb::Job {
     app.jobs()
         .get_job(pb::GetJobRequest {

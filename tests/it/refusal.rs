@@ -210,21 +210,6 @@ pub(crate) async fn some_state(
 
     // The server confirms delivered lease calls in the background (removing them from the
     // calls set and hash): wait for it, so that it cannot change Redis during a refusal.
-    let mut c = redis.conn().await;
-    let mut waited = 0;
-    loop {
-        let pending: i64 = redis::cmd("EXISTS")
-            .arg("jw:{bad}:calls")
-            .arg("jw:{bad}:call_jobs")
-            .query_async(&mut c)
-            .await
-            .expect("exists");
-        if pending == 0 {
-            break;
-        }
-        waited += 1;
-        assert!(waited < 500, "lease calls never confirmed");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_lease_calls_confirmed(&mut redis.conn().await, "bad").await;
     (w, done, held, dead)
 }
