@@ -3,7 +3,7 @@
 # integration suite's core runs a second time on a Redis Cluster),
 # the alert rules' promtool checks and unit tests, then the Python grpcio suite, which drives
 # the built binary as a client in another language would (the sign-up demo and a real
-# Prometheus scraping jobwire included).
+# Prometheus scraping jobwire included), then every SDK's suite (clients/<lang>/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -15,3 +15,10 @@ promtool check rules helm/jobwire/files/alerts.yaml
 (cd tests/alerts && promtool test rules alerts.test.yaml)
 cargo build --locked
 JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q tests/python
+# Every SDK's linters and tests, including the shared conformance scenarios
+# (clients/conformance/scenarios.json), against the binary built above.
+for sdk_test in clients/*/test.sh; do
+  [ -f "$sdk_test" ] || continue
+  echo "== $sdk_test"
+  JOBWIRE_BIN="$PWD/target/debug/jobwire" bash "$sdk_test"
+done
