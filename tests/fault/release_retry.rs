@@ -88,18 +88,26 @@ async fn leases_whose_hand_back_failed_during_a_redis_pause_go_back_uncharged_af
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
-    // Paused for 3 s; give the server 3 s more, far less than the 20 s lease deadline.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let (mut waiting, mut charged) = (0, 0);
-    for k in 0..n {
-        let j = get_job(&app, "held", &format!("j-{k}")).await;
-        if j.state == pb::JobState::Waiting as i32 {
-            waiting += 1;
+    // Paused for 3 s; then poll for up to 9 s more, well inside the 20 s lease deadline
+    // (a lease that expired would come back too, but charged).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(9);
+    let (waiting, charged) = loop {
+        let (mut waiting, mut charged) = (0, 0);
+        for k in 0..n {
+            let j = get_job(&app, "held", &format!("j-{k}")).await;
+            if j.state == pb::JobState::Waiting as i32 {
+                waiting += 1;
+            }
+            if j.attempts_made > 0 {
+                charged += 1;
+            }
         }
-        if j.attempts_made > 0 {
-            charged += 1;
+        if waiting >= n - 20 || tokio::time::Instant::now() >= deadline {
+            break (waiting, charged);
         }
-    }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     println!(
         "after a 3 s pause over the outbox hand-back: {waiting} waiting, {charged} charged of {n}"
     );
@@ -107,7 +115,7 @@ async fn leases_whose_hand_back_failed_during_a_redis_pause_go_back_uncharged_af
     // other leases of its 100 credits never left the server and must be back.
     assert!(
         waiting >= n - 20,
-        "only {waiting} of {n} jobs waiting ({charged} charged) 3 s after Redis came back: \
+        "only {waiting} of {n} jobs waiting ({charged} charged) 9 s after Redis came back: \
          the failed hand-back of the outbox was not tried again"
     );
     heartbeats.abort();
