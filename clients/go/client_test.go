@@ -1,0 +1,194 @@
+package jobwire_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/jobwire/jobwire/clients/go"
+	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
+	"github.com/jobwire/jobwire/clients/go/jobwiretest"
+)
+
+type signup struct {
+	UserID string `json:"user_id"`
+	Email  string `json:"email"`
+}
+
+// eventually polls probe every 20 ms until it returns true, failing the test after d.
+func eventually(t *testing.T, d time.Duration, what string, probe func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !probe() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitState polls GetJob until the job is in state, and returns it.
+func waitState(t *testing.T, c *jobwire.Client, queue, id string, state pb.JobState, d time.Duration) *pb.Job {
+	t.Helper()
+	var job *pb.Job
+	eventually(t, d, "job "+id+" in "+state.String(), func() bool {
+		j, err := c.GetJob(context.Background(), queue, id)
+		if err != nil {
+			t.Fatalf("GetJob: %v", err)
+		}
+		job = j
+		return j.GetState() == state
+	})
+	return job
+}
+
+// runWorker runs w until the test ends (graceful stop, Run's error checked).
+func runWorker(t *testing.T, w *jobwire.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Worker.Run: %v", err)
+			}
+		case <-time.After(40 * time.Second):
+			t.Errorf("Worker.Run did not return after its context ended")
+		}
+	})
+}
+
+func TestEnqueueOptionsAndGetJob(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	r, err := c.Enqueue(ctx, "emails", "send", signup{UserID: "u1", Email: "u1@example.com"},
+		jobwire.JobID("welcome:u1"), jobwire.Delay(time.Hour), jobwire.Priority(7), jobwire.MaxAttempts(4),
+		jobwire.WithBackoff(jobwire.Backoff{Exponential: true, Delay: 50 * time.Millisecond, Jitter: 0.5, MaxDelay: time.Second}),
+		jobwire.Metadata(map[string]string{"tenant": "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Created {
+		t.Fatal("first Enqueue: created = false")
+	}
+	j, err := c.GetJob(ctx, "emails", "welcome:u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.GetState() != pb.JobState_JOB_STATE_DELAYED || j.GetPriority() != 7 || j.GetMaxAttempts() != 4 ||
+		j.GetContentType() != "application/json" || j.GetMetadata()["tenant"] != "acme" ||
+		j.GetBackoff().GetKind() != pb.BackoffKind_BACKOFF_KIND_EXPONENTIAL || string(j.GetPayload()) != `{"user_id":"u1","email":"u1@example.com"}` {
+		t.Fatalf("stored job does not carry the options: %v", j)
+	}
+	again, err := c.Enqueue(ctx, "emails", "send", []byte("other"), jobwire.JobID("welcome:u1"))
+	if err != nil || again.Created || string(again.Job.GetPayload()) == "other" {
+		t.Fatalf("duplicate Enqueue: created=%v err=%v", again.Created, err)
+	}
+	_, err = c.GetJob(ctx, "emails", "nope")
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("GetJob of a missing job: %v, want NOT_FOUND", err)
+	}
+}
+
+func TestEnqueueBatchPerItemResults(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	good, _ := jobwire.NewJobSpec("batch", "n", []byte("a"), jobwire.JobID("b1"))
+	bad, _ := jobwire.NewJobSpec("batch", "n", []byte("b"), jobwire.Priority(5000))
+	res, err := c.EnqueueBatch(context.Background(), []*pb.JobSpec{good, bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].Err != nil || !res[0].Created || res[0].Job.GetJobId() != "b1" {
+		t.Fatalf("item 0: %+v", res[0])
+	}
+	if status.Code(res[1].Err) != codes.InvalidArgument {
+		t.Fatalf("item 1 (priority 5000): %v, want INVALID_ARGUMENT", res[1].Err)
+	}
+}
+
+func TestWorkerTypedHandlerAcks(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	w := jobwire.NewWorker(c, jobwire.WorkerOptions{Queues: []string{"emails"}, Concurrency: 2, WorkerID: "t-typed", DisableSignalHandling: true})
+	var got atomic.Value
+	jobwire.Handle(w, "send", func(ctx context.Context, job *jobwire.Job[signup]) error {
+		got.Store(*job)
+		return nil
+	})
+	runWorker(t, w)
+	_, err := c.Enqueue(context.Background(), "emails", "send", signup{UserID: "u2", Email: "e"},
+		jobwire.JobID("j2"), jobwire.Metadata(map[string]string{"k": "v"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitState(t, c, "emails", "j2", pb.JobState_JOB_STATE_COMPLETED, 10*time.Second)
+	if j.GetAttemptsMade() != 1 {
+		t.Fatalf("attempts_made %d", j.GetAttemptsMade())
+	}
+	job := got.Load().(jobwire.Job[signup])
+	if job.Payload.UserID != "u2" || job.Attempt != 1 || job.IdempotencyKey == "" || job.Metadata["k"] != "v" || job.ID != "j2" {
+		t.Fatalf("handler saw %+v", job)
+	}
+}
+
+func TestErrorsMapToDispositions(t *testing.T) {
+	w := jobwire.NewWorker(&jobwire.Client{}, jobwire.WorkerOptions{Queues: []string{"q"}})
+	errBoom := errors.New("boom")
+	jobwire.HandleRaw(w, "nr", func(context.Context, *jobwire.Job[[]byte]) error { return jobwire.NonRetryable(errBoom) })
+	jobwire.HandleRaw(w, "ra", func(context.Context, *jobwire.Job[[]byte]) error { return jobwire.RetryAfter(time.Second, errBoom) })
+	jobwire.HandleRaw(w, "rl", func(context.Context, *jobwire.Job[[]byte]) error {
+		return jobwire.RateLimited(300*time.Millisecond, true)
+	})
+	jobwire.HandleRaw(w, "plain", func(context.Context, *jobwire.Job[[]byte]) error { return &net429{} })
+	jobwire.HandleRaw(w, "panic", func(context.Context, *jobwire.Job[[]byte]) error { panic("oops") })
+	jobwire.Handle(w, "typed", func(context.Context, *jobwire.Job[signup]) error { return nil })
+	ctx := context.Background()
+	cases := []struct {
+		name, payload string
+		disp          pb.FailDisposition
+		after         time.Duration
+		errType       string
+	}{
+		{"nr", "", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, 0, "*errors.errorString"},
+		{"ra", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, time.Second, "*errors.errorString"},
+		{"rl", "", pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, 300 * time.Millisecond, "*jobwire.RateLimitedError"},
+		{"plain", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, 0, "*jobwire_test.net429"},
+		{"panic", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, 0, "panic: string"},
+		{"typed", "not json", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, 0, "*jobwire.DecodeError"},
+	}
+	for _, tc := range cases {
+		o, err := jobwiretest.RunHandler(ctx, w, jobwiretest.Lease{Name: tc.name, Payload: []byte(tc.payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Ack || o.Disposition != tc.disp || o.RetryAfter != tc.after || o.Error.GetErrorType() != tc.errType {
+			t.Errorf("%s: got ack=%v %v after %v type %q, want %v after %v type %q", tc.name, o.Ack, o.Disposition, o.RetryAfter, o.Error.GetErrorType(), tc.disp, tc.after, tc.errType)
+		}
+	}
+	o, _ := jobwiretest.RunHandler(ctx, w, jobwiretest.Lease{Name: "rl"})
+	if !o.PauseQueue {
+		t.Error("RateLimited(d, true): pause_queue not set")
+	}
+	o, _ = jobwiretest.RunHandler(ctx, w, jobwiretest.Lease{Name: "panic"})
+	if len(o.Error.GetDetails()) == 0 || len(o.Error.GetDetails()) > 8<<10 {
+		t.Errorf("panic details: %d bytes, want a stack of at most 8 KiB", len(o.Error.GetDetails()))
+	}
+	o, _ = jobwiretest.RunHandler(ctx, w, jobwiretest.Lease{Name: "typed", Payload: signup{UserID: "x"}})
+	if !o.Ack {
+		t.Errorf("typed handler on a valid payload: %+v", o)
+	}
+}
+
+type net429 struct{}
+
+func (*net429) Error() string { return "429 too many requests" }

@@ -1,0 +1,196 @@
+package jobwire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"time"
+
+	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
+)
+
+// Job is one leased attempt of a job, as a handler sees it, with the payload decoded into T.
+type Job[T any] struct {
+	// The job's queue, id and name (its type, e.g. "send-welcome-email").
+	Queue, ID, Name string
+	// The payload decoded from JSON (for HandleRaw: the bytes as sent).
+	Payload T
+	// The payload bytes as sent, and their MIME type if the producer gave one.
+	RawPayload  []byte
+	ContentType string
+	// The producer's metadata (trace context, tenant, ...).
+	Metadata map[string]string
+	// This attempt's number, 1-based, and the runs the job may use.
+	Attempt, MaxAttempts uint32
+	// Stable across attempts and replays of the job: pass it to downstream providers so a
+	// retried attempt cannot act twice.
+	IdempotencyKey string
+	// The fencing token of this lease, and its deadline (the worker keeps renewing it).
+	LeaseToken    string
+	LeaseDeadline time.Time
+	// The lease as received, with the job's last failed attempt (Lease.Job.Errors).
+	Lease *pb.Lease
+}
+
+// HandlerFunc handles one attempt of a job. Return nil to ack it, or an error to fail the
+// attempt (see [NonRetryable], [RetryAfter], [RateLimited]; any other error retries per the
+// job's backoff). ctx is cancelled when the lease is lost (cause [ErrLeaseLost]) or the
+// worker's shutdown grace ends (cause [ErrShutdown]); see context.Cause.
+type HandlerFunc[T any] func(ctx context.Context, job *Job[T]) error
+
+// rawHandler is a handler with its decoding step, as the worker stores it.
+type rawHandler func(ctx context.Context, lease *pb.Lease) error
+
+// Handle registers fn for jobs named name on w. The payload is decoded from JSON into T; a
+// payload that does not decode fails the job as non-retryable (another attempt cannot fix
+// it). Register every handler before [Worker.Run]; a second registration of a name panics.
+func Handle[T any](w *Worker, name string, fn HandlerFunc[T]) {
+	w.register(name, func(ctx context.Context, lease *pb.Lease) error {
+		job := newJob[T](lease)
+		if err := json.Unmarshal(lease.GetJob().GetPayload(), &job.Payload); err != nil {
+			return NonRetryable(&DecodeError{Name: name, Type: fmt.Sprintf("%T", job.Payload), Err: err})
+		}
+		return fn(ctx, job)
+	})
+}
+
+// DecodeError is a payload that did not decode from JSON into the handler's type; the job
+// is failed as non-retryable (error type "*jobwire.DecodeError").
+type DecodeError struct {
+	Name, Type string
+	Err        error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("decode the payload of %q as %s: %v", e.Name, e.Type, e.Err)
+}
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// HandleRaw registers fn for jobs named name on w with the payload as bytes, undecoded.
+func HandleRaw(w *Worker, name string, fn HandlerFunc[[]byte]) {
+	w.register(name, func(ctx context.Context, lease *pb.Lease) error {
+		job := newJob[[]byte](lease)
+		job.Payload = job.RawPayload
+		return fn(ctx, job)
+	})
+}
+
+func newJob[T any](l *pb.Lease) *Job[T] {
+	j := l.GetJob()
+	return &Job[T]{
+		Queue: j.GetQueue(), ID: j.GetJobId(), Name: j.GetName(),
+		RawPayload: j.GetPayload(), ContentType: j.GetContentType(), Metadata: j.GetMetadata(),
+		Attempt: l.GetAttempt(), MaxAttempts: j.GetMaxAttempts(),
+		IdempotencyKey: l.GetIdempotencyKey(), LeaseToken: l.GetLeaseToken(),
+		LeaseDeadline: l.GetLeaseDeadline().AsTime(), Lease: l,
+	}
+}
+
+// Outcome is what a handler's return makes of an attempt: an ack, or a Fail with its
+// disposition. [Worker.RunLease] returns it (for tests: see the jobwiretest package).
+type Outcome struct {
+	// Ack: the job completed. Otherwise the fields below describe the Fail.
+	Ack bool
+	// RETRY, NO_RETRY or RATE_LIMITED.
+	Disposition pb.FailDisposition
+	// retry_after of the Fail (RetryAfter, RateLimited); 0: unset.
+	RetryAfter time.Duration
+	// pause_queue of a RATE_LIMITED Fail.
+	PauseQueue bool
+	// The error recorded on the job: message, type, details.
+	Error *pb.JobError
+	// The handler's error as returned (nil for an ack).
+	Err error
+}
+
+// Limits of JobError (worker_service.proto): longer values are cut here, so a long message
+// is recorded instead of refused.
+const (
+	maxErrorType = 128
+	maxDetails   = 8 << 10
+	maxMessage   = 8 << 10
+)
+
+// outcomeOf maps a handler's error (or panic, given as its stack) to an Outcome.
+func outcomeOf(err error, panicStack []byte) Outcome {
+	if err == nil {
+		return Outcome{Ack: true}
+	}
+	o := Outcome{Disposition: pb.FailDisposition_FAIL_DISPOSITION_RETRY, Err: err}
+	var (
+		nr *NonRetryableError
+		ra *RetryAfterError
+		rl *RateLimitedError
+	)
+	cause := err
+	switch {
+	case errors.As(err, &rl):
+		o.Disposition, o.RetryAfter, o.PauseQueue = pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, rl.After, rl.PauseQueue
+		cause = rl
+	case errors.As(err, &nr):
+		o.Disposition = pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY
+		if nr.Err != nil {
+			cause = nr.Err
+		}
+	case errors.As(err, &ra):
+		o.RetryAfter = ra.After
+		if ra.Err != nil {
+			cause = ra.Err
+		}
+	}
+	details := fmt.Sprintf("%+v", err)
+	if details == err.Error() {
+		details = ""
+	}
+	if panicStack != nil {
+		details = string(panicStack)
+	}
+	o.Error = &pb.JobError{
+		Message:   truncate(err.Error(), maxMessage),
+		ErrorType: truncate(typeName(cause), maxErrorType),
+		Details:   truncate(details, maxDetails),
+	}
+	return o
+}
+
+// typeName is the Go type of err, e.g. "*net.OpError" or "main.InvalidAddress".
+func typeName(err error) string {
+	if p, ok := err.(panicError); ok {
+		return "panic: " + reflect.TypeOf(p.value).String()
+	}
+	return reflect.TypeOf(err).String()
+}
+
+// panicError is a recovered handler panic.
+type panicError struct{ value any }
+
+func (p panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+// callHandler runs h, turning a panic into an error with the stack.
+func callHandler(ctx context.Context, h rawHandler, lease *pb.Lease) (o Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			o = outcomeOf(panicError{value: v}, debug.Stack())
+		}
+	}()
+	return outcomeOf(h(ctx, lease), nil)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, saying how much was cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	marker := fmt.Sprintf("…[truncated %d bytes]", len(s)-n)
+	cut := n - len(marker)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + marker
+}
