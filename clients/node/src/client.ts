@@ -1,0 +1,215 @@
+/**
+ * The producer side of jobwire: {@link Client} enqueues jobs, reads them, and reaches the
+ * dead-letter and queue services through {@link Client.deadLetters} and {@link Client.queues}.
+ * One Client holds one gRPC channel (HTTP/2 connection) shared by every call and by the
+ * {@link Worker}s built on it.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { DeadLetters, Queues } from "./admin.js";
+import { call, DEFAULT_RETRY, openChannel, type CallSettings, type ChannelSettings, type RetryPolicy, type UnaryMethod } from "./channel.js";
+import { encodePayload, msToDuration, type Payload } from "./convert.js";
+import { DeadLetterServiceClient } from "./gen/jobwire/v1/dead_letter_service.js";
+import { Backoff as PbBackoff, BackoffKind, Job, JobSpec } from "./gen/jobwire/v1/job.js";
+import { JobServiceClient } from "./gen/jobwire/v1/job_service.js";
+import { QueueServiceClient } from "./gen/jobwire/v1/queue_service.js";
+import { WorkerServiceClient } from "./gen/jobwire/v1/worker_service.js";
+import { consoleLogger, type Logger } from "./logger.js";
+
+/** Options of a {@link Client}. */
+export interface ClientOptions extends ChannelSettings {
+  /** Deadline of each unary call, in milliseconds (default 10,000). */
+  timeoutMs?: number;
+  /** Retries of UNAVAILABLE for idempotent calls (default 5 tries, 100 ms -> 2 s full jitter). */
+  retry?: Partial<RetryPolicy>;
+  /** Where the SDK logs (default: the console, level info). A pino logger fits. */
+  logger?: Logger;
+}
+
+/** A job's retry backoff. Durations in milliseconds. */
+export interface BackoffOptions {
+  /** "fixed": every retry waits `delayMs`; "exponential": the retry after attempt n waits delayMs * 2^(n-1). */
+  kind: "fixed" | "exponential";
+  /** The base delay (0 to 7 days). */
+  delayMs: number;
+  /** In [0, 1]: the delay d is drawn uniformly from [(1 - jitter) d, d]; 1 is full jitter. */
+  jitter?: number;
+  /** Caps every computed delay. */
+  maxDelayMs?: number;
+}
+
+/** Options of {@link Client.enqueue}. Durations in milliseconds. */
+export interface EnqueueOptions {
+  /** A client-chosen id (any UTF-8, up to 256 bytes): an existing id dedupes (`created: false`). */
+  jobId?: string;
+  /** Wait this long before the first attempt. */
+  delay?: number;
+  /** Higher runs first, -1000 to 1000. */
+  priority?: number;
+  /** Runs, not retries: 3 is one run plus up to two retries (1 to 1000; default the queue's). */
+  maxAttempts?: number;
+  /** Retry backoff (default the queue's, else retry at once). */
+  backoff?: BackoffOptions;
+  /** Free-form strings (trace context, tenant): at most 64 entries. */
+  metadata?: Record<string, string>;
+  /** Per-attempt timeout: an attempt running longer fails with TIMED_OUT. */
+  timeout?: number;
+  /** The payload's MIME type (default: by the payload's kind, see {@link encodePayload}). */
+  contentType?: string;
+}
+
+/** One job of {@link Client.enqueueBatch}. */
+export interface BatchItem extends EnqueueOptions {
+  queue: string;
+  name: string;
+  payload: Payload;
+}
+
+/** What {@link Client.enqueue} returns. */
+export interface EnqueueResult {
+  /** The job as stored (the existing one when `created` is false). */
+  job: Job;
+  /** False when `jobId` was taken: nothing was changed. */
+  created: boolean;
+}
+
+/** One item's outcome in {@link Client.enqueueBatch}, in request order: a job, or an error. */
+export type BatchResult =
+  | { ok: true; job: Job; created: boolean }
+  | { ok: false; code: grpc.status; message: string; field: string };
+
+function backoffPb(b: BackoffOptions): PbBackoff {
+  return {
+    kind: b.kind === "fixed" ? BackoffKind.BACKOFF_KIND_FIXED : BackoffKind.BACKOFF_KIND_EXPONENTIAL,
+    delay: msToDuration(b.delayMs),
+    jitter: b.jitter ?? 0,
+    maxDelay: b.maxDelayMs === undefined ? undefined : msToDuration(b.maxDelayMs),
+  };
+}
+
+/** The JobSpec of a job (exported for tests and advanced use). */
+export function jobSpec(queue: string, name: string, payload: Payload, o: EnqueueOptions = {}): JobSpec {
+  const p = encodePayload(payload, o.contentType);
+  return JobSpec.fromPartial({
+    queue,
+    name,
+    jobId: o.jobId ?? "",
+    payload: p.payload,
+    contentType: p.contentType,
+    metadata: o.metadata ?? {},
+    delay: o.delay === undefined ? undefined : msToDuration(o.delay),
+    priority: o.priority ?? 0,
+    maxAttempts: o.maxAttempts,
+    backoff: o.backoff === undefined ? undefined : backoffPb(o.backoff),
+    timeout: o.timeout === undefined ? undefined : msToDuration(o.timeout),
+  });
+}
+
+/**
+ * A connection to a jobwire server.
+ *
+ * ```ts
+ * const client = new Client("127.0.0.1:50051");
+ * await client.enqueue("emails", "send-welcome-email", { to: "a@example.com" }, { jobId: "welcome:42" });
+ * ```
+ *
+ * Errors are grpc-js `ServiceError`s (`err.code` a `grpc.status`): INVALID_ARGUMENT for bad
+ * input, NOT_FOUND, UNAUTHENTICATED / PERMISSION_DENIED, UNAVAILABLE when the server or its
+ * Redis is unreachable (retried first for idempotent calls: reads, and an Enqueue with a jobId).
+ */
+export class Client {
+  /** The generated stubs, for calls the wrappers do not cover. They share the channel. */
+  readonly stubs: {
+    jobs: JobServiceClient;
+    workers: WorkerServiceClient;
+    deadLetters: DeadLetterServiceClient;
+    queues: QueueServiceClient;
+  };
+  /** The DeadLetterService: list, get, replay and delete dead jobs. */
+  readonly deadLetters: DeadLetters;
+  /** The QueueService: stats, pause/resume, config, purge, delete. */
+  readonly queues: Queues;
+  /** Where the SDK logs. */
+  readonly logger: Logger;
+  /** The address dialled. */
+  readonly target: string;
+  readonly timeoutMs: number;
+  readonly retry: RetryPolicy;
+  private readonly channel: grpc.Channel;
+
+  /** A client of the jobwire server at `target` (HOST:PORT). Connects lazily, on the first call. */
+  constructor(target: string, options: ClientOptions = {}) {
+    this.target = target;
+    this.logger = options.logger ?? consoleLogger();
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    const { channel, interceptors } = openChannel(target, options);
+    this.channel = channel;
+    const opts: grpc.ClientOptions = { channelOverride: channel, interceptors };
+    // channelOverride: the credentials argument is unused (the channel has them).
+    const insecure = grpc.credentials.createInsecure();
+    this.stubs = {
+      jobs: new JobServiceClient(target, insecure, opts),
+      workers: new WorkerServiceClient(target, insecure, opts),
+      deadLetters: new DeadLetterServiceClient(target, insecure, opts),
+      queues: new QueueServiceClient(target, insecure, opts),
+    };
+    this.deadLetters = new DeadLetters(this.stubs.deadLetters, this);
+    this.queues = new Queues(this.stubs.queues, this);
+  }
+
+  /** @internal A unary call with this client's deadline and retry policy. */
+  unary<Req, Res>(method: UnaryMethod<Req, Res>, req: Req, idempotent: boolean, s: CallSettings = {}): Promise<Res> {
+    return call(method, req, s.timeoutMs ?? this.timeoutMs, idempotent, this.retry, s.signal);
+  }
+
+  /**
+   * Enqueues one job on `queue`. `payload`: bytes as they are, a string as UTF-8, anything else
+   * as JSON (content type application/json). With a `jobId` the call is idempotent (a
+   * duplicate returns the stored job with `created: false`) and retried on UNAVAILABLE.
+   */
+  async enqueue(queue: string, name: string, payload: Payload, options: EnqueueOptions & CallSettings = {}): Promise<EnqueueResult> {
+    const spec = jobSpec(queue, name, payload, options);
+    const res = await this.unary(this.stubs.jobs.enqueue.bind(this.stubs.jobs), { job: spec }, spec.jobId !== "", options);
+    if (res.job === undefined) throw new Error("Enqueue answered without a job");
+    return { job: res.job, created: res.created };
+  }
+
+  /**
+   * Enqueues up to 1000 jobs in one call; each item succeeds or fails on its own (results in
+   * request order). Retried on UNAVAILABLE only when every item has a jobId (a batch the
+   * server never saw, or saw, is then safe to send again).
+   */
+  async enqueueBatch(items: BatchItem[], s: CallSettings = {}): Promise<BatchResult[]> {
+    const jobs = items.map((i) => jobSpec(i.queue, i.name, i.payload, i));
+    const res = await this.unary(
+      this.stubs.jobs.enqueueBatch.bind(this.stubs.jobs),
+      { jobs },
+      jobs.every((j) => j.jobId !== ""),
+      s,
+    );
+    return res.results.map((r): BatchResult => {
+      if (r.error !== undefined) return { ok: false, code: r.error.code, message: r.error.message, field: r.error.field };
+      if (r.job === undefined) return { ok: false, code: grpc.status.INTERNAL, message: "no job and no error", field: "" };
+      return { ok: true, job: r.job, created: r.created };
+    });
+  }
+
+  /** Reads one job (NOT_FOUND when there is none). */
+  async getJob(queue: string, jobId: string, s: CallSettings = {}): Promise<Job> {
+    const res = await this.unary(this.stubs.jobs.getJob.bind(this.stubs.jobs), { queue, jobId }, true, s);
+    if (res.job === undefined) throw new Error("GetJob answered without a job");
+    return res.job;
+  }
+
+  /** Resolves once the channel is connected; rejects after `timeoutMs` (default 10 s). */
+  waitForReady(timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.stubs.jobs.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /** Closes the channel; calls in flight fail with CANCELLED or UNAVAILABLE. */
+  close(): void {
+    this.channel.close();
+  }
+}

@@ -1,0 +1,511 @@
+/**
+ * The {@link Worker}: handlers per job name over one Subscribe stream at a time.
+ *
+ * Invariants (issue 14, DESIGN.md section 3):
+ * - Concurrency = credits (Pub/Sub flow control): the stream is opened with as many credits as
+ *   free slots; a lease settled on the stream that delivered it returns its credit on the
+ *   server; a lease from an earlier stream frees a slot here only, so one credit is granted
+ *   then. The worker never holds more leases than `concurrency`.
+ * - Liveness comes from the stream: heartbeats while it is open (any message renews the
+ *   stream's leases on the server), gRPC keepalive, and a watchdog that replaces a stream
+ *   whose acks go unanswered.
+ * - A broken stream is replaced with full-jitter backoff (0.5 s -> 30 s) under the same
+ *   worker id; every lease it held is renewed with ExtendLease until settled, and results
+ *   finished meanwhile go out with the unary Ack / Fail (FAILED_PRECONDITION: lease lost,
+ *   logged and dropped; UNAVAILABLE: kept and retried). No finished result is dropped without
+ *   a log line.
+ * - Shutdown (SIGTERM / SIGINT unless `handleSignals: false`, or {@link Worker.close}): Drain,
+ *   wait for held jobs up to the grace, then abort the handlers' signals and fail what is left
+ *   with RETRY (retry_after 1 s), then close the stream.
+ */
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
+import type * as grpc from "@grpc/grpc-js";
+import { fullJitter, sleep, type BackoffOptions } from "./backoff.js";
+import type { Client } from "./client.js";
+import { FailDisposition } from "./gen/jobwire/v1/job.js";
+import type { Draining, Lease, Settled } from "./gen/jobwire/v1/worker_service.js";
+import { invoke, type Handler, type Outcome } from "./handler.js";
+import { extendLease, HeldLease, settleUnary } from "./held.js";
+import type { Logger } from "./logger.js";
+import { LeaseStream, leaseKey, type StreamEvents } from "./stream.js";
+import { Shutdown } from "./shutdown.js";
+
+/** Options of a {@link Worker}. Durations in milliseconds. */
+export interface WorkerOptions {
+  /** The queues to lease from (1 to 32). */
+  queues: string[];
+  /** Handlers run at once = leases held at most = the stream's credits (1 to 10,000; default 1). */
+  concurrency?: number;
+  /** Names this worker in the server's logs and attempt records (default host-pid-random). Kept across reconnects. */
+  workerId?: string;
+  /** How long shutdown waits for held jobs before cancelling them (default 25,000; must be > 0). */
+  shutdownGraceMs?: number;
+  /** Drain on SIGTERM / SIGINT (default true); a second signal skips the rest of the grace. */
+  handleSignals?: boolean;
+  /** Heartbeat period (default 2,000, lowered to a third of the lease duration seen on leases). */
+  heartbeatIntervalMs?: number;
+  /** An ack or fail unanswered this long on the stream means the stream stalled: it is replaced (default 30,000). */
+  stallTimeoutMs?: number;
+  /** Reconnect backoff bounds (default 500 ms -> 30 s, full jitter). */
+  reconnect?: BackoffOptions;
+  /** Deadline of the unary Ack, Fail and ExtendLease calls (default 5,000). */
+  rpcTimeoutMs?: number;
+  /** Where the worker logs (default the client's logger). */
+  logger?: Logger;
+}
+
+/** Counters, for tests and dashboards. */
+export interface WorkerStats {
+  /** Leases received. */
+  leased: number;
+  /** Results the server recorded (acks and fails). */
+  settled: number;
+  /** Results the server refused or that could not be recorded (lease lost, ...). */
+  dropped: number;
+  /** Handlers running now. */
+  running: number;
+  /** The most handlers that ran at once. */
+  maxRunning: number;
+  /** Leases held now (running or waiting for their result to be recorded). */
+  held: number;
+  /** Streams opened (the server accepted them). */
+  streamsOpened: number;
+}
+
+type State = "idle" | "running" | "stopping" | "stopped";
+
+/**
+ * Leases jobs from `queues` and runs the handler registered for each job's name.
+ *
+ * ```ts
+ * const worker = new Worker(client, { queues: ["emails"], concurrency: 10 });
+ * worker.handle<{ to: string }>("send-welcome-email", async (job, ctx) => {
+ *   await sendEmail(job.payload.to, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
+ * });
+ * await worker.run(); // until SIGTERM / SIGINT or worker.close()
+ * ```
+ */
+export class Worker {
+  readonly workerId: string;
+  readonly queues: string[];
+  readonly concurrency: number;
+  readonly logger: Logger;
+  private readonly opts: Required<Omit<WorkerOptions, "logger" | "workerId" | "queues" | "concurrency" | "reconnect">> & {
+    reconnect: BackoffOptions;
+  };
+  private readonly handlers = new Map<string, Handler<never>>();
+  private readonly held = new Map<string, HeldLease>();
+  private stream: LeaseStream | undefined;
+  private generation = 0;
+  private state: State = "idle";
+  /** Aborted when shutdown starts: wakes the reconnect loop's sleeps. */
+  private readonly stopping = new AbortController();
+  /** Woken when a slot frees or a lease is released. */
+  private wakers: (() => void)[] = [];
+  private streamEnded: ((st: grpc.StatusObject) => void) | undefined;
+  private heartbeatMs: number;
+  private timer: NodeJS.Timeout | undefined;
+  private lastTick = 0;
+  private shutdown: Shutdown | undefined;
+  private readonly counters: WorkerStats = {
+    leased: 0,
+    settled: 0,
+    dropped: 0,
+    running: 0,
+    maxRunning: 0,
+    held: 0,
+    streamsOpened: 0,
+  };
+
+  constructor(
+    readonly client: Client,
+    options: WorkerOptions,
+  ) {
+    if (options.queues.length === 0) throw new TypeError("a worker needs at least one queue");
+    this.queues = [...options.queues];
+    this.concurrency = options.concurrency ?? 1;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 10_000) {
+      throw new RangeError(`concurrency must be an integer in [1, 10000], got ${options.concurrency}`);
+    }
+    const grace = options.shutdownGraceMs ?? 25_000;
+    if (!(grace > 0)) throw new RangeError(`shutdownGraceMs must be > 0 (a grace of 0 kills in-flight work), got ${grace}`);
+    this.workerId = options.workerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+    this.logger = options.logger ?? client.logger;
+    this.opts = {
+      shutdownGraceMs: grace,
+      handleSignals: options.handleSignals ?? true,
+      heartbeatIntervalMs: options.heartbeatIntervalMs ?? 2_000,
+      stallTimeoutMs: options.stallTimeoutMs ?? 30_000,
+      rpcTimeoutMs: options.rpcTimeoutMs ?? 5_000,
+      reconnect: options.reconnect ?? {},
+    };
+    this.heartbeatMs = this.opts.heartbeatIntervalMs;
+  }
+
+  /**
+   * Registers the handler of jobs named `name` (one per name; a later one replaces it). The
+   * handler resolves to ack; it throws {@link NonRetryable}, {@link RetryAfter},
+   * {@link RateLimited} or any other error to fail the attempt (see errors.ts).
+   */
+  handle<T = unknown>(name: string, handler: Handler<T>): this {
+    this.handlers.set(name, handler);
+    return this;
+  }
+
+  /** A snapshot of the worker's counters. */
+  stats(): WorkerStats {
+    return { ...this.counters, held: this.held.size };
+  }
+
+  /**
+   * Runs until {@link close} (or SIGTERM / SIGINT) has drained the worker. Resolves then;
+   * rejects only on misuse (no handler, run twice).
+   */
+  async run(): Promise<void> {
+    if (this.state !== "idle") throw new Error("Worker.run() was already called");
+    if (this.handlers.size === 0) throw new Error("register a handler with worker.handle(name, fn) before run()");
+    this.state = "running";
+    this.shutdown = new Shutdown(this.opts.shutdownGraceMs, this.logger, this.opts.handleSignals, () => this.close());
+    this.lastTick = Date.now();
+    this.schedule();
+    this.logger.info(
+      { workerId: this.workerId, queues: this.queues, concurrency: this.concurrency },
+      "worker started",
+    );
+    await this.connectLoop();
+    await this.shutdown.done;
+  }
+
+  /**
+   * Graceful shutdown: Drain, wait for held jobs up to the grace, then abort the handlers'
+   * signals and fail what is left with RETRY. Resolves when the worker stopped.
+   */
+  async close(): Promise<void> {
+    if (this.state === "idle") {
+      this.state = "stopped";
+      return;
+    }
+    const sd = this.shutdown;
+    if (sd === undefined) return;
+    if (this.state === "running") {
+      this.state = "stopping";
+      this.stopping.abort();
+      this.wake();
+      void sd.run({
+        drain: () => this.stream?.drain(),
+        idle: () => this.held.size === 0,
+        waitChange: () => this.changed(),
+        abandon: () => this.abandonAll(),
+        finish: () => this.finish(),
+        held: () => this.held.size,
+      });
+    }
+    await sd.done;
+  }
+
+  private isStopped(): boolean {
+    return this.state === "stopped";
+  }
+
+  // === the stream ===
+
+  private freeSlots(): number {
+    return this.concurrency - this.held.size;
+  }
+
+  private changed(): Promise<void> {
+    return new Promise((resolve) => this.wakers.push(resolve));
+  }
+
+  private wake(): void {
+    const w = this.wakers;
+    this.wakers = [];
+    for (const f of w) f();
+  }
+
+  private async connectLoop(): Promise<void> {
+    let failures = 0;
+    while (this.state === "running") {
+      while (this.state === "running" && this.freeSlots() <= 0) await this.changed();
+      if (this.state !== "running") break;
+      const credits = this.freeSlots();
+      const ended = new Promise<grpc.StatusObject>((resolve) => (this.streamEnded = resolve));
+      this.stream = new LeaseStream(
+        this.client.stubs.workers,
+        ++this.generation,
+        { queues: this.queues, credits, workerId: this.workerId },
+        this.events,
+      );
+      const stream = this.stream;
+      const st = await ended;
+      if (stream.opened) failures = 0;
+      if (this.state !== "running") break;
+      const delay = Math.round(fullJitter(failures++, this.opts.reconnect));
+      this.logger.warn(
+        { workerId: this.workerId, code: st.code, details: st.details, held: this.held.size, retryInMs: delay },
+        stream.serverDraining ? "the server drained the stream; reconnecting" : "worker stream ended; reconnecting",
+      );
+      await sleep(delay, this.stopping.signal);
+    }
+  }
+
+  private readonly events: StreamEvents = {
+    onOpen: (s) => {
+      this.counters.streamsOpened++;
+      this.logger.info({ workerId: this.workerId, generation: s.generation }, "worker stream open");
+      if (this.state === "stopping") s.drain();
+      // Results that waited for a stream go out on this one.
+      for (const h of this.held.values()) if (h.outcome !== undefined && !h.settling) this.settle(h);
+    },
+    onLease: (s, lease) => this.onLease(s, lease),
+    onSettled: (s, st) => this.onSettled(s, st),
+    onDraining: (s, d: Draining) => {
+      this.logger.info(
+        { workerId: this.workerId, generation: s.generation, graceMs: (d.grace?.seconds ?? 0) * 1000 },
+        "the server is draining: finishing held jobs, no more leases on this stream",
+      );
+    },
+    onEnd: (s, st) => this.onStreamEnd(s, st),
+  };
+
+  private onStreamEnd(s: LeaseStream, st: grpc.StatusObject): void {
+    for (const h of this.held.values()) {
+      // Its settle may or may not have been applied: send it again (a duplicate is refused
+      // as lease lost, which is then the truth: the first one was recorded).
+      if (h.settling && h.settleGeneration === s.generation) {
+        h.settling = false;
+        this.settle(h);
+      }
+      if (h.generation === s.generation) this.keep(h);
+    }
+    if (s === this.stream && this.streamEnded) {
+      this.streamEnded(st);
+      this.streamEnded = undefined;
+    }
+  }
+
+  // === leases ===
+
+  private onLease(s: LeaseStream, lease: Lease): void {
+    const job = lease.job;
+    const key = leaseKey(job?.queue ?? "", job?.jobId ?? "", lease.leaseToken);
+    const leaseMs = lease.leaseDeadline ? Math.max(0, lease.leaseDeadline.getTime() - Date.now()) : 0;
+    const h = new HeldLease(key, lease, s.generation, leaseMs);
+    this.held.set(key, h);
+    this.counters.leased++;
+    this.counters.running++;
+    this.counters.maxRunning = Math.max(this.counters.maxRunning, this.counters.running);
+    if (this.counters.running > this.concurrency) {
+      this.logger.error({ running: this.counters.running, concurrency: this.concurrency }, "more leases than slots (bug)");
+    }
+    if (leaseMs > 0) this.heartbeatMs = Math.max(100, Math.min(this.opts.heartbeatIntervalMs, leaseMs / 3));
+    const handler = this.handlers.get(job?.name ?? "") as Handler<unknown> | undefined;
+    const run: Handler<unknown> =
+      handler ??
+      (() => {
+        throw Object.assign(new Error(`no handler registered for job name ${JSON.stringify(job?.name)}`), {
+          errorType: "NoHandler",
+        });
+      });
+    void invoke(run, lease, {
+      signal: h.abort.signal,
+      workerId: this.workerId,
+      logger: this.logger,
+    }).then((outcome) => this.onOutcome(h, outcome));
+  }
+
+  private onOutcome(h: HeldLease, outcome: Outcome): void {
+    h.running = false;
+    this.counters.running--;
+    if (h.abandoned) {
+      this.logger.info({ jobId: h.jobId }, "a handler cancelled at shutdown returned; its attempt was already failed");
+      return;
+    }
+    if (outcome.kind === "fail") {
+      this.logger.warn(
+        { jobId: h.jobId, queue: h.queue, attempt: h.lease.attempt, errorType: outcome.failure.error.errorType, error: outcome.failure.error.message },
+        "job attempt failed",
+      );
+    }
+    h.outcome = outcome;
+    if (h.lost) {
+      this.drop(h, "the lease was lost while the handler ran (another worker may hold the job): result dropped");
+      return;
+    }
+    this.settle(h);
+  }
+
+  /** Sends `h`'s result: on the live stream, else with the unary call (retried while unreachable). */
+  private settle(h: HeldLease): void {
+    const outcome = h.outcome;
+    if (outcome === undefined || h.settling || h.released || this.isStopped()) return;
+    const s = this.stream;
+    if (s?.usable) {
+      const sent =
+        outcome.kind === "ack" ? s.ack(h.queue, h.jobId, h.token) : s.fail(h.queue, h.jobId, h.token, outcome.failure);
+      if (sent) {
+        h.settling = true;
+        h.settleGeneration = s.generation;
+        return;
+      }
+    }
+    h.settling = true;
+    h.settleGeneration = 0;
+    void settleUnary(this.client.stubs.workers, h, outcome, this.opts.rpcTimeoutMs).then(({ result, error }) => {
+      h.settling = false;
+      if (result === "recorded") return this.release(h, true);
+      if (result === "lost") return this.drop(h, `lease lost, result dropped (${error?.details ?? ""})`);
+      if (result === "refused") {
+        this.logger.error({ jobId: h.jobId, code: error?.code, details: error?.details }, "the server refused the result");
+        return this.release(h, false);
+      }
+      const delay = Math.round(fullJitter(h.settleFailures++, { baseMs: 250, capMs: 5_000 }));
+      this.logger.warn(
+        { jobId: h.jobId, code: error?.code, details: error?.details, retryInMs: delay },
+        "could not reach the server to record a result; keeping it and retrying",
+      );
+      setTimeout(() => this.settle(h), delay);
+    });
+  }
+
+  private onSettled(s: LeaseStream, st: Settled): void {
+    const h = this.held.get(leaseKey(st.queue, st.jobId, st.leaseToken));
+    if (h === undefined || !h.settling || h.settleGeneration !== s.generation) return;
+    h.settling = false;
+    if (st.code === 0) return this.release(h, true);
+    if (st.code === 9) return this.drop(h, `lease lost, result dropped (${st.message})`);
+    if (st.code === 14) {
+      const delay = Math.round(fullJitter(h.settleFailures++, { baseMs: 250, capMs: 5_000 }));
+      this.logger.warn({ jobId: h.jobId, retryInMs: delay, message: st.message }, "the server could not record a result; retrying");
+      setTimeout(() => this.settle(h), delay);
+      return;
+    }
+    this.logger.error({ jobId: h.jobId, code: st.code, message: st.message }, "the server refused the result");
+    this.release(h, false);
+  }
+
+  private drop(h: HeldLease, why: string): void {
+    this.logger.warn({ jobId: h.jobId, queue: h.queue, attempt: h.lease.attempt }, why);
+    this.release(h, false);
+  }
+
+  /** `h` needs nothing more: its slot is free (a credit is granted if no stream's book holds it). */
+  private release(h: HeldLease, recorded: boolean): void {
+    if (h.released) return;
+    h.released = true;
+    if (h.keeper) clearTimeout(h.keeper);
+    this.held.delete(h.key);
+    if (recorded) this.counters.settled++;
+    else this.counters.dropped++;
+    const s = this.stream;
+    if (s && !s.ended && h.generation !== s.generation && this.state === "running") s.grant(1);
+    this.wake();
+  }
+
+  /** Renews `h`'s lease with ExtendLease until it is settled (its stream is gone). */
+  private keep(h: HeldLease): void {
+    if (h.released || h.lost || h.keeper !== undefined) return;
+    const tick = async (failures: number): Promise<void> => {
+      h.keeper = undefined;
+      if (h.released || h.lost || this.isStopped()) return;
+      const r = await extendLease(this.client.stubs.workers, h, this.opts.rpcTimeoutMs);
+      if (h.released || this.isStopped()) return;
+      let next: number;
+      if (r.kind === "extended") {
+        const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
+        next = Math.max(200, Math.min(10_000, left / 3));
+        failures = 0;
+        this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
+      } else if (r.kind === "lost") {
+        h.lost = true;
+        h.abort.abort(new Error("lease lost"));
+        this.logger.warn({ jobId: h.jobId, details: r.error.details }, "lease lost (ExtendLease refused): the handler is signalled");
+        if (!h.running && !h.settling) this.drop(h, "lease lost before its result was recorded: result dropped");
+        return;
+      } else {
+        next = Math.round(200 + fullJitter(failures++, { baseMs: 250, capMs: 2_000 }));
+      }
+      h.keeper = setTimeout(() => void tick(failures), next);
+    };
+    void tick(0);
+  }
+
+  // === timers and shutdown ===
+
+  private schedule(): void {
+    this.timer = setTimeout(() => this.tick(), Math.min(this.heartbeatMs, 250));
+  }
+
+  /** Heartbeats, the stall watchdog and the event-loop lag check. */
+  private tick(): void {
+    const now = Date.now();
+    const late = now - this.lastTick - Math.min(this.heartbeatMs, 250);
+    if (late > Math.max(1_000, this.heartbeatMs)) {
+      this.logger.warn({ blockedMs: late }, "the event loop was blocked: heartbeats were late and leases may expire");
+    }
+    this.lastTick = now;
+    const s = this.stream;
+    if (s?.usable) {
+      if (now - s.lastWrite >= this.heartbeatMs * 0.9) s.heartbeat();
+      if (s.oldestUnansweredMs(now) > this.opts.stallTimeoutMs) {
+        this.logger.warn({ generation: s.generation, stallTimeoutMs: this.opts.stallTimeoutMs }, "the stream stalled (results unanswered); replacing it");
+        s.cancel();
+      }
+    }
+    if (this.state !== "stopped") this.schedule();
+  }
+
+  /** The grace is over: cancel every running handler and fail its attempt with RETRY. */
+  private abandonAll(): void {
+    for (const h of this.held.values()) {
+      if (!h.running || h.abandoned) continue;
+      h.abandoned = true;
+      h.abort.abort(new Error("worker shutdown: grace over"));
+      h.outcome = {
+        kind: "fail",
+        failure: {
+          disposition: FailDisposition.FAIL_DISPOSITION_RETRY,
+          error: {
+            message: `the worker shut down before the handler finished (grace ${this.opts.shutdownGraceMs} ms)`,
+            errorType: "WorkerShutdown",
+            details: "",
+          },
+          retryAfterMs: 1_000,
+          pauseQueue: false,
+        },
+      };
+      this.settle(h);
+    }
+  }
+
+  /** Closes the stream and stops every timer. */
+  private async finish(): Promise<void> {
+    const s = this.stream;
+    if (s && !s.ended) {
+      const ended = new Promise<void>((resolve) => {
+        const prev = this.streamEnded;
+        this.streamEnded = (st) => {
+          prev?.(st);
+          resolve();
+        };
+      });
+      s.end();
+      const stop = new AbortController();
+      await Promise.race([ended, sleep(5_000, stop.signal)]);
+      stop.abort();
+      s.cancel();
+    }
+    for (const h of this.held.values()) {
+      if (h.keeper) clearTimeout(h.keeper);
+      this.logger.error(
+        { jobId: h.jobId, queue: h.queue, attempt: h.lease.attempt },
+        "the worker stopped before this lease's result was recorded: the lease expires and the job is retried",
+      );
+    }
+    this.state = "stopped";
+    if (this.timer) clearTimeout(this.timer);
+    this.wake();
+    this.logger.info({ workerId: this.workerId, ...this.stats() }, "worker stopped");
+  }
+}
