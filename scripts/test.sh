@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
-cargo test --locked
+# --workspace: the server and the Rust client SDK (clients/rust, whose tests drive the
+# target/debug/jobwire built here).
+cargo test --locked --workspace
 # The integration suite's core again, each test on its own 3-master Redis Cluster.
 JOBWIRE_TEST_REDIS=cluster cargo test --locked --test it -- --skip message_limits:: \
   core_flow:: dead_letters:: replay_once:: retries:: limits:: retention_age:: model::

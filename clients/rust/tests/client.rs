@@ -1,0 +1,126 @@
+//! The producer client against a real server: enqueue with options, idempotent job ids,
+//! per-item batch results, get_job, the queue wrappers, a bearer token.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use jobwire_client::{pb, Backoff, EnqueueOptions, NewJob, Payload};
+use serde_json::json;
+
+#[tokio::test]
+async fn enqueue_sends_every_option_and_a_job_id_makes_it_idempotent() {
+    let server = support::server(&[]).await;
+    let client = server.client().await.expect("connect");
+    let q = support::queue("client");
+    let opts = EnqueueOptions {
+        job_id: Some("order-1".into()),
+        delay: Some(Duration::from_secs(60)),
+        priority: 7,
+        max_attempts: Some(4),
+        backoff: Some(Backoff::Exponential {
+            delay: Duration::from_millis(250),
+            max_delay: Some(Duration::from_secs(10)),
+            jitter: 0.5,
+        }),
+        metadata: HashMap::from([("tenant".to_owned(), "acme".to_owned())]),
+        timeout: Some(Duration::from_secs(30)),
+    };
+    let payload = Payload::json(&json!({"order": 1})).expect("json");
+    let first = client
+        .enqueue(&q, "charge", payload.clone(), opts.clone())
+        .await
+        .expect("enqueue");
+    assert!(first.created);
+    let again = client
+        .enqueue(&q, "charge", payload, opts)
+        .await
+        .expect("enqueue again");
+    assert!(!again.created, "same job_id: the existing job is returned");
+
+    let job = client.get_job(&q, "order-1").await.expect("get_job");
+    assert_eq!(job.state, pb::JobState::Delayed as i32);
+    assert_eq!(job.name, "charge");
+    assert_eq!(job.priority, 7);
+    assert_eq!(job.max_attempts, 4);
+    assert_eq!(job.content_type, "application/json");
+    assert_eq!(job.payload, br#"{"order":1}"#);
+    assert_eq!(job.metadata.get("tenant").map(String::as_str), Some("acme"));
+    let b = job.backoff.expect("backoff");
+    assert_eq!(b.kind, pb::BackoffKind::Exponential as i32);
+    assert_eq!(b.jitter, 0.5);
+    assert_eq!(job.timeout.map(|t| t.seconds), Some(30));
+
+    let missing = client.get_job(&q, "nope").await.expect_err("unknown job");
+    assert_eq!(missing.code(), Some(tonic::Code::NotFound));
+}
+
+#[tokio::test]
+async fn enqueue_batch_reports_each_item_on_its_own() {
+    let server = support::server(&[]).await;
+    let client = server.client().await.expect("connect");
+    let q = support::queue("batch");
+    let results = client
+        .enqueue_batch(vec![
+            NewJob::new(&q, "a", b"1".to_vec(), EnqueueOptions::default()),
+            NewJob::new(
+                &q,
+                "b",
+                b"2".to_vec(),
+                EnqueueOptions {
+                    max_attempts: Some(0), // invalid: at least 1
+                    ..Default::default()
+                },
+            ),
+            NewJob::new(&q, "c", b"3".to_vec(), EnqueueOptions::default()),
+        ])
+        .await
+        .expect("batch");
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let err = results[1].as_ref().expect_err("item 2 refused");
+    assert_eq!(err.code, tonic::Code::InvalidArgument as i32, "{err:?}");
+    let stats = client.get_queue_stats(&q).await.expect("stats");
+    assert_eq!(stats.waiting, 2);
+}
+
+#[tokio::test]
+async fn queue_wrappers_pause_configure_purge_and_delete() {
+    let server = support::server(&[]).await;
+    let client = server.client().await.expect("connect");
+    let q = support::queue("admin");
+    client
+        .enqueue(&q, "x", b"".to_vec(), EnqueueOptions::default())
+        .await
+        .expect("enqueue");
+    client.pause_queue(&q).await.expect("pause");
+    assert!(client.get_queue_stats(&q).await.expect("stats").paused);
+    client.resume_queue(&q).await.expect("resume");
+    assert!(!client.get_queue_stats(&q).await.expect("stats").paused);
+    let listed = client.list_queues().await.expect("list");
+    assert!(listed.iter().any(|s| s.queue == q), "{listed:?}");
+
+    let config = pb::QueueConfig {
+        default_max_attempts: Some(9),
+        ..Default::default()
+    };
+    let got = client
+        .update_queue_config(&q, config, &["default_max_attempts"])
+        .await
+        .expect("update config");
+    assert_eq!(got.default_max_attempts, Some(9));
+    assert_eq!(
+        client
+            .get_queue_config(&q)
+            .await
+            .expect("config")
+            .default_max_attempts,
+        Some(9)
+    );
+    assert_eq!(
+        client.purge_queue(&q, false, false).await.expect("purge"),
+        1
+    );
+    client.delete_queue(&q, true).await.expect("delete");
+}
