@@ -3,6 +3,7 @@ package jobwire_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,6 +189,23 @@ func TestErrorsMapToDispositions(t *testing.T) {
 		t.Errorf("typed handler on a valid payload: %+v", o)
 	}
 }
+
+func TestErrorTyperNamesTheErrorType(t *testing.T) {
+	w := jobwire.NewWorker(&jobwire.Client{}, jobwire.WorkerOptions{Queues: []string{"q"}})
+	jobwire.HandleRaw(w, "typed", func(context.Context, *jobwire.Job[[]byte]) error {
+		return jobwire.NonRetryable(fmt.Errorf("wrapped: %w", invalidAddress{}))
+	})
+	o, _ := jobwiretest.RunHandler(context.Background(), w, jobwiretest.Lease{Name: "typed"})
+	if o.Error.GetErrorType() != "invalid_address" || o.Disposition != pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY ||
+		o.Error.GetMessage() != "wrapped: 400 invalid address" {
+		t.Fatalf("got %v %q %q", o.Disposition, o.Error.GetErrorType(), o.Error.GetMessage())
+	}
+}
+
+type invalidAddress struct{}
+
+func (invalidAddress) Error() string     { return "400 invalid address" }
+func (invalidAddress) ErrorType() string { return "invalid_address" }
 
 type net429 struct{}
 

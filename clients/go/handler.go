@@ -148,12 +148,26 @@ func outcomeOf(err error, panicStack []byte) Outcome {
 	if panicStack != nil {
 		details = string(panicStack)
 	}
+	errType := typeName(cause)
+	var typed ErrorTyper
+	if errors.As(err, &typed) {
+		errType = typed.ErrorType()
+	}
 	o.Error = &pb.JobError{
-		Message:   truncate(err.Error(), maxMessage),
-		ErrorType: truncate(typeName(cause), maxErrorType),
+		Message:   truncate(cause.Error(), maxMessage),
+		ErrorType: truncate(errType, maxErrorType),
 		Details:   truncate(details, maxDetails),
 	}
 	return o
+}
+
+// ErrorTyper is an error that names its own error type (JobError.error_type, e.g.
+// "invalid_address"), which dead-letter filters and alerts match on. Without it the error
+// type is the Go type of the error (the cause inside NonRetryable and RetryAfter), e.g.
+// "*net.OpError".
+type ErrorTyper interface {
+	error
+	ErrorType() string
 }
 
 // typeName is the Go type of err, e.g. "*net.OpError" or "main.InvalidAddress".

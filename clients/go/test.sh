@@ -37,3 +37,32 @@ fi
 echo "staticcheck: ok"
 
 go test -race -count=1 -timeout 15m ./...
+
+# The sign-up demo: a module of its own (examples/go/signup) that uses this SDK through a
+# `replace` directive, as a user's module would, run against a fresh server on free ports.
+DEMO="$ROOT/examples/go/signup"
+(cd "$DEMO" && go vet ./... && "$HERE/.bin/staticcheck" ./... && go build -o "$HERE/.bin/signup-demo" .)
+tmp="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ports="$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')"
+read -r grpc_port http_port <<<"$ports"
+"$JOBWIRE_BIN" serve --grpc-addr "127.0.0.1:$grpc_port" --http-addr "127.0.0.1:$http_port" \
+  --data-dir "$tmp/data" >"$tmp/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 150); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$grpc_port") 2>/dev/null; then break; fi
+  sleep 0.2
+done
+if ! "$HERE/.bin/signup-demo" -server "127.0.0.1:$grpc_port"; then
+  echo "the Go sign-up demo failed; server log:" >&2
+  tail -50 "$tmp/server.log" >&2
+  exit 1
+fi
