@@ -130,7 +130,7 @@ func (w *Worker) onSettled(s *stream, st *pb.Settled) {
 	case codes.OK:
 		w.releaseLocked(h)
 	case codes.FailedPrecondition, codes.NotFound:
-		w.log.Warn("settle refused: lease lost; result dropped, the job is delivered again",
+		w.log.Warn("settle refused: the lease is lost (expired and given to another worker, or the job deleted); result dropped",
 			"queue", h.queue, "job_id", h.id, "code", code.String(), "message", st.GetMessage())
 		w.releaseLocked(h)
 	default:
@@ -205,7 +205,7 @@ func (w *Worker) settleUnary(h *held) {
 		case codes.OK:
 			w.log.Debug("settled with a unary call", "queue", h.queue, "job_id", h.id, "ack", h.outcome.Ack)
 		case codes.FailedPrecondition, codes.NotFound:
-			w.log.Warn("settle refused: lease lost; result dropped, the job is delivered again",
+			w.log.Warn("settle refused: the lease is lost (expired and given to another worker, or the job deleted); result dropped",
 				"queue", h.queue, "job_id", h.id, "code", code.String(), "error", err)
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
 			w.log.Info("settle failed; retrying", "queue", h.queue, "job_id", h.id, "code", code.String(), "attempt", attempt)

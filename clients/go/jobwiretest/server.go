@@ -5,17 +5,20 @@ package jobwiretest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -102,7 +105,12 @@ func (s *Server) Start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("jobwiretest: start %s: %v", s.bin, err)
 	}
-	if err := WaitServing(s.Addr, 30*time.Second); err != nil {
+	creds := insecure.NewCredentials()
+	if slices.Contains(s.args, "--tls-cert") {
+		// Readiness only: the health probe does not check the test's own certificate.
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec
+	}
+	if err := WaitServing(s.Addr, 30*time.Second, grpc.WithTransportCredentials(creds)); err != nil {
 		s.t.Fatalf("jobwiretest: %v", err)
 	}
 }
@@ -129,9 +137,10 @@ func (s *Server) Client(opts ...jobwire.Option) *jobwire.Client {
 	return c
 }
 
-// WaitServing polls the gRPC health service at addr until it says SERVING.
-func WaitServing(addr string, timeout time.Duration) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// WaitServing polls the gRPC health service at addr until it says SERVING (plaintext unless
+// opts give other transport credentials).
+func WaitServing(addr string, timeout time.Duration, opts ...grpc.DialOption) error {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,56 @@
+package jobwire
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
+	b := backoff{base: 500 * time.Millisecond, max: 30 * time.Second}
+	ceil := 500 * time.Millisecond
+	for i := 0; i < 12; i++ {
+		d := b.next()
+		if d < 0 || d > ceil {
+			t.Fatalf("wait %d: %s, want within [0, %s]", i, d, ceil)
+		}
+		ceil = min(2*ceil, 30*time.Second)
+	}
+	b.reset()
+	if d := b.next(); d > 500*time.Millisecond {
+		t.Fatalf("after reset: %s, want at most 500ms", d)
+	}
+	// Full jitter spreads: 200 draws from [0, 30 s] are not all in one half.
+	var low int
+	for i := 0; i < 200; i++ {
+		if b.next() < 15*time.Second {
+			low++
+		}
+	}
+	if low == 0 || low == 200 {
+		t.Fatalf("%d of 200 capped waits below half the cap: not spread", low)
+	}
+}
+
+func TestTruncateKeepsUTF8AndSaysHowMuch(t *testing.T) {
+	s := strings.Repeat("é", 5000) // 10000 bytes
+	got := truncate(s, 8<<10)
+	if len(got) > 8<<10 || !utf8.ValidString(got) || !strings.Contains(got, "…[truncated ") {
+		t.Fatalf("len %d, valid %v, tail %q", len(got), utf8.ValidString(got), got[len(got)-30:])
+	}
+	if truncate("short", 10) != "short" {
+		t.Fatal("a short string changed")
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for target, want := range map[string]bool{
+		"127.0.0.1:50051": true, "localhost:1": true, "[::1]:50051": true,
+		"10.0.0.1:50051": false, "jobs.example.com:443": false, "dns:///x:1": false,
+	} {
+		if got := isLoopback(target); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", target, got, want)
+		}
+	}
+}
