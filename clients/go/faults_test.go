@@ -234,3 +234,45 @@ func streamKilledByNetwork(t *testing.T, sc scenario) {
 		return err == nil && st.GetWorkersConnected() == 1
 	})
 }
+
+// TestServerDrainIsFollowed: the server is stopped gracefully (SIGTERM) while the worker
+// holds a job: the worker gets Draining, finishes and acks the job within the server's
+// grace (attempt 1, handled once), and after the server's restart it reconnects and serves
+// a new job.
+func TestServerDrainIsFollowed(t *testing.T) {
+	redisURL := startRedis(t)
+	srv := jobwiretest.StartServer(t, "--redis-url", redisURL, "--shutdown-grace", "10s")
+	c := srv.Client()
+	const q = "srvdrain"
+	var calls counter
+	started := make(chan string, 2)
+	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, Concurrency: 2})
+	jobwire.HandleRaw(w, "work", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		calls.add(job.ID)
+		started <- job.ID
+		if job.ID == "d-1" {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return nil
+	})
+	runWorker(t, w)
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, q, "work", []byte("x"), jobwire.JobID("d-1"), jobwire.MaxAttempts(3)); err != nil {
+		t.Fatal(err)
+	}
+	if id := <-started; id != "d-1" {
+		t.Fatalf("started %s", id)
+	}
+	if err := srv.Stop(20 * time.Second); err != nil {
+		t.Fatalf("server stop: %v", err)
+	}
+	srv.Start()
+	j := waitState(t, c, q, "d-1", pb.JobState_JOB_STATE_COMPLETED, 10*time.Second)
+	if j.GetAttemptsMade() != 1 || calls.get("d-1") != 1 {
+		t.Fatalf("attempts_made %d, handled %d times; want 1 and 1", j.GetAttemptsMade(), calls.get("d-1"))
+	}
+	if _, err := c.Enqueue(ctx, q, "work", []byte("x"), jobwire.JobID("d-2")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, q, "d-2", pb.JobState_JOB_STATE_COMPLETED, 30*time.Second)
+}

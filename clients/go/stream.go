@@ -26,7 +26,8 @@ type stream struct {
 	out            []*pb.SubscribeRequest
 	oldest         time.Time // when the oldest unsent message was queued
 	wake           chan struct{}
-	closing        bool // CloseSend after the outbox
+	ended          chan struct{} // closed when the stream is over: the sender returns
+	closing        bool          // CloseSend after the outbox
 	dead           bool
 	serverDraining bool // the server sent Draining: no more leases, no grants
 	lastSend       time.Time
@@ -88,7 +89,11 @@ func (s *stream) sender() {
 			return
 		}
 		if len(batch) == 0 {
-			<-s.wake
+			select {
+			case <-s.wake:
+			case <-s.ended:
+				return
+			}
 		}
 	}
 }
@@ -177,7 +182,7 @@ func (w *Worker) runStream() (opened bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	s := &stream{call: call, cancel: cancel, wake: make(chan struct{}, 1)}
+	s := &stream{call: call, cancel: cancel, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopping {
 		w.mu.Unlock()
@@ -197,6 +202,7 @@ func (w *Worker) runStream() (opened bool, err error) {
 		s.mu.Lock()
 		s.dead = true
 		s.mu.Unlock()
+		close(s.ended)
 		cancel()
 		w.onStreamEnd(s)
 	}()

@@ -126,6 +126,28 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
+// Stop asks the server to shut down gracefully (SIGTERM: it drains its worker streams and
+// waits up to its --shutdown-grace for acks) and waits for it to exit, at most timeout;
+// then it is killed. Returns the server's exit error, if any.
+func (s *Server) Stop(timeout time.Duration) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return nil
+	}
+	cmd := s.cmd
+	s.cmd = nil
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("jobwire did not exit within %s of SIGTERM", timeout)
+	}
+}
+
 // Client is a jobwire.Client for this server, closed when the test ends.
 func (s *Server) Client(opts ...jobwire.Option) *jobwire.Client {
 	s.t.Helper()
