@@ -22,8 +22,9 @@ import (
 // Client is a connection to one jobwire server. It is safe for concurrent use; create one
 // per process and share it (a [Worker] uses it too). Close it when done.
 type Client struct {
-	conn   *grpc.ClientConn
-	log    *slog.Logger
+	conn *grpc.ClientConn
+	log  *slog.Logger
+	// The generated stubs on the same connection, for what the wrappers leave out.
 	Jobs   pb.JobServiceClient
 	Worker pb.WorkerServiceClient
 	Dead   pb.DeadLetterServiceClient

@@ -73,7 +73,7 @@ func TestEnqueueOptionsAndGetJob(t *testing.T) {
 	ctx := context.Background()
 	r, err := c.Enqueue(ctx, "emails", "send", signup{UserID: "u1", Email: "u1@example.com"},
 		jobwire.JobID("welcome:u1"), jobwire.Delay(time.Hour), jobwire.Priority(7), jobwire.MaxAttempts(4),
-		jobwire.WithBackoff(jobwire.Backoff{Exponential: true, Delay: 50 * time.Millisecond, Jitter: 0.5, MaxDelay: time.Second}),
+		jobwire.Backoff(jobwire.BackoffPolicy{Exponential: true, Delay: 50 * time.Millisecond, Jitter: 0.5, MaxDelay: time.Second}),
 		jobwire.Metadata(map[string]string{"tenant": "acme"}))
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 )
 
 // EnqueueOption sets an option of a job (see [JobID], [Delay], [Priority], [MaxAttempts],
-// [WithBackoff], [Metadata], [Timeout], [ContentType]).
+// [Backoff], [Metadata], [Timeout], [ContentType]).
 type EnqueueOption func(*pb.JobSpec)
 
 // JobID sets the job's id, which is also its idempotency key: an Enqueue whose id exists
@@ -56,18 +56,19 @@ func Metadata(md map[string]string) EnqueueOption {
 // not []byte).
 func ContentType(ct string) EnqueueOption { return func(s *pb.JobSpec) { s.ContentType = ct } }
 
-// Backoff is a job's retry backoff policy. Kind "exponential" waits Delay * 2^(n-1) after
-// attempt n; "fixed" waits Delay every time. Jitter in [0, 1] draws the delay uniformly from
-// [(1 - Jitter) * d, d] (1 is full jitter); MaxDelay caps every delay when > 0.
-type Backoff struct {
+// BackoffPolicy is a job's retry backoff policy, computed by the server. Exponential waits
+// Delay * 2^(n-1) after attempt n (BullMQ's "exponential"); otherwise every retry waits Delay
+// ("fixed"). Jitter in [0, 1] draws the delay uniformly from [(1 - Jitter) * d, d] (1 is
+// full jitter); MaxDelay caps every delay when > 0. Delay: 0 to 7 days.
+type BackoffPolicy struct {
 	Exponential bool
 	Delay       time.Duration
 	Jitter      float64
 	MaxDelay    time.Duration
 }
 
-// WithBackoff sets the retry backoff (unset: retry at once, or the queue's default).
-func WithBackoff(b Backoff) EnqueueOption {
+// Backoff sets the retry backoff (unset: retry at once, or the queue's default).
+func Backoff(b BackoffPolicy) EnqueueOption {
 	return func(s *pb.JobSpec) {
 		kind := pb.BackoffKind_BACKOFF_KIND_FIXED
 		if b.Exponential {

@@ -47,7 +47,7 @@ func (r *run) checkKeys(label string) {
 }
 
 func (d *demo) enqueue(ctx context.Context, r *run) error {
-	backoff := jobwire.WithBackoff(jobwire.Backoff{Exponential: true, Delay: 50 * time.Millisecond, Jitter: 0.5, MaxDelay: time.Second})
+	backoff := jobwire.Backoff(jobwire.BackoffPolicy{Exponential: true, Delay: 50 * time.Millisecond, Jitter: 0.5, MaxDelay: time.Second})
 	for i := 1; i <= signups; i++ {
 		user := fmt.Sprintf("user_%d", i)
 		email := user + "@example.com"
