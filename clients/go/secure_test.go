@@ -31,21 +31,7 @@ func TestTLSAndToken(t *testing.T) {
 	if out, err := exec.Command("bash", "../../scripts/dev-certs.sh", certs).CombinedOutput(); err != nil {
 		t.Fatalf("dev-certs.sh: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "token", "new", "--id", "go-sdk").Output()
-	if err != nil {
-		t.Fatalf("jobwire token new: %v", err)
-	}
-	token := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-	sha := regexp.MustCompile(`sha256: "([0-9a-f]{64})"`).FindStringSubmatch(string(out))
-	if !strings.HasPrefix(token, "jw_") || sha == nil {
-		t.Fatalf("unexpected output of jobwire token new:\n%s", out)
-	}
-	auth := filepath.Join(dir, "auth.yaml")
-	yaml := "principals:\n  - name: go-sdk\n    tokens:\n      - id: go-sdk\n        sha256: " + sha[1] +
-		"\n    grants:\n      - queues: [\"*\"]\n        roles: [producer, worker, admin]\n"
-	if err := os.WriteFile(auth, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	token, auth := makeAuthFile(t, bin, dir)
 	srv := jobwiretest.StartServer(t, "--tls-cert", filepath.Join(certs, "server.crt"),
 		"--tls-key", filepath.Join(certs, "server.key"), "--auth-file", auth)
 	tlsOpt := jobwire.WithTLS(jobwire.TLS{CAFile: filepath.Join(certs, "ca.crt")})
@@ -67,5 +53,44 @@ func TestTLSAndToken(t *testing.T) {
 	}
 	if _, err := jobwire.NewClient("jobs.example.com:50051", jobwire.WithToken(token)); err == nil {
 		t.Fatal("NewClient accepted a token in clear text to a non-loopback target")
+	}
+}
+
+// makeAuthFile makes a token with `jobwire token new` and an auth file in dir that grants
+// it every role on every queue.
+func makeAuthFile(t *testing.T, bin, dir string) (string, string) {
+	t.Helper()
+	out, err := exec.Command(bin, "token", "new", "--id", "go-sdk").Output()
+	if err != nil {
+		t.Fatalf("jobwire token new: %v", err)
+	}
+	token := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	sha := regexp.MustCompile(`sha256: "([0-9a-f]{64})"`).FindStringSubmatch(string(out))
+	if !strings.HasPrefix(token, "jw_") || sha == nil {
+		t.Fatalf("unexpected output of jobwire token new:\n%s", out)
+	}
+	auth := filepath.Join(dir, "auth.yaml")
+	yaml := "principals:\n  - name: go-sdk\n    tokens:\n      - id: go-sdk\n        sha256: " + sha[1] +
+		"\n    grants:\n      - queues: [\"*\"]\n        roles: [producer, worker, admin]\n"
+	if err := os.WriteFile(auth, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return token, auth
+}
+
+// TestTokenOnLoopbackWithoutTLS: a token may go in clear text to a loopback server.
+func TestTokenOnLoopbackWithoutTLS(t *testing.T) {
+	bin, err := jobwiretest.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, auth := makeAuthFile(t, bin, t.TempDir())
+	srv := jobwiretest.StartServer(t, "--auth-file", auth)
+	ctx := context.Background()
+	if _, err := srv.Client(jobwire.WithToken(token)).Enqueue(ctx, "plain", "job", []byte("x")); err != nil {
+		t.Fatalf("Enqueue with the token: %v", err)
+	}
+	if _, err := srv.Client().Enqueue(ctx, "plain", "job", []byte("x")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Enqueue without the token: %v, want UNAUTHENTICATED", err)
 	}
 }
