@@ -46,8 +46,16 @@ func (w *Worker) onLease(s *stream, l *pb.Lease) {
 	if d := time.Until(l.GetLeaseDeadline().AsTime()); d > 0 {
 		w.leaseDur = d
 	}
-	if len(w.held) >= w.opts.Concurrency {
-		w.log.Error("the server sent a lease beyond the credits granted", "queue", h.queue, "job_id", h.id, "held", len(w.held))
+	// A lease may overtake the Settled reply of the ack that freed its credit, so count the
+	// handlers still running, not the leases awaiting a reply.
+	running := 0
+	for _, o := range w.held {
+		if o.outcome == nil {
+			running++
+		}
+	}
+	if running >= w.opts.Concurrency {
+		w.log.Error("the server sent a lease beyond the credits granted", "queue", h.queue, "job_id", h.id, "running", running)
 	}
 	w.held[h.token] = h
 	w.notifyLocked()
