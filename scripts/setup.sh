@@ -3,7 +3,8 @@
 # redis-server (also run as a sentinel: `redis-server <conf> --sentinel`) and redis-tools
 # (redis-cli, which the cluster tests use to create a cluster), openssl (the demo's --secure
 # mode and the TLS tests make throwaway certificates), and a Python venv at .venv with the gRPC
-# client packages and grpcurl;
+# client packages, grpcurl and the Python SDK (clients/python, installed editable: the sign-up
+# demo and tests/python use it);
 # with --test also Prometheus (promtool and the server, for the alert-rule tests).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -38,8 +39,8 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
 fi
 if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/grpcurl ] \
-  || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest' >/dev/null 2>&1; then
-  echo "setup: creating .venv with the Python gRPC packages"
+  || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest, jobwire' >/dev/null 2>&1; then
+  echo "setup: creating .venv with the Python gRPC packages and the Python SDK (clients/python)"
   python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt
+  .venv/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt -e ./clients/python
 fi

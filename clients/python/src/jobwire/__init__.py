@@ -1,0 +1,34 @@
+"""jobwire: the Python SDK of the jobwire job server.
+
+* :class:`Client` (asyncio, ``grpc.aio``): enqueue jobs, read them, administer dead letters and
+  queues. :mod:`jobwire.sync` has the same for blocking scripts.
+* :class:`Worker`: leases jobs over a Subscribe stream and runs a handler per job name, with
+  concurrency as credits, heartbeats, reconnects and a graceful shutdown on SIGTERM.
+* :class:`NonRetryable`, :class:`RetryAfter`, :class:`RateLimited`: what a handler raises to
+  choose how its job fails.
+* :mod:`jobwire.testing`: run a handler on a fake lease; start a real server for tests.
+* :mod:`jobwire.pb`: the generated messages and stubs.
+"""
+
+from jobwire._channel import TLS, read_token
+from jobwire._spec import Backoff, job_spec
+from jobwire.client import Client
+from jobwire.context import JobContext
+from jobwire.errors import JobwireError, NonRetryable, RateLimited, RetryAfter
+from jobwire.worker import SubscribeRefused, Worker
+
+__all__ = [
+    "TLS",
+    "Backoff",
+    "Client",
+    "JobContext",
+    "JobwireError",
+    "NonRetryable",
+    "RateLimited",
+    "RetryAfter",
+    "SubscribeRefused",
+    "Worker",
+    "job_spec",
+    "read_token",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,155 @@
+"""Thin wrappers of the DeadLetterService and the QueueService (retried on UNAVAILABLE)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+import grpc.aio
+from google.protobuf import field_mask_pb2
+
+from jobwire import pb
+from jobwire._backoff import retry_unavailable
+
+
+class DeadLetters:
+    """The dead-letter queue of each queue: what failed for good, to inspect, replay or delete.
+
+    Every call is safe to repeat (a replay of an id that is no longer dead is skipped), so each is
+    retried on UNAVAILABLE. ``filter`` takes a ``jobwire.pb.DeadLetterFilter`` (job name, error
+    type, dead reason, message prefix, time range).
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
+        self._stub = pb.DeadLetterServiceStub(channel)
+        self._timeout = timeout
+
+    async def list_page(
+        self,
+        queue: str,
+        *,
+        page_size: int = 100,
+        page_token: str = "",
+        filter: pb.DeadLetterFilter | None = None,
+    ) -> pb.ListDeadLettersResponse:
+        """One page of dead jobs, newest first; ``next_page_token`` is empty on the last page."""
+        req = pb.ListDeadLettersRequest(
+            queue=queue, page_size=page_size, page_token=page_token, filter=filter
+        )
+        return await retry_unavailable(
+            lambda: self._stub.ListDeadLetters(req, timeout=self._timeout), self._timeout
+        )
+
+    async def iterate(
+        self, queue: str, *, filter: pb.DeadLetterFilter | None = None
+    ) -> AsyncIterator[pb.Job]:
+        """Every dead job of ``queue`` (matching ``filter``), page after page."""
+        token = ""
+        while True:
+            page = await self.list_page(queue, page_token=token, filter=filter)
+            for job in page.dead_letters:
+                yield job
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def list(self, queue: str, *, filter: pb.DeadLetterFilter | None = None) -> list[pb.Job]:
+        """Every dead job of ``queue`` (matching ``filter``), all pages read."""
+        return [job async for job in self.iterate(queue, filter=filter)]
+
+    async def get(self, queue: str, job_id: str) -> pb.Job:
+        """One dead job with its whole error history; NOT_FOUND if it is not dead."""
+        req = pb.GetDeadLetterRequest(queue=queue, job_id=job_id)
+        resp = await retry_unavailable(
+            lambda: self._stub.GetDeadLetter(req, timeout=self._timeout), self._timeout
+        )
+        return resp.dead_letter
+
+    async def replay(
+        self, queue: str, job_ids: Iterable[str] = (), *, filter: pb.DeadLetterFilter | None = None
+    ) -> pb.ReplayDeadLettersResponse:
+        """Moves dead jobs (by id, or all matching ``filter``) back to waiting under their own id
+        with a fresh attempt budget; ids no longer dead come back as skipped."""
+        req = pb.ReplayDeadLettersRequest(queue=queue, job_ids=list(job_ids), filter=filter)
+        return await retry_unavailable(
+            lambda: self._stub.ReplayDeadLetters(req, timeout=self._timeout), self._timeout
+        )
+
+    async def delete(
+        self, queue: str, job_ids: Iterable[str] = (), *, filter: pb.DeadLetterFilter | None = None
+    ) -> pb.DeleteDeadLettersResponse:
+        """Deletes dead jobs for good (by id, or all matching ``filter``)."""
+        req = pb.DeleteDeadLettersRequest(queue=queue, job_ids=list(job_ids), filter=filter)
+        return await retry_unavailable(
+            lambda: self._stub.DeleteDeadLetters(req, timeout=self._timeout), self._timeout
+        )
+
+
+class Queues:
+    """Queue administration: stats, pause and resume, config, purge and delete."""
+
+    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
+        self._stub = pb.QueueServiceStub(channel)
+        self._timeout = timeout
+
+    async def list(self) -> list[pb.QueueStats]:
+        """Every known queue with its counts."""
+        resp = await retry_unavailable(
+            lambda: self._stub.ListQueues(pb.ListQueuesRequest(), timeout=self._timeout), self._timeout
+        )
+        return list(resp.queues)
+
+    async def stats(self, queue: str) -> pb.QueueStats:
+        """Counts per state, oldest waiting and dead ages, paused, connected workers, config."""
+        req = pb.GetQueueStatsRequest(queue=queue)
+        return (
+            await retry_unavailable(
+                lambda: self._stub.GetQueueStats(req, timeout=self._timeout), self._timeout
+            )
+        ).stats
+
+    async def pause(self, queue: str) -> None:
+        """Stops leasing from ``queue`` (enqueues are still accepted)."""
+        req = pb.PauseQueueRequest(queue=queue)
+        await retry_unavailable(lambda: self._stub.PauseQueue(req, timeout=self._timeout), self._timeout)
+
+    async def resume(self, queue: str) -> None:
+        """Leases from ``queue`` again."""
+        req = pb.ResumeQueueRequest(queue=queue)
+        await retry_unavailable(lambda: self._stub.ResumeQueue(req, timeout=self._timeout), self._timeout)
+
+    async def get_config(self, queue: str) -> pb.QueueConfig:
+        """The queue's defaults and limits."""
+        req = pb.GetQueueConfigRequest(queue=queue)
+        return (
+            await retry_unavailable(
+                lambda: self._stub.GetQueueConfig(req, timeout=self._timeout), self._timeout
+            )
+        ).config
+
+    async def update_config(self, queue: str, config: pb.QueueConfig, paths: Iterable[str]) -> pb.QueueConfig:
+        """Sets the fields of ``config`` named in ``paths`` (a FieldMask, e.g.
+        ``["default_max_attempts", "rate_limit"]``); returns the whole new config."""
+        req = pb.UpdateQueueConfigRequest(
+            queue=queue, config=config, update_mask=field_mask_pb2.FieldMask(paths=list(paths))
+        )
+        return (
+            await retry_unavailable(
+                lambda: self._stub.UpdateQueueConfig(req, timeout=self._timeout), self._timeout
+            )
+        ).config
+
+    async def purge(self, queue: str, *, include_completed: bool = False, include_dead: bool = False) -> int:
+        """Deletes the waiting and delayed jobs (and completed / dead ones if asked); returns how many."""
+        req = pb.PurgeQueueRequest(
+            queue=queue, include_completed=include_completed, include_dead=include_dead
+        )
+        return (
+            await retry_unavailable(lambda: self._stub.PurgeQueue(req, timeout=self._timeout), self._timeout)
+        ).deleted
+
+    async def delete(self, queue: str, *, force: bool = False) -> pb.DeleteQueueResponse:
+        """Deletes the queue (``force``: even with jobs in it); returns what was removed."""
+        req = pb.DeleteQueueRequest(queue=queue, force=force)
+        return await retry_unavailable(
+            lambda: self._stub.DeleteQueue(req, timeout=self._timeout), self._timeout
+        )

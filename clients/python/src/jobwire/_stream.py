@@ -1,0 +1,112 @@
+"""One WorkerService.Subscribe stream: a single writer (with heartbeats and a stall watchdog)
+and a reader that hands each server message to the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+import grpc.aio
+
+from jobwire import pb
+from jobwire._aio import within
+
+log = logging.getLogger("jobwire.worker")
+
+Message = pb.SubscribeRequest
+
+
+class StreamStalled(Exception):
+    """A write to the stream did not complete within the stall timeout: the stream is replaced."""
+
+
+class Stream:
+    """A Subscribe call. Messages go out in order through one writer task; when nothing was
+    sent for ``heartbeat_interval`` seconds the writer sends a Heartbeat (the server renews the
+    stream's leases while it hears from it within ``--heartbeat-timeout``). A write that takes
+    longer than ``stall_timeout`` counts as a stalled stream (the transport accepts nothing,
+    e.g. a peer that stopped reading): the call is cancelled and the worker reconnects, so the
+    worker's liveness is the stream's own, never a side channel's."""
+
+    def __init__(
+        self,
+        stub: pb.WorkerServiceAsyncStub,
+        gen: int,
+        heartbeat_interval: float,
+        stall_timeout: float,
+    ) -> None:
+        self.gen = gen
+        self.heartbeat_interval = heartbeat_interval
+        self.stall_timeout = stall_timeout
+        self.call: grpc.aio.StreamStreamCall[pb.SubscribeRequest, pb.SubscribeResponse] = stub.Subscribe()
+        self.opened = False
+        self.server_draining = False
+        self.extended = False  # the worker renewed its carried leases after this opened
+        self.closing = False
+        self._out: asyncio.Queue[Message | None] = asyncio.Queue()
+
+    def send(self, msg: Message) -> None:
+        """Queues ``msg`` for the writer (in order)."""
+        if not self.closing:
+            self._out.put_nowait(msg)
+
+    def half_close(self) -> None:
+        """No more messages: the writer ends the request side once the queue is written."""
+        if not self.closing:
+            self.closing = True
+            self._out.put_nowait(None)
+
+    def cancel(self) -> None:
+        self.closing = True
+        self.call.cancel()
+
+    async def _write(self, msg: Message) -> None:
+        try:
+            await within(self.call.write(msg), self.stall_timeout)
+        except TimeoutError:
+            raise StreamStalled(f"a write took over {self.stall_timeout} s") from None
+
+    async def _writer(self) -> None:
+        while True:
+            try:
+                msg = await within(self._out.get(), self.heartbeat_interval)
+            except TimeoutError:
+                msg = pb.SubscribeRequest(heartbeat=pb.Heartbeat())
+            if msg is None:
+                await within(self.call.done_writing(), self.stall_timeout)
+                return
+            await self._write(msg)
+
+    async def run(
+        self, open_msg: pb.OpenStream, on_message: Callable[[Stream, pb.SubscribeResponse], None]
+    ) -> None:
+        """Opens the stream and serves it until it ends. Returns when the server ends it
+        normally; raises ``grpc.aio.AioRpcError`` (or :class:`StreamStalled`) otherwise."""
+        await self._write(pb.SubscribeRequest(open=open_msg))
+        writer = asyncio.create_task(self._writer(), name=f"jobwire-stream-writer-{self.gen}")
+
+        def writer_done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                self.call.cancel()  # ends the read below
+
+        writer.add_done_callback(writer_done)
+        try:
+            # The server answers the open with its headers (or ends the call with a refusal).
+            await self.call.initial_metadata()
+            self.opened = True
+            try:
+                async for resp in self.call:
+                    on_message(self, resp)
+            except grpc.aio.AioRpcError:
+                if writer.done() and not writer.cancelled() and writer.exception() is not None:
+                    raise writer.exception() from None  # type: ignore[misc]
+                raise
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            if not self.call.done():
+                self.call.cancel()

@@ -1,0 +1,170 @@
+"""The asyncio producer client: enqueue, read jobs, and the dead-letter and queue services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import grpc.aio
+
+from jobwire import pb
+from jobwire._admin import DeadLetters, Queues
+from jobwire._backoff import retry_unavailable
+from jobwire._channel import TLS, aio_channel
+from jobwire._spec import Backoff, job_spec
+from jobwire.errors import Delay
+
+DEFAULT_TIMEOUT = 30.0
+"""Deadline of each unary call, in seconds."""
+
+
+class Client:
+    """A connection to a jobwire server, for producers and for :class:`jobwire.Worker`.
+
+    ``target``: ``HOST:PORT`` of the gRPC port. ``token``: a bearer token (``jw_<id>_<secret>``,
+    from ``jobwire token new``) sent as ``authorization: Bearer <token>`` with every call; over
+    plaintext only to a loopback address (gRPC refuses to send it in clear text elsewhere).
+    ``tls``: :class:`jobwire.TLS` (CA, optional client certificate for mTLS); ``None`` is
+    plaintext. ``timeout``: seconds each unary call may take.
+
+    The channel is made on first use inside the running event loop; ``async with Client(...)``
+    or :meth:`close` closes it. Calls raise ``grpc.aio.AioRpcError`` with the server's status
+    code (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...). Calls that are safe to repeat
+    are retried on UNAVAILABLE with jittered backoff (an enqueue only when it has a ``job_id``,
+    which makes it idempotent; a batch always, as the server writes none of it or answers per
+    item).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        tls: TLS | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.target = target
+        self.token = token
+        self.tls = tls
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+
+    # === connection ===
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The asyncio channel (made on first use), for calls the SDK does not wrap."""
+        if self._channel is None:
+            self._channel = aio_channel(self.target, self.token, self.tls)
+        return self._channel
+
+    async def close(self) -> None:
+        """Closes the channel; calls still running are cancelled."""
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            await channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        """Waits until the server's gRPC health check says SERVING; raises TimeoutError."""
+        from jobwire._health import wait_serving
+
+        await wait_serving(self.channel, timeout)
+
+    @property
+    def jobs(self) -> pb.JobServiceAsyncStub:
+        """The generated JobService stub on this channel."""
+        return pb.JobServiceStub(self.channel)
+
+    @property
+    def workers(self) -> pb.WorkerServiceAsyncStub:
+        """The generated WorkerService stub on this channel."""
+        return pb.WorkerServiceStub(self.channel)
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        """The DeadLetterService: list, get, replay, delete dead jobs."""
+        return DeadLetters(self.channel, self.timeout)
+
+    @property
+    def queues(self) -> Queues:
+        """The QueueService: stats, pause/resume, config, purge, delete."""
+        return Queues(self.channel, self.timeout)
+
+    # === JobService ===
+
+    async def enqueue(
+        self,
+        queue: str,
+        name: str,
+        payload: Any = b"",
+        *,
+        job_id: str | None = None,
+        delay: Delay | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        backoff: Backoff | pb.Backoff | None = None,
+        metadata: Mapping[str, str] | None = None,
+        timeout: Delay | None = None,
+        content_type: str | None = None,
+    ) -> pb.EnqueueResponse:
+        """Creates a job named ``name`` (the job type handlers register for) on ``queue``.
+
+        ``payload``: ``bytes`` as they are, ``str`` as UTF-8, anything else JSON-encoded with
+        content type ``application/json``. The options are :func:`jobwire.job_spec`'s. Returns
+        the job as stored and ``created`` (False when ``job_id`` already existed: nothing
+        changed, the existing job is returned).
+        """
+        spec = job_spec(
+            queue,
+            name,
+            payload,
+            job_id=job_id,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            metadata=metadata,
+            timeout=timeout,
+            content_type=content_type,
+        )
+        return await self.enqueue_spec(spec)
+
+    async def enqueue_spec(self, spec: pb.JobSpec) -> pb.EnqueueResponse:
+        """Enqueues a prepared JobSpec (see :func:`jobwire.job_spec`)."""
+        request = pb.EnqueueRequest(job=spec)
+
+        async def call() -> pb.EnqueueResponse:
+            return await self.jobs.Enqueue(request, timeout=self.timeout)
+
+        return await (retry_unavailable(call, self.timeout) if spec.job_id else call())
+
+    async def enqueue_batch(self, specs: Iterable[pb.JobSpec]) -> list[pb.EnqueueResult]:
+        """Enqueues up to 1000 jobs in one call; one result per spec, in order.
+
+        Each item succeeds or fails on its own: a refused item has ``error`` set (a google.rpc
+        code, a message and the offending field) and the others are written.
+        """
+        request = pb.EnqueueBatchRequest(jobs=list(specs))
+
+        async def call() -> pb.EnqueueBatchResponse:
+            return await self.jobs.EnqueueBatch(request, timeout=self.timeout)
+
+        return list((await retry_unavailable(call, self.timeout)).results)
+
+    async def get_job(self, queue: str, job_id: str) -> pb.Job:
+        """The job with its state, attempts and error history; NOT_FOUND if there is none."""
+        request = pb.GetJobRequest(queue=queue, job_id=job_id)
+
+        async def call() -> pb.GetJobResponse:
+            return await self.jobs.GetJob(request, timeout=self.timeout)
+
+        return (await retry_unavailable(call, self.timeout)).job

@@ -1,0 +1,646 @@
+"""The asyncio worker: leases jobs over one Subscribe stream and runs a handler per job name.
+
+Behaviour (issue 14; DESIGN.md section 3):
+
+* **Concurrency = credits** (Pub/Sub flow control): the stream opens with as many credits as
+  free handler slots, the server returns a credit when a lease of that stream is settled, and
+  the worker grants one itself only when a slot frees that an older stream's lease held. The
+  worker never holds more leases than ``concurrency``.
+* **Liveness from the stream**: a Heartbeat every ``heartbeat_interval`` seconds of silence
+  (the server renews the stream's leases while it hears from it), a stall watchdog on every
+  write, gRPC keepalive on the channel.
+* **Reconnect**: a broken stream is replaced with full-jitter backoff (0.5 s doubling to 30 s),
+  under the same worker id. Leases still held are renewed with ExtendLease by their lease token
+  (at once, then every ``heartbeat_interval``), results are settled with the unary Ack/Fail
+  while no stream is up (FAILED_PRECONDITION: the lease was lost, the result is logged and
+  dropped; UNAVAILABLE: kept and retried). A result is never dropped without a log line.
+* **Graceful shutdown** on SIGTERM/SIGINT (``handle_signals=False`` to opt out): Drain (no more
+  leases), wait up to ``grace`` seconds for held jobs, then cancel what still runs and fail it
+  with RETRY (``retry_after`` 0: no hand-back RPC exists), then close. A second signal skips
+  the grace. A server ``Draining`` message stops leases; held jobs finish and the worker
+  reconnects once the server ends the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from jobwire import pb
+from jobwire._aio import wait_event
+from jobwire._backoff import Backoff
+from jobwire._execute import Handler, execute
+from jobwire._stream import Stream, StreamStalled
+from jobwire.client import Client
+from jobwire.context import JobContext
+from jobwire.errors import JobwireError, duration
+
+log = logging.getLogger("jobwire.worker")
+
+H = TypeVar("H", bound=Handler)
+Key = tuple[str, str, str]  # (queue, job id, lease token)
+
+DEFAULT_GRACE = 25.0
+"""Seconds a shutdown waits for held jobs (below Kubernetes' default 30 s termination grace)."""
+DEFAULT_HEARTBEAT_INTERVAL = 2.0
+"""Seconds of silence before a Heartbeat; well below the server's --heartbeat-timeout (10 s)."""
+SHUTDOWN_ERROR_TYPE = "worker_shutdown"
+"""error_type of the jobs a shutdown fails because they outlived the grace."""
+PERMANENT = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+"""Subscribe refusals that reconnecting cannot fix: Worker.run() raises them."""
+LOST = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
+"""Unary answers that mean the lease is gone (expired and maybe leased again)."""
+
+
+@dataclass
+class WorkerStats:
+    """What a :class:`Worker` did so far."""
+
+    leases: int = 0
+    """Leases received."""
+    max_running: int = 0
+    """The most handlers running at once."""
+    reconnects: int = 0
+    """Streams opened after the first."""
+    extended: int = 0
+    """Leases renewed with ExtendLease (held across a reconnect)."""
+    lost: int = 0
+    """Results dropped because the lease was lost (FAILED_PRECONDITION / NOT_FOUND)."""
+    settled: int = 0
+    """Results the server accepted (acks and fails, on the stream or unary)."""
+    first_lease_at: float | None = None
+    """``time.monotonic()`` when the first lease arrived."""
+    last_settled_at: float | None = None
+    """``time.monotonic()`` when the server last accepted a result."""
+
+    def accepted(self) -> None:
+        self.settled += 1
+        self.last_settled_at = time.monotonic()
+
+
+class SubscribeRefused(JobwireError):
+    """The server refused the Subscribe stream for good (bad queue, no permission, no token)."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(f"Subscribe refused: {error.code().name}: {error.details()}")
+        self.code = error.code()
+
+
+def default_worker_id() -> str:
+    """``<host>-<pid>-<random>``: unique per Worker, kept across its reconnects."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(eq=False)
+class _Held:
+    """A lease this worker holds, from its delivery until its result is settled."""
+
+    ctx: JobContext
+    gen: int  # the stream it was leased on
+    task: asyncio.Task[None] | None = None
+    done: bool = False  # the handler finished (its slot is free)
+    lost: bool = False  # the lease is gone; any result is dropped
+    outcome: pb.FailRequest | None = None  # the result (None: ack), once done
+
+    @property
+    def key(self) -> Key:
+        return (self.ctx.queue, self.ctx.job_id, self.ctx.lease_token)
+
+
+class Worker:
+    """Runs handlers for the jobs of ``queues`` with at most ``concurrency`` at once.
+
+    ``client``: a :class:`jobwire.Client` (its channel, token and TLS). ``worker_id``: names the
+    worker in the server's logs and in each failed attempt's record (default
+    ``<host>-<pid>-<random>``). ``grace``: seconds a shutdown waits for held jobs (> 0).
+    ``heartbeat_interval``: seconds of stream silence before a Heartbeat; keep it well below the
+    server's ``--heartbeat-timeout``. ``stall_timeout``: seconds a stream write may take before
+    the stream counts as stalled and is replaced. Sync handlers run in a thread pool of
+    ``concurrency`` threads.
+
+    Register handlers with :meth:`handler`, then ``await worker.run()``; :meth:`stop` (or a
+    signal) ends it gracefully.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        queues: Iterable[str],
+        concurrency: int = 1,
+        worker_id: str | None = None,
+        *,
+        grace: float = DEFAULT_GRACE,
+        handle_signals: bool = True,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        stall_timeout: float | None = None,
+    ) -> None:
+        self.queues = list(queues)
+        if not 1 <= len(self.queues) <= 32:
+            raise ValueError("a worker serves 1 to 32 queues")
+        if not 1 <= concurrency <= 10_000:
+            raise ValueError("concurrency must be 1 to 10000")
+        if grace <= 0:
+            raise ValueError("grace must be above 0 s (a grace of 0 kills in-flight work)")
+        self.client = client
+        self.concurrency = concurrency
+        self.worker_id = worker_id or default_worker_id()
+        self.grace = grace
+        self.handle_signals = handle_signals
+        self.heartbeat_interval = heartbeat_interval
+        self.stall_timeout = stall_timeout if stall_timeout is not None else max(10.0, 3 * heartbeat_interval)
+        self._handlers: dict[str, Handler] = {}
+        self._held: dict[Key, _Held] = {}
+        self._pending: dict[Key, _Held] = {}  # results sent on the stream, awaiting Settled
+        self._running = 0
+        self._gen = 0
+        self._stream: Stream | None = None
+        self._stopping = False
+        self._stop_now = False
+        self._closed = False  # run() has ended: background loops stop
+        self._stop_event: asyncio.Event | None = None
+        self._slot_freed: asyncio.Event | None = None
+        self._extend_now: asyncio.Event | None = None
+        self._unary: dict[Key, asyncio.Task[None]] = {}  # results being settled with unary calls
+        self._changed: asyncio.Event | None = None  # set on each settle and stream end
+        self._pace_s = heartbeat_interval  # heartbeat and renewal period, see _pace
+        self._executor: ThreadPoolExecutor | None = None
+        self.stats = WorkerStats()
+        """Counters of what this worker did (for tests, logs and metrics)."""
+
+    # === handlers ===
+
+    def handler(self, name: str) -> Callable[[H], H]:
+        """Registers the decorated function for jobs named ``name``: ``async def f(ctx)`` runs on
+        the event loop, ``def f(ctx)`` in the worker's thread pool. Returning is success (ack);
+        raising fails the attempt (see :mod:`jobwire.errors`)."""
+
+        def register(fn: H) -> H:
+            self.handle(name, fn)
+            return fn
+
+        return register
+
+    def handle(self, name: str, fn: Handler) -> None:
+        """Registers ``fn`` for jobs named ``name`` (the non-decorator form)."""
+        if name in self._handlers:
+            raise ValueError(f"a handler for {name!r} is already registered")
+        self._handlers[name] = fn
+
+    # === lifecycle ===
+
+    @property
+    def running(self) -> int:
+        """Handlers running now."""
+        return self._running
+
+    def stop(self, *, now: bool = False) -> None:
+        """Starts a graceful shutdown (``now``: without waiting for the grace). Safe to call
+        from the event loop's thread; from another thread use ``loop.call_soon_threadsafe``."""
+        self._stopping = True
+        self._stop_now = self._stop_now or now
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+
+    async def run(self) -> None:
+        """Leases and runs jobs until :meth:`stop` or SIGTERM/SIGINT, then shuts down gracefully.
+
+        Raises :class:`SubscribeRefused` when the server refuses the stream for good
+        (PERMISSION_DENIED, UNAUTHENTICATED, INVALID_ARGUMENT), after settling what it held.
+        """
+        loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._extend_now = asyncio.Event()
+        self._changed = asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
+        self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"jobwire-{self.worker_id}")
+        signals = self._install_signals(loop)
+        connect = asyncio.create_task(self._connect_loop(), name="jobwire-connect")
+        extend = asyncio.create_task(self._extend_loop(), name="jobwire-extend")
+        stop_wait = asyncio.create_task(self._stop_event.wait())
+        try:
+            await asyncio.wait({connect, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            refused = connect.exception() if connect.done() else None
+            self.stop(now=refused is not None)
+            await self._shutdown()
+            if refused is not None:
+                raise refused
+        finally:
+            self._closed = True
+            for t in (connect, extend, stop_wait):
+                t.cancel()
+            for t in (connect, extend, stop_wait):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[signal.Signals]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return []
+        installed = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - not on this platform
+                pass
+        return installed
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping:
+            log.warning(
+                "worker %s: %s again: stopping without waiting for the grace", self.worker_id, sig.name
+            )
+            self.stop(now=True)
+            return
+        log.info("worker %s: %s: draining (grace %.1f s)", self.worker_id, sig.name, self.grace)
+        self.stop()
+
+    # === the stream ===
+
+    def _free_slots(self) -> int:
+        return self.concurrency - self._running
+
+    async def _connect_loop(self) -> None:
+        assert self._slot_freed is not None
+        backoff = Backoff(base=0.5, cap=30.0)
+        while not self._stopping:
+            while self._free_slots() <= 0 and not self._stopping:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            if self._stopping:
+                return
+            self._gen += 1
+            if self._gen > 1:
+                self.stats.reconnects += 1
+            stream = Stream(self.client.workers, self._gen, self._pace_s, self.stall_timeout)
+            self._stream = stream
+            open_msg = pb.OpenStream(queues=self.queues, credits=self._free_slots(), worker_id=self.worker_id)
+            try:
+                task = asyncio.ensure_future(stream.run(open_msg, self._on_message))
+                while not task.done():
+                    try:
+                        await asyncio.wait({task}, timeout=0.2)
+                    except asyncio.CancelledError:
+                        task.cancel()
+                        stream.cancel()
+                        raise
+                    if stream.opened and backoff.attempt:
+                        backoff.reset()
+                    if stream.opened and not stream.extended and self._extend_now is not None:
+                        stream.extended = True  # renew the carried leases at once
+                        self._extend_now.set()
+                task.result()
+                if not self._stopping:
+                    log.info("worker %s: the server ended the stream; reconnecting", self.worker_id)
+            except grpc.aio.AioRpcError as e:
+                if e.code() in PERMANENT:
+                    self._stream_ended(stream)
+                    raise SubscribeRefused(e) from None
+                log.warning(
+                    "worker %s: stream broke (%s: %s); reconnecting",
+                    self.worker_id,
+                    e.code().name,
+                    e.details(),
+                )
+            except StreamStalled as e:
+                log.warning("worker %s: stream stalled (%s); reconnecting", self.worker_id, e)
+            finally:
+                self._stream_ended(stream)
+            if self._stopping:
+                return
+            delay = backoff.next_delay()
+            assert self._stop_event is not None
+            await wait_event(self._stop_event, delay)
+
+    def _stream_ended(self, stream: Stream) -> None:
+        if self._stream is stream:
+            self._stream = None
+            self._notify()
+        if self._extend_now is not None:
+            self._extend_now.set()
+        for key, held in list(self._pending.items()):
+            if held.gen <= stream.gen:
+                del self._pending[key]
+                self._settle_unary(held)
+
+    def _on_message(self, stream: Stream, resp: pb.SubscribeResponse) -> None:
+        kind = resp.WhichOneof("message")
+        if kind == "lease":
+            self._on_lease(stream, resp.lease)
+        elif kind == "settled":
+            self._on_settled(resp.settled)
+        elif kind == "draining":
+            stream.server_draining = True
+            log.info(
+                "worker %s: the server is draining (grace %.1f s): finishing held jobs",
+                self.worker_id,
+                resp.draining.grace.ToTimedelta().total_seconds(),
+            )
+
+    def _on_lease(self, stream: Stream, lease: pb.Lease) -> None:
+        ctx = JobContext(lease=lease, worker_id=self.worker_id)
+        held = _Held(ctx=ctx, gen=stream.gen)
+        if held.key in self._held:
+            log.warning("worker %s: lease of %s/%s delivered twice", self.worker_id, ctx.queue, ctx.job_id)
+            return
+        self._running += 1
+        self.stats.leases += 1
+        if self.stats.first_lease_at is None:
+            self.stats.first_lease_at = time.monotonic()
+        self.stats.max_running = max(self.stats.max_running, self._running)
+        self._pace(stream, lease)
+        if self._running > self.concurrency:
+            log.error(
+                "worker %s: holds %d leases, above concurrency %d",
+                self.worker_id,
+                self._running,
+                self.concurrency,
+            )
+        self._held[held.key] = held
+        held.task = asyncio.create_task(self._run_handler(held), name=f"jobwire-job-{ctx.job_id}")
+
+    def _pace(self, stream: Stream, lease: pb.Lease) -> None:
+        """Heartbeats (and renewals of carried leases) come at most a third of a lease apart,
+        so a server with a short ``--lease-duration`` or ``--heartbeat-timeout`` keeps them."""
+        left = lease.lease_deadline.ToDatetime(tzinfo=timezone.utc) - datetime.now(timezone.utc)
+        pace = max(0.1, min(self.heartbeat_interval, left.total_seconds() / 3))
+        if pace < self._pace_s:
+            self._pace_s = pace
+        stream.heartbeat_interval = self._pace_s
+
+    def _on_settled(self, s: pb.Settled) -> None:
+        self._pending.pop((s.queue, s.job_id, s.lease_token), None)
+        self._held.pop((s.queue, s.job_id, s.lease_token), None)
+        self._notify()
+        if s.code == 0:
+            self.stats.accepted()
+            return
+        if s.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]:
+            self.stats.lost += 1
+            log.warning(
+                "worker %s: lease of %s/%s lost before its result was settled: %s (result dropped)",
+                self.worker_id,
+                s.queue,
+                s.job_id,
+                s.message,
+            )
+        else:
+            log.error(
+                "worker %s: settling %s/%s refused: code %d: %s (result dropped)",
+                self.worker_id,
+                s.queue,
+                s.job_id,
+                s.code,
+                s.message,
+            )
+
+    # === handlers and their results ===
+
+    async def _run_handler(self, held: _Held) -> None:
+        ctx = held.ctx
+        try:
+            outcome = await execute(self._handlers.get(ctx.name), ctx, self._executor)
+        except asyncio.CancelledError:
+            return  # the shutdown failed it already, or the lease was lost
+        finally:
+            if not held.done:
+                held.done = True
+                self._slot_free(held)
+        if held.lost:
+            log.warning(
+                "worker %s: %s/%s finished after its lease was lost: result dropped",
+                self.worker_id,
+                ctx.queue,
+                ctx.job_id,
+            )
+            self._held.pop(held.key, None)
+            return
+        self._settle(held, outcome)
+
+    def _slot_free(self, held: _Held) -> None:
+        self._running -= 1
+        assert self._slot_freed is not None
+        self._slot_freed.set()
+        stream = self._stream
+        # A lease of this stream returns its credit when settled; one of an older stream does
+        # not, so the slot it frees is granted here.
+        if (
+            stream is not None
+            and held.gen != stream.gen
+            and not self._stopping
+            and not stream.server_draining
+            and not held.lost
+        ):
+            stream.send(pb.SubscribeRequest(grant_credits=pb.GrantCredits(credits=1)))
+
+    def _request(self, held: _Held, outcome: pb.FailRequest | None) -> pb.SubscribeRequest:
+        if outcome is None:
+            q, j, t = held.key
+            return pb.SubscribeRequest(ack=pb.AckRequest(queue=q, job_id=j, lease_token=t))
+        return pb.SubscribeRequest(fail=outcome)
+
+    def _settle(self, held: _Held, outcome: pb.FailRequest | None) -> None:
+        held.outcome = outcome
+        stream = self._stream
+        if stream is not None and not stream.closing:
+            self._pending[held.key] = held
+            stream.send(self._request(held, outcome))
+        else:
+            self._settle_unary(held)
+
+    def _settle_unary(self, held: _Held) -> None:
+        if held.key in self._unary:
+            return
+        task = asyncio.create_task(self._settle_unary_loop(held))
+        self._unary[held.key] = task
+
+        def finished(_: asyncio.Task[None]) -> None:
+            self._unary.pop(held.key, None)
+            self._notify()
+
+        task.add_done_callback(finished)
+
+    async def _settle_unary_loop(self, held: _Held) -> None:
+        outcome = held.outcome
+        stub = self.client.workers
+        q, j, t = held.key
+        backoff = Backoff(base=0.5, cap=30.0)
+        while True:
+            try:
+                if outcome is None:
+                    await stub.Ack(
+                        pb.AckRequest(queue=q, job_id=j, lease_token=t), timeout=self.client.timeout
+                    )
+                else:
+                    await stub.Fail(outcome, timeout=self.client.timeout)
+                self.stats.accepted()
+                self._held.pop(held.key, None)
+                return
+            except grpc.aio.AioRpcError as e:
+                if e.code() in LOST:
+                    self.stats.lost += 1
+                    log.warning(
+                        "worker %s: lease of %s/%s lost (%s: %s): result dropped",
+                        self.worker_id,
+                        q,
+                        j,
+                        e.code().name,
+                        e.details(),
+                    )
+                    self._held.pop(held.key, None)
+                    return
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    log.error(
+                        "worker %s: settling %s/%s failed (%s: %s): result dropped",
+                        self.worker_id,
+                        q,
+                        j,
+                        e.code().name,
+                        e.details(),
+                    )
+                    self._held.pop(held.key, None)
+                    return
+                log.info("worker %s: settling %s/%s: %s; retrying", self.worker_id, q, j, e.code().name)
+            await asyncio.sleep(backoff.next_delay())
+
+    # === leases held across streams ===
+
+    async def _extend_loop(self) -> None:
+        """Renews, by lease token, every lease no live stream renews (leased on an older stream)."""
+        assert self._extend_now is not None
+        while not self._closed:
+            await wait_event(self._extend_now, self._pace_s)
+            self._extend_now.clear()
+            stream = self._stream
+            live = stream.gen if stream is not None and stream.opened else None
+            carried = [h for h in self._held.values() if h.gen != live and not h.lost]
+            if carried:
+                await asyncio.gather(*(self._extend(h) for h in carried))
+
+    async def _extend(self, held: _Held) -> None:
+        q, j, t = held.key
+        try:
+            await self.client.workers.ExtendLease(
+                pb.ExtendLeaseRequest(queue=q, job_id=j, lease_token=t), timeout=max(2.0, self._pace_s * 2)
+            )
+            self.stats.extended += 1
+        except grpc.aio.AioRpcError as e:
+            if e.code() in LOST and held.key in self._held:
+                log.warning(
+                    "worker %s: lease of %s/%s lost (%s: %s): cancelling its handler",
+                    self.worker_id,
+                    q,
+                    j,
+                    e.code().name,
+                    e.details(),
+                )
+                held.lost = True
+                held.ctx.cancel()
+                if held.done:
+                    self._held.pop(held.key, None)
+            else:
+                log.debug("worker %s: ExtendLease %s/%s: %s", self.worker_id, q, j, e.code().name)
+
+    # === shutdown ===
+
+    async def _shutdown(self) -> None:
+        """Drain, wait for held jobs within the grace, cancel and fail the rest, settle, close."""
+        loop = asyncio.get_running_loop()
+        stream = self._stream
+        if stream is not None and not stream.closing:
+            stream.send(pb.SubscribeRequest(drain=pb.DrainStream()))
+        deadline = loop.time() + (0.0 if self._stop_now else self.grace)
+        assert self._slot_freed is not None
+        while self._running > 0 and not self._stop_now:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            self._slot_freed.clear()
+            await wait_event(self._slot_freed, left)
+        leftover = [h for h in self._held.values() if not h.done]
+        if leftover:
+            log.warning(
+                "worker %s: %d job(s) still running at the end of the grace: cancelling them and "
+                "failing them for retry",
+                self.worker_id,
+                len(leftover),
+            )
+        for held in leftover:
+            held.ctx.cancel()
+            fail = pb.FailRequest(
+                queue=held.ctx.queue,
+                job_id=held.ctx.job_id,
+                lease_token=held.ctx.lease_token,
+                disposition=pb.FAIL_DISPOSITION_RETRY,
+                error=pb.JobError(
+                    message="the worker shut down before the job finished", error_type=SHUTDOWN_ERROR_TYPE
+                ),
+                retry_after=duration(0),
+            )
+            held.done = True
+            self._running -= 1
+            if held.task is not None:
+                held.task.cancel()
+            self._settle(held, fail)
+        # Results in flight: wait a while for their Settled replies or unary answers.
+        await self._wait_for(
+            lambda: not self._pending and not self._unary, max(5.0, self.heartbeat_interval * 2)
+        )
+        for key in [*self._pending, *self._unary]:
+            log.error(
+                "worker %s: the result of %s/%s was not settled before closing (the lease will expire "
+                "and the job be retried)",
+                self.worker_id,
+                key[0],
+                key[1],
+            )
+        stream = self._stream
+        if stream is not None:
+            stream.half_close()
+            await self._wait_for(lambda: self._stream is not stream, 5.0)
+            if self._stream is stream:
+                stream.cancel()
+        for t in list(self._unary.values()):
+            t.cancel()
+
+    async def _wait_for(self, done: Callable[[], bool], timeout: float) -> None:
+        """Waits until ``done()`` (looked at after each settle or stream end), or ``timeout`` s."""
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._changed.clear()
+            await wait_event(self._changed, left)
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()

@@ -1,0 +1,177 @@
+"""The worker against a real server: handlers of both kinds, the context, the error mapping,
+shutdown with a grace, refusals, and the sync facade."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import jobwire
+import jobwire.sync
+from jobwire import pb
+from jobwire.testing import JobwireServer
+
+from .conftest import Running, eventually
+
+
+async def wait_state(
+    client: jobwire.Client, queue: str, job_id: str, state: pb.JobState.ValueType, timeout: float = 15
+) -> pb.Job:
+    job = pb.Job()
+
+    async def probe() -> bool:
+        nonlocal job
+        job = await client.get_job(queue, job_id)
+        return job.state == state
+
+    await eventually(probe, timeout, f"{job_id} in {pb.JobState.Name(state)}")
+    return job
+
+
+async def test_async_and_sync_handlers_get_the_context(client: jobwire.Client, queue: str) -> None:
+    await client.enqueue(queue, "async-job", {"n": 1}, job_id="a", metadata={"k": "v"})
+    await client.enqueue(queue, "sync-job", b"raw", job_id="s")
+    worker = jobwire.Worker(client, [queue], concurrency=2, worker_id="w-ctx", handle_signals=False)
+    seen: dict[str, tuple[object, ...]] = {}
+
+    @worker.handler("async-job")
+    async def on_async(ctx: jobwire.JobContext) -> None:
+        seen["a"] = (
+            ctx.json(),
+            ctx.attempt,
+            ctx.idempotency_key,
+            ctx.metadata,
+            ctx.job_id,
+            ctx.queue,
+            ctx.worker_id,
+            ctx.cancelled.is_set(),
+        )
+
+    @worker.handler("sync-job")
+    def on_sync(ctx: jobwire.JobContext) -> None:
+        seen["s"] = (ctx.payload, threading.current_thread() is not threading.main_thread())
+
+    running = Running(worker)
+    await wait_state(client, queue, "a", pb.JOB_STATE_COMPLETED)
+    await wait_state(client, queue, "s", pb.JOB_STATE_COMPLETED)
+    await running.stop()
+    assert seen["a"] == (
+        {"n": 1},
+        1,
+        (await client.get_job(queue, "a")).idempotency_key,
+        {"k": "v"},
+        "a",
+        queue,
+        "w-ctx",
+        False,
+    )
+    assert seen["a"][2]  # a non-empty idempotency key
+    assert seen["s"] == (b"raw", True)
+
+
+async def test_plain_exception_retries_with_type_message_and_traceback(
+    client: jobwire.Client, queue: str
+) -> None:
+    await client.enqueue(queue, "boom", b"", job_id="b", max_attempts=2)
+    worker = jobwire.Worker(client, [queue], handle_signals=False)
+    attempts: list[int] = []
+
+    class ProviderDown(Exception):
+        pass
+
+    @worker.handler("boom")
+    async def boom(ctx: jobwire.JobContext) -> None:
+        attempts.append(ctx.attempt)
+        raise ProviderDown("503 from the provider")
+
+    running = Running(worker)
+    job = await wait_state(client, queue, "b", pb.JOB_STATE_DEAD)
+    await running.stop()
+    assert attempts == [1, 2]
+    assert job.dead_reason == pb.DEAD_REASON_ATTEMPTS_EXHAUSTED
+    err = job.errors[-1]
+    assert err.error_type == "ProviderDown" and err.message == "503 from the provider"
+    assert err.disposition == pb.FAIL_DISPOSITION_RETRY
+    assert "Traceback" in err.details and "raise ProviderDown" in err.details
+    assert err.worker_id == worker.worker_id
+
+
+async def test_unknown_job_name_is_failed_for_retry(client: jobwire.Client, queue: str) -> None:
+    await client.enqueue(queue, "nobody-handles-this", b"", job_id="u", max_attempts=1)
+    worker = jobwire.Worker(client, [queue], handle_signals=False)
+    running = Running(worker)
+    job = await wait_state(client, queue, "u", pb.JOB_STATE_DEAD)
+    await running.stop()
+    assert job.errors[-1].error_type == "no_handler"
+
+
+async def test_grace_end_cancels_and_fails_for_retry_without_waiting(
+    client: jobwire.Client, queue: str
+) -> None:
+    await client.enqueue(queue, "slow", b"", job_id="slow", max_attempts=3)
+    await client.enqueue(queue, "slow-sync", b"", job_id="slow-sync", max_attempts=3)
+    worker = jobwire.Worker(client, [queue], concurrency=2, grace=0.5, handle_signals=False)
+    cancelled = asyncio.Event()
+    sync_saw_cancel = threading.Event()
+
+    @worker.handler("slow")
+    async def slow(ctx: jobwire.JobContext) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @worker.handler("slow-sync")
+    def slow_sync(ctx: jobwire.JobContext) -> None:
+        if ctx.cancelled_sync.wait(60):
+            sync_saw_cancel.set()
+
+    running = Running(worker)
+    await eventually(lambda: asyncio.sleep(0, worker.running == 2), what="both jobs running")
+    started = time.monotonic()
+    await running.stop()
+    assert time.monotonic() - started < 10
+    assert cancelled.is_set()
+    await eventually(
+        lambda: asyncio.sleep(0, sync_saw_cancel.is_set()), what="the sync handler saw the cancel"
+    )
+    for job_id in ("slow", "slow-sync"):
+        job = await client.get_job(queue, job_id)
+        assert job.state == pb.JOB_STATE_WAITING and job.attempts_made == 1
+        assert job.errors[-1].error_type == "worker_shutdown"
+
+
+async def test_subscribe_refusal_raises(client: jobwire.Client) -> None:
+    worker = jobwire.Worker(client, ["not a valid queue!"], handle_signals=False)
+    with pytest.raises(jobwire.SubscribeRefused) as err:
+        await asyncio.wait_for(worker.run(), 10)
+    assert err.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_grace_must_be_positive(client: jobwire.Client) -> None:
+    with pytest.raises(ValueError):
+        jobwire.Worker(client, ["q"], grace=0)
+
+
+def test_sync_worker_runs_until_stopped(server: JobwireServer, queue: str) -> None:
+    with jobwire.sync.Client(server.target) as c:
+        for i in range(5):
+            c.enqueue(queue, "add", {"i": i}, job_id=f"j{i}")
+        worker = jobwire.sync.Worker(c, [queue], concurrency=2, handle_signals=False)
+        done: list[int] = []
+        lock = threading.Lock()
+
+        @worker.handler("add")
+        def add(ctx: jobwire.JobContext) -> None:
+            with lock:
+                done.append(ctx.json()["i"])
+                if len(done) == 5:
+                    threading.Timer(0.2, worker.stop).start()
+
+        worker.run()
+        assert sorted(done) == [0, 1, 2, 3, 4]
+        assert all(c.get_job(queue, f"j{i}").state == pb.JOB_STATE_COMPLETED for i in range(5))
