@@ -71,6 +71,8 @@ export interface WorkerStats {
   held: number;
   /** Streams opened (the server accepted them). */
   streamsOpened: number;
+  /** Leases renewed with ExtendLease after their stream ended. */
+  extended: number;
 }
 
 type State = "idle" | "running" | "stopping" | "stopped";
@@ -116,6 +118,7 @@ export class Worker {
     maxRunning: 0,
     held: 0,
     streamsOpened: 0,
+    extended: 0,
   };
 
   constructor(
@@ -416,6 +419,7 @@ export class Worker {
         const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
         next = Math.max(200, Math.min(10_000, left / 3));
         failures = 0;
+        this.counters.extended++;
         this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
       } else if (r.kind === "lost") {
         h.lost = true;
