@@ -4,7 +4,7 @@ import eslint from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/", "build-test/", "src/gen/", "node_modules/", "eslint.config.js"] },
+  { ignores: ["dist/", "build-test/", "src/gen/", "node_modules/", "eslint.config.js", "scripts/"] },
   eslint.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   ...tseslint.configs.stylisticTypeChecked,
