@@ -33,6 +33,10 @@ export class HeldLease {
   lost = false;
   /** The ExtendLease timer while no live stream renews this lease. */
   keeper: NodeJS.Timeout | undefined;
+  /** An ExtendLease call is in flight. */
+  extending = false;
+  /** ExtendLease calls that found the server unreachable, in a row. */
+  extendFailures = 0;
   /** Released: nothing more to do for it. */
   released = false;
 

@@ -258,6 +258,8 @@ export class Worker {
       this.counters.streamsOpened++;
       this.logger.info({ workerId: this.workerId, generation: s.generation }, "worker stream open");
       if (this.state === "stopping") s.drain();
+      // The server is reachable again: renew the leases of the streams before this one now.
+      for (const h of this.held.values()) if (h.generation !== s.generation) this.keep(h, true);
       // Results that waited for a stream go out on this one.
       for (const h of this.held.values()) if (h.outcome !== undefined && !h.settling) this.settle(h);
     },
@@ -406,33 +408,46 @@ export class Worker {
     this.wake();
   }
 
-  /** Renews `h`'s lease with ExtendLease until it is settled (its stream is gone). */
-  private keep(h: HeldLease): void {
-    if (h.released || h.lost || h.keeper !== undefined) return;
-    const tick = async (failures: number): Promise<void> => {
-      h.keeper = undefined;
-      if (h.released || h.lost || this.isStopped()) return;
-      const r = await extendLease(this.client.stubs.workers, h, this.opts.rpcTimeoutMs);
-      if (h.released || this.isStopped()) return;
-      let next: number;
-      if (r.kind === "extended") {
-        const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
-        next = Math.max(200, Math.min(10_000, left / 3));
-        failures = 0;
-        this.counters.extended++;
-        this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
-      } else if (r.kind === "lost") {
-        h.lost = true;
-        h.abort.abort(new Error("lease lost"));
-        this.logger.warn({ jobId: h.jobId, details: r.error.details }, "lease lost (ExtendLease refused): the handler is signalled");
-        if (!h.running && !h.settling) this.drop(h, "lease lost before its result was recorded: result dropped");
-        return;
-      } else {
-        next = Math.round(200 + fullJitter(failures++, { baseMs: 250, capMs: 2_000 }));
-      }
-      h.keeper = setTimeout(() => void tick(failures), next);
-    };
-    void tick(0);
+  /**
+   * Renews `h`'s lease with ExtendLease until it is settled (its stream is gone, and the
+   * server renews only the leases of a live stream). `now`: renew at once (a stream opened:
+   * the server is reachable again), not at the next tick.
+   */
+  private keep(h: HeldLease, now = false): void {
+    if (h.released || h.lost || h.extending) return;
+    if (h.keeper !== undefined) {
+      if (!now) return;
+      clearTimeout(h.keeper);
+    }
+    void this.extendTick(h);
+  }
+
+  private async extendTick(h: HeldLease): Promise<void> {
+    h.keeper = undefined;
+    if (h.released || h.lost || this.isStopped()) return;
+    h.extending = true;
+    const r = await extendLease(this.client.stubs.workers, h, this.opts.rpcTimeoutMs);
+    h.extending = false;
+    if (h.released || this.isStopped()) return;
+    let next: number;
+    if (r.kind === "extended") {
+      const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
+      next = Math.max(200, Math.min(10_000, left / 3));
+      h.extendFailures = 0;
+      this.counters.extended++;
+      this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
+    } else if (r.kind === "lost") {
+      h.lost = true;
+      h.abort.abort(new Error("lease lost"));
+      this.logger.warn({ jobId: h.jobId, details: r.error.details }, "lease lost (ExtendLease refused): the handler is signalled");
+      if (!h.running && !h.settling) this.drop(h, "lease lost before its result was recorded: result dropped");
+      return;
+    } else {
+      // The server is unreachable: try again soon, well within the shortest lease (1 s).
+      const cap = Math.max(100, Math.min(1_000, h.leaseMs / 4));
+      next = Math.round(100 + fullJitter(h.extendFailures++, { baseMs: 100, capMs: cap }));
+    }
+    h.keeper = setTimeout(() => void this.extendTick(h), next);
   }
 
   // === timers and shutdown ===
