@@ -1,10 +1,14 @@
 package jobwire
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
@@ -52,5 +56,30 @@ func TestIsLoopback(t *testing.T) {
 		if got := isLoopback(target); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", target, got, want)
 		}
+	}
+}
+
+func TestRetryUnavailableOnlyRetriesUnavailable(t *testing.T) {
+	ctx := context.Background()
+	calls := 0
+	err := retryUnavailable(ctx, 5, func() error {
+		calls++
+		if calls < 3 {
+			return status.Error(codes.Unavailable, "down")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d calls, want success on the 3rd", err, calls)
+	}
+	calls = 0
+	err = retryUnavailable(ctx, 5, func() error { calls++; return status.Error(codes.InvalidArgument, "bad") })
+	if status.Code(err) != codes.InvalidArgument || calls != 1 {
+		t.Fatalf("INVALID_ARGUMENT: %v after %d calls, want 1 call", err, calls)
+	}
+	calls = 0
+	err = retryUnavailable(ctx, 1, func() error { calls++; return status.Error(codes.Unavailable, "down") })
+	if status.Code(err) != codes.Unavailable || calls != 1 {
+		t.Fatalf("one try: %v after %d calls", err, calls)
 	}
 }

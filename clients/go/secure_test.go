@@ -94,3 +94,36 @@ func TestTokenOnLoopbackWithoutTLS(t *testing.T) {
 		t.Fatalf("Enqueue without the token: %v, want UNAUTHENTICATED", err)
 	}
 }
+
+// TestMutualTLS: a client certificate (mTLS) is the principal, named by its URI SAN in the
+// auth file (a server with --tls-client-ca); no token is needed.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	if out, err := exec.Command("bash", "../../scripts/dev-certs.sh", certs, "go-sdk").CombinedOutput(); err != nil {
+		t.Fatalf("dev-certs.sh: %v\n%s", err, out)
+	}
+	auth := filepath.Join(dir, "auth.yaml")
+	yaml := "principals:\n  - name: go-sdk\n    certs: [\"spiffe://jobwire.test/go-sdk\"]\n" +
+		"    grants:\n      - queues: [\"*\"]\n        roles: [producer]\n"
+	if err := os.WriteFile(auth, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := jobwiretest.StartServer(t, "--tls-cert", filepath.Join(certs, "server.crt"),
+		"--tls-key", filepath.Join(certs, "server.key"), "--tls-client-ca", filepath.Join(certs, "ca.crt"),
+		"--auth-file", auth)
+	ca, err := os.ReadFile(filepath.Join(certs, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(jobwire.WithTLS(jobwire.TLS{CAPEM: ca, CertFile: filepath.Join(certs, "client.crt"),
+		KeyFile: filepath.Join(certs, "client.key"), ServerName: "localhost"}))
+	r, err := c.Enqueue(context.Background(), "mtls", "job", []byte("x"))
+	if err != nil || !r.Created {
+		t.Fatalf("Enqueue with a client certificate: %v", err)
+	}
+	noCert := srv.Client(jobwire.WithTLS(jobwire.TLS{CAPEM: ca}))
+	if _, err := noCert.Enqueue(context.Background(), "mtls", "job", []byte("x")); err == nil {
+		t.Fatal("Enqueue without a client certificate succeeded on an mTLS server")
+	}
+}

@@ -5,9 +5,9 @@ package jobwiretest
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -105,12 +104,15 @@ func (s *Server) Start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("jobwiretest: start %s: %v", s.bin, err)
 	}
-	creds := insecure.NewCredentials()
+	// Readiness: the gRPC health check on a plaintext server; on a TLS one (which may also
+	// want a client certificate) the HTTP port's /readyz, which reports the same state.
+	var err error
 	if slices.Contains(s.args, "--tls-cert") {
-		// Readiness only: the health probe does not check the test's own certificate.
-		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec
+		err = waitReady(s.HTTPAddr, 30*time.Second)
+	} else {
+		err = WaitServing(s.Addr, 30*time.Second)
 	}
-	if err := WaitServing(s.Addr, 30*time.Second, grpc.WithTransportCredentials(creds)); err != nil {
+	if err != nil {
 		s.t.Fatalf("jobwiretest: %v", err)
 	}
 }
@@ -185,6 +187,27 @@ func WaitServing(addr string, timeout time.Duration, opts ...grpc.DialOption) er
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("jobwire at %s not SERVING after %s (last: %s)", addr, timeout, last)
+}
+
+// waitReady polls http://addr/readyz until it answers 200.
+func waitReady(addr string, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("jobwire at %s not ready after %s (last: %s)", addr, timeout, last)
 }
 
 func tail(b []byte, n int) []byte {
