@@ -195,8 +195,9 @@ func failRequest(h *held) *pb.FailRequest {
 }
 
 // settleUnary acks or fails h with the unary calls: UNAVAILABLE (and a deadline or a
-// cancelled connection) is retried with full-jitter backoff; FAILED_PRECONDITION or
-// NOT_FOUND means the lease is lost (logged, result dropped); anything else is logged.
+// cancelled connection) is retried with full-jitter backoff until Run has returned;
+// FAILED_PRECONDITION or NOT_FOUND means the lease is lost (logged, result dropped);
+// anything else is logged.
 func (w *Worker) settleUnary(h *held) {
 	b := backoff{base: w.opts.ReconnectMin, max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
@@ -217,13 +218,15 @@ func (w *Worker) settleUnary(h *held) {
 				"queue", h.queue, "job_id", h.id, "code", code.String(), "error", err)
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
 			w.log.Info("settle failed; retrying", "queue", h.queue, "job_id", h.id, "code", code.String(), "attempt", attempt)
-			time.Sleep(b.next())
-			continue
+			select {
+			case <-time.After(b.next()):
+				continue
+			case <-w.stopped:
+				w.log.Error("worker stopped before the result was settled; the lease will expire and the job is delivered again",
+					"queue", h.queue, "job_id", h.id, "ack", h.outcome.Ack)
+			}
 		default:
 			w.log.Error("settle refused; result dropped", "queue", h.queue, "job_id", h.id, "code", code.String(), "error", err)
-			w.mu.Lock()
-			w.unsettled++
-			w.mu.Unlock()
 		}
 		w.mu.Lock()
 		h.unary = false

@@ -53,17 +53,17 @@ type Worker struct {
 	log      *slog.Logger
 	handlers map[string]rawHandler
 
-	mu        sync.Mutex
-	held      map[string]*held // by lease token
-	cur       *stream          // the open stream, nil while none is
-	gen       uint64           // generation of the newest stream
-	stopping  bool             // graceful shutdown began: no new streams, Drain sent
-	leaseDur  time.Duration    // the lease duration seen on the last lease (0: none yet)
-	changed   chan struct{}    // closed and replaced whenever held or stopping changes
-	runCtx    context.Context  // values of Run's context, never cancelled
-	started   bool
-	fatal     error // a refusal that reconnecting cannot fix
-	unsettled int   // settles given up on (logged); for tests
+	mu       sync.Mutex
+	held     map[string]*held // by lease token
+	cur      *stream          // the open stream, nil while none is
+	gen      uint64           // generation of the newest stream
+	stopping bool             // graceful shutdown began: no new streams, Drain sent
+	leaseDur time.Duration    // the lease duration seen on the last lease (0: none yet)
+	changed  chan struct{}    // closed and replaced whenever held or stopping changes
+	runCtx   context.Context  // values of Run's context, never cancelled
+	started  bool
+	fatal    error         // a refusal that reconnecting cannot fix
+	stopped  chan struct{} // closed when Run returns: unary settles stop retrying
 }
 
 // NewWorker builds a worker on c. It panics on options that cannot work (no queue, a
@@ -106,6 +106,7 @@ func NewWorker(c *Client, opts WorkerOptions) *Worker {
 		log:     log.With("worker_id", opts.WorkerID),
 		held:    map[string]*held{},
 		changed: make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 }
 
@@ -149,6 +150,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.started = true
 	w.runCtx = context.WithoutCancel(ctx)
 	w.mu.Unlock()
+	defer close(w.stopped)
 
 	stop := ctx
 	skipGrace := make(chan struct{})
@@ -204,7 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.fatal
 }
 
-// fail stops the worker for good with err (from the connect loop).
+// failFatal records a refusal that ends the worker (from the connect loop); Run returns it.
 func (w *Worker) failFatal(err error) {
 	w.mu.Lock()
 	w.fatal = err
@@ -217,10 +219,10 @@ func (w *Worker) notifyLocked() {
 	w.changed = make(chan struct{})
 }
 
-// waitChange returns a channel closed at the next change. Caller holds mu.
+// waitChangeLocked returns a channel closed at the next change. Caller holds mu.
 func (w *Worker) waitChangeLocked() <-chan struct{} { return w.changed }
 
-// free is the number of handler slots not held. Caller holds mu.
+// freeLocked is the number of slots not held by a lease. Caller holds mu.
 func (w *Worker) freeLocked() int { return w.opts.Concurrency - len(w.held) }
 
 // heartbeatInterval is the configured one, or min(2 s, lease/3).

@@ -20,6 +20,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,18 @@ func main() {
 	n := flag.Int("n", 20000, "jobs")
 	concurrency := flag.Int("concurrency", 100, "the worker's concurrency (credits)")
 	batch := flag.Int("batch", 1000, "jobs per EnqueueBatch call")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	var acked atomic.Int64
 	var first, last time.Time
