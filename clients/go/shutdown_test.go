@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/jobwire/jobwire/clients/go"
 	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
 	"github.com/jobwire/jobwire/clients/go/jobwiretest"
@@ -93,4 +96,21 @@ func TestLeaseLostResultIsDroppedAndWorkerGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, c, q, "l-2", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+}
+
+// TestRefusedOpenEndsRun: a stream the server refuses for good (an invalid queue name:
+// INVALID_ARGUMENT) is not retried: Run returns the refusal.
+func TestRefusedOpenEndsRun(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	w := newWorker(t, srv.Client(), jobwire.WorkerOptions{Queues: []string{"not a valid queue!"}})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("Run: %v, want INVALID_ARGUMENT", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run kept going after the server refused the stream")
+	}
 }

@@ -210,21 +210,27 @@ func (w *Worker) runStream() (opened bool, err error) {
 	defer close(hbDone)
 	go w.heartbeat(s, hbDone)
 
-	if _, err := call.Header(); err != nil {
+	md, err := call.Header()
+	if err != nil {
 		return false, err
 	}
-	w.log.Info("stream open", "queues", w.opts.Queues, "credits", credits, "stream", s.gen)
+	// A refusal comes as a trailers-only response: no headers, and Recv returns the status.
+	// Only a stream with response headers counts as open (and resets the backoff).
+	opened = len(md) > 0
+	if opened {
+		w.log.Info("stream open", "queues", w.opts.Queues, "credits", credits, "stream", s.gen)
+	}
 	for {
 		m, err := call.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				w.log.Info("stream closed by the server", "stream", s.gen)
-				return true, nil
+				w.log.Info("stream closed", "stream", s.gen)
+				return opened, nil
 			}
 			if status.Code(err) == codes.Canceled && ctx.Err() != nil {
-				return true, nil
+				return opened, nil
 			}
-			return true, err
+			return opened, err
 		}
 		switch msg := m.GetMessage().(type) {
 		case *pb.SubscribeResponse_Lease:
