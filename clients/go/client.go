@@ -74,14 +74,14 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // retryServiceConfig lets gRPC retry UNAVAILABLE for the calls that are idempotent: reads,
 // EnqueueBatch (the server fails the call only when nothing was written), replay and delete
-// of dead letters by id (a second run skips what is no longer dead), pause and resume, and
-// ExtendLease. Enqueue is retried by [Client.Enqueue] itself when it carries a job id.
+// of dead letters by id (a second run skips what is no longer dead), pause and resume.
+// Enqueue is retried by [Client.Enqueue] itself when it carries a job id; the worker retries
+// its ExtendLease and settle calls itself, promptly.
 const retryServiceConfig = `{
   "methodConfig": [{
     "name": [
       {"service": "jobwire.v1.JobService", "method": "GetJob"},
       {"service": "jobwire.v1.JobService", "method": "EnqueueBatch"},
-      {"service": "jobwire.v1.WorkerService", "method": "ExtendLease"},
       {"service": "jobwire.v1.DeadLetterService"},
       {"service": "jobwire.v1.QueueService", "method": "ListQueues"},
       {"service": "jobwire.v1.QueueService", "method": "GetQueueStats"},

@@ -152,12 +152,22 @@ func serverRestartMidRun(t *testing.T, sc scenario) {
 	n := int(sc.ms("jobs"))
 	var calls counter
 	var running atomic.Int32
+	// The handlers run handler_ms, and at least until the server is back: on a slow machine
+	// the restart may take longer than the handlers, and then an ack could legitimately come
+	// before any renewal, which this scenario checks.
+	back := make(chan struct{})
 	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, Concurrency: int(sc.ms("concurrency"))})
 	jobwire.HandleRaw(w, "work", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
 		calls.add(job.ID)
 		running.Add(1)
 		select {
 		case <-time.After(msDur(sc.ms("handler_ms"))):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		select {
+		case <-back:
+			time.Sleep(500 * time.Millisecond)
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -174,6 +184,7 @@ func serverRestartMidRun(t *testing.T, sc scenario) {
 	time.Sleep(msDur(sc.ms("down_ms")))
 	restarted := time.Now()
 	srv.Start()
+	close(back)
 	t.Logf("server serving again %s after the restart began", time.Since(restarted).Round(time.Millisecond))
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("r-%d", i)

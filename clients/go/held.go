@@ -267,7 +267,7 @@ func (w *Worker) keepOrphans(ctx context.Context) {
 }
 
 func (w *Worker) extend(h *held) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	resp, err := w.c.Worker.ExtendLease(ctx, &pb.ExtendLeaseRequest{Queue: h.queue, JobId: h.id, LeaseToken: h.token})
 	cancel()
 	w.mu.Lock()
@@ -285,7 +285,8 @@ func (w *Worker) extend(h *held) {
 			h.cancel(ErrLeaseLost)
 		}
 	default:
-		h.nextExtend = time.Now().Add(500 * time.Millisecond)
+		// Soon again: the lease may have little time left (the server may be back any moment).
+		h.nextExtend = time.Now().Add(200 * time.Millisecond)
 		w.log.Info("ExtendLease failed; retrying", "queue", h.queue, "job_id", h.id, "code", code.String())
 	}
 }

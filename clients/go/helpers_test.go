@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +86,17 @@ func extendCounter(ext *counter) jobwire.Option {
 				}
 			}
 			return err
+		}))
+}
+
+// subscribeCounter counts the Subscribe streams a client opens.
+func subscribeCounter(n *atomic.Int32) jobwire.Option {
+	return jobwire.WithDialOptions(grpc.WithChainStreamInterceptor(
+		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if strings.HasSuffix(method, "/Subscribe") {
+				n.Add(1)
+			}
+			return streamer(ctx, desc, cc, method, opts...)
 		}))
 }
 

@@ -75,7 +75,11 @@ func concurrencyNeverExceeded(t *testing.T, sc scenario) {
 
 func longHandlerNotRedelivered(t *testing.T, sc scenario) {
 	srv := jobwiretest.StartServer(t, sc.Server...)
-	c := srv.Client()
+	// The lease must live through the stream's heartbeats alone: no second stream, no
+	// ExtendLease (the reconnect path would hide a stream the server dropped as silent).
+	var ext counter
+	var streams atomic.Int32
+	c := srv.Client(extendCounter(&ext), subscribeCounter(&streams))
 	const q = "long"
 	var calls counter
 	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, Concurrency: 2})
@@ -95,6 +99,9 @@ func longHandlerNotRedelivered(t *testing.T, sc scenario) {
 	j := waitState(t, c, q, "long-1", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
 	if j.GetAttemptsMade() != 1 || calls.get("long-1") != 1 {
 		t.Fatalf("attempts_made %d, delivered %d times; want 1 and 1", j.GetAttemptsMade(), calls.get("long-1"))
+	}
+	if streams.Load() != 1 || ext.get("long-1") != 0 {
+		t.Fatalf("%d streams opened and %d ExtendLease calls: the stream did not keep the lease by itself", streams.Load(), ext.get("long-1"))
 	}
 }
 
