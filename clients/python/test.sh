@@ -2,8 +2,9 @@
 # The Python SDK's checks: ruff (lint and format) and mypy --strict on the hand-written code
 # (the generated jobwire/_pb is type-checked through its .pyi stubs, not linted), then its
 # pytest suite against a real jobwire server (the binary from $JOBWIRE_BIN, else `jobwire` on
-# PATH, else target/debug/jobwire): the client, the worker and the test helpers. Installs what
-# it needs into the repository's .venv (quick when there).
+# PATH, else target/debug/jobwire): the client, the worker, the test helpers and every scenario
+# of clients/conformance/scenarios.json (tests/test_conformance.py fails for a scenario id it
+# has no test for). Installs what it needs into the repository's .venv (quick when there).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
