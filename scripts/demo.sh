@@ -65,11 +65,11 @@ server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 .venv/bin/python - "$JOBWIRE_GRPC_ADDR" "$server" "$ca" <<'PY'
 import os, sys, time, grpc
-sys.path.insert(0, "examples/python")
+import jobwire, jobwire.sync
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from jobwire_client import connect
 # Health needs no token; over TLS it needs the CA.
-stub = health_pb2_grpc.HealthStub(connect(sys.argv[1], ca=sys.argv[3] or None))
+tls = jobwire.TLS(ca=sys.argv[3]) if sys.argv[3] else None
+stub = health_pb2_grpc.HealthStub(jobwire.sync.connect(sys.argv[1], tls=tls))
 deadline = time.time() + 60
 while True:
     try:

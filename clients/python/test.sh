@@ -4,7 +4,8 @@
 # pytest suite against a real jobwire server (the binary from $JOBWIRE_BIN, else `jobwire` on
 # PATH, else target/debug/jobwire): the client, the worker, the test helpers and every scenario
 # of clients/conformance/scenarios.json (tests/test_conformance.py fails for a scenario id it
-# has no test for). Installs what it needs into the repository's .venv (quick when there).
+# has no test for), the README examples and the sign-up demo (examples/python/signup_demo.py,
+# on this SDK). Installs what it needs into the repository's .venv (quick when there).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -26,7 +27,7 @@ then
     -r clients/python/requirements-dev.txt -e ./clients/python
 fi
 cd clients/python
-../../.venv/bin/ruff check src tests tools bench
-../../.venv/bin/ruff format --check src tests tools bench
+../../.venv/bin/ruff check src tests tools bench examples
+../../.venv/bin/ruff format --check src tests tools bench examples
 ../../.venv/bin/mypy
 ../../.venv/bin/python -m pytest -q tests

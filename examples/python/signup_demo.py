@@ -23,6 +23,11 @@ and exits non-zero when a number differs from what the experiment expects:
   | permanent errors not retried         | 15      | 5             | 26                |
   | replay after recovery (not the 400s) | 18      | 2             | 29                |
 
+It runs on the Python SDK (clients/python, package `jobwire`: `pip install ./clients/python`;
+scripts/setup.sh installs it into .venv): a `jobwire.Client` per principal, and two
+`jobwire.Worker`s whose handler raises `jobwire.NonRetryable` for a 400 when errors are
+classified, and lets any other error fail the attempt for a retry.
+
 Usage: python signup_demo.py --server 127.0.0.1:50051
 
 Over TLS with tokens (a server with --tls-cert/--tls-key and --auth-file; scripts/demo.sh
@@ -42,20 +47,20 @@ Exit codes: 0 all numbers match, 1 a number or a check differs, 2 the run itself
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
+import logging
 import re
 import secrets
 import sys
 import threading
-import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobwire_client import Worker, connect, load_stubs, ms, read_secret, state_name  # noqa: E402
+import jobwire
+from jobwire import pb
 
 SIGNUPS = 20
 BAD_ADDRESSES = {"user_4", "user_9"}  # typos the provider rejects for good (HTTP 400)
@@ -63,6 +68,7 @@ OUTAGE = {"user_12", "user_13", "user_14"}  # the provider is down for these unt
 JOB_NAME = "send-welcome-email"
 MAX_ATTEMPTS = 3
 WORKERS = 2  # at most two worker streams
+BACKOFF = jobwire.Backoff("exponential", delay=0.05, jitter=0.5, max_delay=1.0)
 
 RETRY_ALL = "retry everything"
 CLASSIFIED = "permanent errors not retried"
@@ -77,11 +83,13 @@ ALERT_MAX_AGE_S = 60.0
 
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
-pb = load_stubs()
-
 
 class DemoError(Exception):
     """The run could not be completed (exit code 2)."""
+
+
+def state_name(state: pb.JobState.ValueType) -> str:
+    return pb.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
 # === the fake provider ===
@@ -90,9 +98,13 @@ class DemoError(Exception):
 class RejectedAddress(Exception):
     """HTTP 400: this address can never work; trying again cannot help."""
 
+    error_type = "invalid_address"  # the attempt's error_type when it is failed for a retry
+
 
 class ProviderUnavailable(Exception):
     """HTTP 503: try again later."""
+
+    error_type = "provider_unavailable"
 
 
 class FakeProvider:
@@ -137,9 +149,17 @@ class Run:
     queue: str
     provider: FakeProvider
     job_ids: dict[str, str] = field(default_factory=dict)  # job id -> user id
-    keys: dict[str, set] = field(default_factory=dict)  # job id -> idempotency keys seen
+    keys: dict[str, set[str]] = field(default_factory=dict)  # job id -> idempotency keys seen
     problems: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Clients:
+    """One client per principal (three times the same server without tokens)."""
+
+    producer: jobwire.Client
+    worker: jobwire.Client
+    admin: jobwire.Client
 
 
 def signups() -> list[tuple[str, str]]:
@@ -157,66 +177,50 @@ def new_queue(slug: str) -> str:
     return f"signups-{slug}-{secrets.token_hex(4)}"
 
 
-def enqueue_signups(jobs, run: Run) -> None:
-    backoff = pb.Backoff(kind=pb.BACKOFF_KIND_EXPONENTIAL, delay=ms(50), jitter=0.5, max_delay=ms(1000))
+async def enqueue_signups(producer: jobwire.Client, run: Run) -> None:
     for user, email in signups():
         job_id = f"welcome-email:{user}"
-        spec = pb.JobSpec(
-            queue=run.queue,
-            job_id=job_id,
-            name=JOB_NAME,
-            payload=json.dumps({"user_id": user, "email": email}).encode(),
-            content_type="application/json",
-            metadata={"demo": "signup"},
-            max_attempts=MAX_ATTEMPTS,
-            backoff=backoff,
+        resp = await producer.enqueue(
+            run.queue, JOB_NAME, {"user_id": user, "email": email}, job_id=job_id,
+            metadata={"demo": "signup"}, max_attempts=MAX_ATTEMPTS, backoff=BACKOFF,
         )
-        resp = jobs.Enqueue(pb.EnqueueRequest(job=spec), timeout=10)
         if not resp.created:
             raise DemoError(f"Enqueue of {job_id!r} on fresh queue {run.queue} said created=false")
         run.job_ids[job_id] = user
 
 
-def make_handler(run: Run, classify: bool):
-    """The worker's job function: call the provider, then ack or fail the lease."""
+def make_handler(run: Run, classify: bool) -> Callable[[jobwire.JobContext], Awaitable[None]]:
+    """The worker's job function: call the provider; returning acks the job, raising fails it."""
 
-    def handle(worker: Worker, lease) -> None:
-        job = lease.job
-        signup = json.loads(job.payload)
-        key = lease.idempotency_key
-        with run.lock:
-            if not key:
-                run.problems.append(f"lease of {job.job_id!r} attempt {lease.attempt} has no idempotency_key")
-            run.keys.setdefault(job.job_id, set()).add(key)
+    async def handle(ctx: jobwire.JobContext) -> None:
+        signup = ctx.json()
+        key = ctx.idempotency_key
+        if not key:
+            run.problems.append(f"lease of {ctx.job_id!r} attempt {ctx.attempt} has no idempotency_key")
+        run.keys.setdefault(ctx.job_id, set()).add(key)
         try:
-            run.provider.send(signup["user_id"], signup["email"], key or job.job_id)
+            run.provider.send(signup["user_id"], signup["email"], key or ctx.job_id)
         except RejectedAddress as e:
-            disposition = pb.FAIL_DISPOSITION_NO_RETRY if classify else pb.FAIL_DISPOSITION_RETRY
-            worker.fail(lease, str(e), error_type="invalid_address", disposition=disposition)
-        except ProviderUnavailable as e:
-            worker.fail(lease, str(e), error_type="provider_unavailable", disposition=pb.FAIL_DISPOSITION_RETRY)
-        else:
-            worker.ack(lease)
+            if classify:  # permanent: dead-letter it now, whatever attempts remain
+                raise jobwire.NonRetryable(str(e), error_type=e.error_type) from e
+            raise  # any other exception fails the attempt for a retry, with its error_type
 
     return handle
 
 
-def settle(jobs, run: Run, workers: list[Worker], timeout: float) -> dict[str, object]:
+async def settle(producer: jobwire.Client, run: Run, tasks: list[asyncio.Task[None]], timeout: float) -> dict[str, pb.Job]:
     """Polls GetJob until every job is COMPLETED or DEAD; returns job id -> Job."""
-    deadline = time.monotonic() + timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     final = {pb.JOB_STATE_COMPLETED, pb.JOB_STATE_DEAD}
     while True:
-        for w in workers:
-            if w.error is not None:
-                raise DemoError(f"worker stream {w.worker_id} ended: {w.error.code().name}: {w.error.details()}")
-            if w.handler_errors:
-                raise DemoError(f"worker {w.worker_id} handler raised:\n{w.handler_errors[0]}")
-        current = {}
-        for job_id in run.job_ids:
-            current[job_id] = jobs.GetJob(pb.GetJobRequest(queue=run.queue, job_id=job_id), timeout=10).job
+        for t in tasks:
+            if t.done():
+                raise DemoError(f"a worker stopped: {t.exception()!r}")
+        current = {job_id: await producer.get_job(run.queue, job_id) for job_id in run.job_ids}
         if all(j.state in final for j in current.values()):
             return current
-        if time.monotonic() >= deadline:
+        if loop.time() >= deadline:
             pending = [
                 f"{job_id} {state_name(j.state)} (attempts {j.attempts_made}/{j.max_attempts})"
                 for job_id, j in current.items()
@@ -225,47 +229,36 @@ def settle(jobs, run: Run, workers: list[Worker], timeout: float) -> dict[str, o
             raise DemoError(
                 f"jobs on {run.queue} not settled after {timeout} s: {len(pending)} pending: " + ", ".join(pending)
             )
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
 
 
-def list_dead(dead, queue: str, **filter_fields) -> list:
-    """Every dead job of the queue (all pages), optionally filtered."""
-    out, token, pages = [], "", 0
-    while True:
-        req = pb.ListDeadLettersRequest(queue=queue, page_size=100, page_token=token)
-        if filter_fields:
-            req.filter.CopyFrom(pb.DeadLetterFilter(**filter_fields))
-        resp = dead.ListDeadLetters(req, timeout=10)
-        out.extend(resp.dead_letters)
-        token, pages = resp.next_page_token, pages + 1
-        if not token:
-            return out
-        if pages > 1000:
-            raise DemoError(f"ListDeadLetters on {queue} keeps returning a next_page_token")
-
-
-def work_until_settled(channel, jobs, run: Run, classify: bool, credits: int, timeout: float, label: str):
-    handler = make_handler(run, classify)
-    workers = [
-        Worker(channel, [run.queue], credits=credits, worker_id=f"signup-demo-{label}-{i + 1}", handler=handler)
-        for i in range(WORKERS)
-    ]
+async def work_until_settled(
+    clients: Clients, run: Run, classify: bool, credits: int, timeout: float, label: str
+) -> dict[str, pb.Job]:
+    """Two workers of `credits` each serve the queue until every job is COMPLETED or DEAD."""
+    workers = []
+    for i in range(WORKERS):
+        w = jobwire.Worker(clients.worker, [run.queue], concurrency=credits,
+                           worker_id=f"signup-demo-{label}-{i + 1}", handle_signals=False)
+        w.handle(JOB_NAME, make_handler(run, classify))
+        workers.append(w)
+    tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
-        final = settle(jobs, run, workers, timeout)
+        final = await settle(clients.producer, run, tasks, timeout)
     finally:
         for w in workers:
-            w.half_close()  # both at once, then wait for each
-        for w in workers:
-            w.close()
-    for w in workers:
-        for s in w.drain_settled():
-            if s.code != 0:
-                run.problems.append(f"settle of {s.job_id!r} refused: code {s.code}: {s.message}")
+            w.stop()  # both at once, then wait for each
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for w, result in zip(workers, results, strict=True):
+        if isinstance(result, BaseException):
+            raise DemoError(f"worker {w.worker_id} failed: {result!r}")
+        if w.stats.lost or w.stats.refused:
+            run.problems.append(f"worker {w.worker_id}: {w.stats.lost} result(s) lost, {w.stats.refused} refused")
     return final
 
 
-def row(dead, run: Run, final: dict, strategy: str) -> tuple[str, int, int, int]:
-    dead_jobs = list_dead(dead, run.queue)
+async def row(admin: jobwire.Client, run: Run, final: dict[str, pb.Job], strategy: str) -> tuple[str, int, int, int]:
+    dead_jobs = await admin.dead_letters.list(run.queue)
     dead_by_state = sorted(j for j, job in final.items() if job.state == pb.JOB_STATE_DEAD)
     listed = sorted(job.job_id for job in dead_jobs)
     if listed != dead_by_state:
@@ -273,11 +266,15 @@ def row(dead, run: Run, final: dict, strategy: str) -> tuple[str, int, int, int]
     return strategy, run.provider.emailed, len(dead_jobs), run.provider.calls
 
 
-def alert_check(dead, queue: str, label: str) -> None:
+async def alert_check(admin: jobwire.Client, queue: str, label: str) -> None:
     """The alert-style check: dead-letter depth (bursts) and the oldest entry's age (slow leaks)."""
-    dead_jobs = list_dead(dead, queue)
+    dead_jobs = await admin.dead_letters.list(queue)
     now = datetime.now(timezone.utc)
-    ages = [(now - j.finish_time.ToDatetime(tzinfo=timezone.utc)).total_seconds() for j in dead_jobs if j.HasField("finish_time")]
+    ages = [
+        (now - j.finish_time.ToDatetime(tzinfo=timezone.utc)).total_seconds()
+        for j in dead_jobs
+        if j.HasField("finish_time")
+    ]
     oldest = max(ages) if ages else 0.0
     alerts = []
     if len(dead_jobs) > ALERT_MAX_DEPTH:
@@ -304,10 +301,12 @@ def check_keys(run: Run, label: str) -> None:
         print(f"note [{label}]: the provider deduped {run.provider.duplicates} repeated send(s) by idempotency key")
 
 
-def expect_refused(problems: list[str], what: str, want: grpc.StatusCode, call) -> None:
-    """Runs `call`, which the server must refuse with `want`; prints the refusal."""
+async def expect_refused(
+    problems: list[str], what: str, want: grpc.StatusCode, call: Callable[[], Awaitable[object]]
+) -> None:
+    """Awaits `call()`, which the server must refuse with `want`; prints the refusal."""
     try:
-        call()
+        await call()
     except grpc.RpcError as e:
         print(f"auth check: {what}: refused, {e.code().name}: {e.details()}")
         if e.code() != want:
@@ -316,24 +315,18 @@ def expect_refused(problems: list[str], what: str, want: grpc.StatusCode, call) 
     problems.append(f"auth check: {what}: accepted, expected {want.name}")
 
 
-def auth_checks(args, channels: dict, queue: str, job_id: str) -> list[str]:
+async def auth_checks(args: argparse.Namespace, clients: Clients, queue: str, job_id: str) -> list[str]:
     """With tokens: each principal is refused what its role does not allow, and nothing changes."""
     problems: list[str] = []
-    before = pb.JobServiceStub(channels["producer"]).GetJob(pb.GetJobRequest(queue=queue, job_id=job_id), timeout=10).job
-    expect_refused(problems, "the worker's token enqueues", grpc.StatusCode.PERMISSION_DENIED,
-                   lambda: pb.JobServiceStub(channels["worker"]).Enqueue(pb.EnqueueRequest(job=pb.JobSpec(
-                       queue=queue, job_id=job_id, name=JOB_NAME, payload=b"{}")), timeout=10))
-    expect_refused(problems, "the producer's token replays dead letters", grpc.StatusCode.PERMISSION_DENIED,
-                   lambda: pb.DeadLetterServiceStub(channels["producer"]).ReplayDeadLetters(
-                       pb.ReplayDeadLettersRequest(queue=queue, job_ids=[job_id]), timeout=10))
-    anonymous = connect(args.server, ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
-    try:
-        expect_refused(problems, "a call without a token", grpc.StatusCode.UNAUTHENTICATED,
-                       lambda: pb.DeadLetterServiceStub(anonymous).ReplayDeadLetters(
-                           pb.ReplayDeadLettersRequest(queue=queue, job_ids=[job_id]), timeout=10))
-    finally:
-        anonymous.close()
-    after = pb.JobServiceStub(channels["producer"]).GetJob(pb.GetJobRequest(queue=queue, job_id=job_id), timeout=10).job
+    before = await clients.producer.get_job(queue, job_id)
+    await expect_refused(problems, "the worker's token enqueues", grpc.StatusCode.PERMISSION_DENIED,
+                         lambda: clients.worker.enqueue(queue, JOB_NAME, b"{}", job_id=job_id))
+    await expect_refused(problems, "the producer's token replays dead letters", grpc.StatusCode.PERMISSION_DENIED,
+                         lambda: clients.producer.dead_letters.replay(queue, [job_id]))
+    async with jobwire.Client(args.server, tls=tls_of(args)) as anonymous:
+        await expect_refused(problems, "a call without a token", grpc.StatusCode.UNAUTHENTICATED,
+                             lambda: anonymous.dead_letters.replay(queue, [job_id]))
+    after = await clients.producer.get_job(queue, job_id)
     if after != before:
         problems.append(f"auth check: {job_id!r} changed although every call was refused")
     return problems
@@ -342,98 +335,96 @@ def auth_checks(args, channels: dict, queue: str, job_id: str) -> list[str]:
 # === main ===
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", default="127.0.0.1:50051", help="jobwire gRPC address HOST:PORT")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds each run may take to settle")
-    ap.add_argument("--credits", type=int, default=4, help="credits of each of the two worker streams")
-    ap.add_argument("--ca", help="TLS: PEM file of the CA that signed the server's certificate")
-    ap.add_argument("--cert", help="mTLS: the client certificate (PEM); needs --key")
-    ap.add_argument("--key", help="mTLS: the client certificate's private key (PEM)")
-    ap.add_argument("--server-name", help="TLS: the name the server's certificate must have (default: the host)")
-    ap.add_argument("--token-file", help="a file with the bearer token of every call (jw_<id>_<secret>)")
-    for role, who in (("producer", "Enqueue, GetJob"), ("worker", "Subscribe, Ack, Fail"),
-                      ("admin", "ListDeadLetters, ReplayDeadLetters")):
-        ap.add_argument(f"--{role}-token-file", help=f"the token of the {role} calls ({who}); default --token-file")
-    args = ap.parse_args(argv)
+def tls_of(args: argparse.Namespace) -> jobwire.TLS | None:
+    """TLS when a CA is given (a client certificate for mTLS too); plaintext otherwise."""
+    if args.ca is None:
+        if args.cert or args.key:
+            raise DemoError("a client certificate needs TLS: give --ca too")
+        return None
+    return jobwire.TLS(ca=args.ca, cert=args.cert, key=args.key, server_name=args.server_name)
 
-    # One channel per principal (three plaintext channels when no token is given).
-    channels: dict[str, grpc.Channel] = {}
+
+Row = tuple[str, int, int, int]
+
+
+async def experiment(args: argparse.Namespace, clients: Clients, per_role_tokens: bool) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    problems: list[str] = []
+    producer, admin = clients.producer, clients.admin
+
+    # (a) retry everything
+    a = Run(queue=new_queue("retry-all"), provider=FakeProvider())
+    await enqueue_signups(producer, a)
+    final = await work_until_settled(clients, a, False, args.credits, args.timeout, "a")
+    rows.append(await row(admin, a, final, RETRY_ALL))
+    check_keys(a, "a")
+    await alert_check(admin, a.queue, RETRY_ALL)
+    problems += a.problems
+
+    # (b) permanent errors not retried
+    b = Run(queue=new_queue("classified"), provider=FakeProvider())
+    await enqueue_signups(producer, b)
+    final = await work_until_settled(clients, b, True, args.credits, args.timeout, "b")
+    rows.append(await row(admin, b, final, CLASSIFIED))
+    await alert_check(admin, b.queue, CLASSIFIED)
+    for j in await admin.dead_letters.list(b.queue):
+        want = pb.DEAD_REASON_NO_RETRY if b.job_ids[j.job_id] in BAD_ADDRESSES else pb.DEAD_REASON_ATTEMPTS_EXHAUSTED
+        if j.dead_reason != want:
+            b.problems.append(
+                f"{CLASSIFIED}: {j.job_id!r} dead with {pb.DeadReason.Name(j.dead_reason)}, "
+                f"expected {pb.DeadReason.Name(want)}"
+            )
+
+    # (c) replay after recovery, not the 400s: same queue and provider as (b)
+    b.provider.recover()
+    replay_filter = pb.DeadLetterFilter(reason=pb.DEAD_REASON_ATTEMPTS_EXHAUSTED, error_type="provider_unavailable")
+    replayed = await admin.dead_letters.replay(b.queue, filter=replay_filter)
+    want_replayed = sorted(j for j, u in b.job_ids.items() if u in OUTAGE)
+    print(
+        f"replay [{REPLAYED}] filter reason=ATTEMPTS_EXHAUSTED error_type=provider_unavailable: "
+        f"replayed {sorted(replayed.replayed_job_ids)}"
+    )
+    if sorted(replayed.replayed_job_ids) != want_replayed:
+        b.problems.append(f"{REPLAYED}: replayed {sorted(replayed.replayed_job_ids)}, expected {want_replayed}")
+    final = await work_until_settled(clients, b, True, args.credits, args.timeout, "c")
+    rows.append(await row(admin, b, final, REPLAYED))
+    check_keys(b, "b+c")
+    await alert_check(admin, b.queue, REPLAYED)
+    for job_id in want_replayed:
+        if final[job_id].replays != 1:
+            b.problems.append(f"{REPLAYED}: {job_id!r} has replays={final[job_id].replays}, expected 1")
+    problems += b.problems
+    if per_role_tokens:
+        problems += await auth_checks(args, clients, b.queue, sorted(b.job_ids)[0])
+    return rows, problems
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    tls = tls_of(args)
+    made = {}
     for role in ("producer", "worker", "admin"):
         path = getattr(args, f"{role}_token_file") or args.token_file
-        channels[role] = connect(args.server, ca=args.ca, cert=args.cert, key=args.key,
-                                 token=read_secret(path) if path else None, server_name=args.server_name)
+        made[role] = jobwire.Client(args.server, token=jobwire.read_token(path) if path else None, tls=tls)
+    clients = Clients(**made)
     per_role_tokens = all(getattr(args, f"{r}_token_file") for r in ("producer", "worker", "admin"))
-    channel = channels["worker"]
     try:
-        for ch in set(channels.values()):
-            grpc.channel_ready_future(ch).result(timeout=10)
-    except grpc.FutureTimeoutError:
-        print(f"error: cannot connect to jobwire at {args.server} within 10 s", file=sys.stderr)
-        return 2
-    jobs = pb.JobServiceStub(channels["producer"])
-    dead = pb.DeadLetterServiceStub(channels["admin"])
-
-    rows: list[tuple[str, int, int, int]] = []
-    problems: list[str] = []
-    try:
-        # (a) retry everything
-        a = Run(queue=new_queue("retry-all"), provider=FakeProvider())
-        enqueue_signups(jobs, a)
-        final = work_until_settled(channel, jobs, a, classify=False, credits=args.credits, timeout=args.timeout, label="a")
-        rows.append(row(dead, a, final, RETRY_ALL))
-        check_keys(a, "a")
-        alert_check(dead, a.queue, RETRY_ALL)
-        problems += a.problems
-
-        # (b) permanent errors not retried
-        b = Run(queue=new_queue("classified"), provider=FakeProvider())
-        enqueue_signups(jobs, b)
-        final = work_until_settled(channel, jobs, b, classify=True, credits=args.credits, timeout=args.timeout, label="b")
-        rows.append(row(dead, b, final, CLASSIFIED))
-        alert_check(dead, b.queue, CLASSIFIED)
-        for j in list_dead(dead, b.queue):
-            want = pb.DEAD_REASON_NO_RETRY if b.job_ids[j.job_id] in BAD_ADDRESSES else pb.DEAD_REASON_ATTEMPTS_EXHAUSTED
-            if j.dead_reason != want:
-                b.problems.append(
-                    f"{CLASSIFIED}: {j.job_id!r} dead with {pb.DeadReason.Name(j.dead_reason)}, "
-                    f"expected {pb.DeadReason.Name(want)}"
-                )
-
-        # (c) replay after recovery, not the 400s: same queue and provider as (b)
-        b.provider.recover()
-        replay_filter = pb.DeadLetterFilter(
-            reason=pb.DEAD_REASON_ATTEMPTS_EXHAUSTED, error_type="provider_unavailable"
-        )
-        replayed = dead.ReplayDeadLetters(
-            pb.ReplayDeadLettersRequest(queue=b.queue, filter=replay_filter), timeout=10
-        )
-        want_replayed = sorted(j for j, u in b.job_ids.items() if u in OUTAGE)
-        print(
-            f"replay [{REPLAYED}] filter reason=ATTEMPTS_EXHAUSTED error_type=provider_unavailable: "
-            f"replayed {sorted(replayed.replayed_job_ids)}"
-        )
-        if sorted(replayed.replayed_job_ids) != want_replayed:
-            b.problems.append(f"{REPLAYED}: replayed {sorted(replayed.replayed_job_ids)}, expected {want_replayed}")
-        final = work_until_settled(channel, jobs, b, classify=True, credits=args.credits, timeout=args.timeout, label="c")
-        rows.append(row(dead, b, final, REPLAYED))
-        check_keys(b, "b+c")
-        alert_check(dead, b.queue, REPLAYED)
-        for job_id in want_replayed:
-            if final[job_id].replays != 1:
-                b.problems.append(f"{REPLAYED}: {job_id!r} has replays={final[job_id].replays}, expected 1")
-        problems += b.problems
-        if per_role_tokens:
-            problems += auth_checks(args, channels, b.queue, sorted(b.job_ids)[0])
-    except DemoError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except grpc.RpcError as e:
-        print(f"error: RPC failed: {e.code().name}: {e.details()}", file=sys.stderr)
-        return 2
+        try:
+            for c in made.values():
+                await c.wait_ready(timeout=10)
+        except TimeoutError:
+            print(f"error: cannot connect to jobwire at {args.server} within 10 s", file=sys.stderr)
+            return 2
+        try:
+            rows, problems = await experiment(args, clients, per_role_tokens)
+        except DemoError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except grpc.RpcError as e:
+            print(f"error: RPC failed: {e.code().name}: {e.details()}", file=sys.stderr)
+            return 2
     finally:
-        for ch in channels.values():
-            ch.close()
+        for c in made.values():
+            await c.close()
 
     print()
     print("| strategy | emailed | dead-lettered | provider requests |")
@@ -455,6 +446,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("all three rows match the experiment (15/5/30, 15/5/26, 18/2/29)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--server", default="127.0.0.1:50051", help="jobwire gRPC address HOST:PORT")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds each run may take to settle")
+    ap.add_argument("--credits", type=int, default=4, help="credits (concurrency) of each of the two workers")
+    ap.add_argument("--ca", help="TLS: PEM file of the CA that signed the server's certificate")
+    ap.add_argument("--cert", help="mTLS: the client certificate (PEM); needs --key")
+    ap.add_argument("--key", help="mTLS: the client certificate's private key (PEM)")
+    ap.add_argument("--server-name", help="TLS: the name the server's certificate must have (default: the host)")
+    ap.add_argument("--token-file", help="a file with the bearer token of every call (jw_<id>_<secret>)")
+    for role, who in (("producer", "Enqueue, GetJob"), ("worker", "Subscribe, Ack, Fail"),
+                      ("admin", "ListDeadLetters, ReplayDeadLetters")):
+        ap.add_argument(f"--{role}-token-file", help=f"the token of the {role} calls ({who}); default --token-file")
+    args = ap.parse_args(argv)
+    # Failed attempts are what the demo is about: the table reports them, not the SDK's log.
+    logging.basicConfig(level=logging.ERROR, format="%(name)s: %(message)s")
+    try:
+        return asyncio.run(run_demo(args))
+    except DemoError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

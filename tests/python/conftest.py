@@ -10,7 +10,11 @@ carrying the bearer token of a principal granted producer, worker and admin on e
 every test that uses ``channel`` runs over both. ``security`` holds the certificates and the
 tokens of the other principals (tests/python/test_secure.py).
 
-Run: .venv/bin/pip install -r examples/python/requirements.txt && .venv/bin/pytest tests/python
+The client side is the Python SDK (clients/python, package ``jobwire``): its generated messages
+and stubs (``jobwire.pb``, the ``stubs`` fixture) and its channels (``jobwire.sync.connect``:
+TLS, mTLS, bearer token); ``stream.py`` drives a raw Subscribe stream for the protocol tests.
+
+Run: bash scripts/setup.sh && .venv/bin/pytest tests/python
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import re
 import time
 from dataclasses import dataclass, field
@@ -30,11 +33,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+import jobwire
+import jobwire.sync
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "python"
-sys.path.insert(0, str(EXAMPLES))
-
-from jobwire_client import connect, load_stubs, wait_for_serving  # noqa: E402
 
 START_TIMEOUT_S = float(os.environ.get("JOBWIRE_TEST_START_TIMEOUT", "30"))
 
@@ -47,6 +51,33 @@ def free_port() -> int:
             port = s.getsockname()[1]
         if port != 6379:
             return port
+
+
+def connect(server: str, *, ca=None, cert=None, key=None, token: str | None = None) -> grpc.Channel:
+    """A blocking channel from the SDK: plaintext without ``ca``, else TLS trusting ``ca``
+    (a client certificate with ``cert`` and ``key``); ``token`` as the bearer token."""
+    tls = jobwire.TLS(ca=ca, cert=cert, key=key) if ca is not None else None
+    if tls is None and (cert or key):
+        raise ValueError("a client certificate needs TLS: give ca= too")
+    return jobwire.sync.connect(server, token=token, tls=tls)
+
+
+def wait_for_serving(channel: grpc.Channel, timeout: float = 30.0, service: str = "") -> None:
+    """Blocks until grpc.health.v1 says SERVING for ``service``; raises TimeoutError otherwise."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        try:
+            resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+            if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        except grpc.RpcError as e:
+            last = f"{e.code().name}: {e.details()}"
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"health of {service!r} not SERVING after {timeout} s (last: {last})")
+        time.sleep(0.1)
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -78,7 +109,8 @@ def _redis_ping(port: int) -> bool:
 
 @pytest.fixture(scope="session")
 def stubs():
-    return load_stubs()
+    """The generated jobwire.v1 messages, enums and stubs (``jobwire.pb``)."""
+    return jobwire.pb
 
 
 @pytest.fixture(scope="session")

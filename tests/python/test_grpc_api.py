@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from grpc_status import rpc_status
 
 from conftest import EXAMPLES, JobwireProcess
-from jobwire_client import Worker, ms, state_name
+from stream import Worker, ms, state_name
 
 SERVICES = {
     "jobwire.v1.JobService",

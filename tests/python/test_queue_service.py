@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
 
-from jobwire_client import Worker, ms
+from stream import Worker, ms
 
 
 def bad_request_fields(err: grpc.RpcError, pb) -> list[str]:

@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
-from conftest import CERT_CLIENT, REPO_ROOT, JobwireProcess, auth_file_yaml
-from jobwire_client import Worker, connect, state_name
+from conftest import CERT_CLIENT, REPO_ROOT, JobwireProcess, auth_file_yaml, connect
+from stream import Worker, state_name
 
 WAIT_S = 15.0  # patience for anything asynchronous (a reload, a lease); never a timing claim
 

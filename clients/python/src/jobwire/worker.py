@@ -86,6 +86,8 @@ class WorkerStats:
     """Leases renewed with ExtendLease (held across a reconnect)."""
     lost: int = 0
     """Results dropped because the lease was lost (FAILED_PRECONDITION / NOT_FOUND)."""
+    refused: int = 0
+    """Results the server refused for another reason (logged as errors; e.g. PERMISSION_DENIED)."""
     settled: int = 0
     """Results the server accepted (acks and fails, on the stream or unary)."""
     first_lease_at: float | None = None
@@ -104,6 +106,7 @@ class SubscribeRefused(JobwireError):
     def __init__(self, error: grpc.aio.AioRpcError) -> None:
         super().__init__(f"Subscribe refused: {error.code().name}: {error.details()}")
         self.code = error.code()
+        self.details = error.details() or ""
 
 
 def default_worker_id() -> str:
@@ -411,6 +414,7 @@ class Worker:
                 s.message,
             )
         else:
+            self.stats.refused += 1
             log.error(
                 "worker %s: settling %s/%s refused: code %d: %s (result dropped)",
                 self.worker_id,
@@ -516,6 +520,7 @@ class Worker:
                     self._held.pop(held.key, None)
                     return
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    self.stats.refused += 1
                     log.error(
                         "worker %s: settling %s/%s failed (%s: %s): result dropped",
                         self.worker_id,
