@@ -96,7 +96,9 @@ class Stream:
         try:
             # The server answers the open with its headers (or ends the call with a refusal).
             await self.call.initial_metadata()
-            self.opened = True
+            # A refusal comes trailers-only: the call is over with its headers, never opened
+            # (so it does not reset the reconnect backoff).
+            self.opened = not self.call.done()
             try:
                 async for resp in self.call:
                     on_message(self, resp)
