@@ -293,6 +293,11 @@ async def server_restart_mid_run(sc: Scenario, tmp: Path) -> None:
             async def work(ctx: jobwire.JobContext) -> None:
                 calls[ctx.job_id] += 1
                 await asyncio.sleep(p["handler_ms"] / 1000)
+                # On a slow machine the restart may outlast the handler; hold the job until the
+                # worker renewed its leases (or 10 s), so the renewal is what the test sees.
+                deadline = time.monotonic() + 10
+                while worker.stats.extended < p["jobs"] and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
 
             run = Running(worker)
             await eventually(lambda: asyncio.sleep(0, worker.running == p["jobs"]), 15, "every job running")
