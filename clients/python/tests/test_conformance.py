@@ -8,6 +8,7 @@ scenario this SDK does not implement.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import signal
@@ -295,9 +296,8 @@ async def server_restart_mid_run(sc: Scenario, tmp: Path) -> None:
                 await asyncio.sleep(p["handler_ms"] / 1000)
                 # On a slow machine the restart may outlast the handler; hold the job until the
                 # worker renewed its leases (or 10 s), so the renewal is what the test sees.
-                deadline = time.monotonic() + 10
-                while worker.stats.extended < p["jobs"] and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
+                with contextlib.suppress(pytest.fail.Exception):
+                    await eventually(lambda: asyncio.sleep(0, worker.stats.extended >= p["jobs"]), 10)
 
             run = Running(worker)
             await eventually(lambda: asyncio.sleep(0, worker.running == p["jobs"]), 15, "every job running")
