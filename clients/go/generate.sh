@@ -7,6 +7,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
+command -v go >/dev/null || { echo "clients/go: the Go toolchain (go 1.26) is not on PATH" >&2; exit 1; }
 PROTOC_GEN_GO_VERSION=v1.36.12      # google.golang.org/protobuf, same as go.mod
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2   # google.golang.org/grpc/cmd/protoc-gen-go-grpc
 BIN="$ROOT/clients/go/.bin"

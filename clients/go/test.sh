@@ -7,6 +7,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 cd "$HERE"
+command -v go >/dev/null || { echo "clients/go: the Go toolchain (go 1.26) is not on PATH" >&2; exit 1; }
 STATICCHECK_VERSION=v0.7.0   # honnef.co/go/tools
 if [ -z "${JOBWIRE_BIN:-}" ] && ! command -v jobwire >/dev/null 2>&1; then
   if [ -x "$ROOT/target/debug/jobwire" ]; then
