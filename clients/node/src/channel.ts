@@ -35,7 +35,8 @@ export interface ChannelSettings {
   channelOptions?: grpc.ChannelOptions;
 }
 
-function pem(v: Buffer | string | undefined): Buffer | undefined {
+/** PEM bytes from a Buffer, a PEM string, or a file path. */
+export function pem(v: Buffer | string | undefined): Buffer | undefined {
   if (v === undefined) return undefined;
   if (Buffer.isBuffer(v)) return v;
   return v.includes("-----BEGIN") ? Buffer.from(v) : readFileSync(v);
@@ -48,6 +49,14 @@ function isLoopback(target: string): boolean {
     .replace(/:\d+$/, "")
     .replace(/^\[|\]$/g, "");
   return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** TLS channel credentials (no call credentials). */
+export function tlsCredentials(t: TlsOptions): grpc.ChannelCredentials {
+  if ((t.cert === undefined) !== (t.key === undefined)) {
+    throw new TypeError("a client certificate needs both tls.cert and tls.key");
+  }
+  return grpc.credentials.createSsl(pem(t.ca) ?? null, pem(t.key) ?? null, pem(t.cert) ?? null);
 }
 
 /** The SDK's channel options: keepalive pings on idle connections, quick reconnects. */
@@ -72,10 +81,7 @@ export function openChannel(
   const options: grpc.ChannelOptions = { ...DEFAULT_OPTIONS, ...s.channelOptions };
   if (s.tls) {
     const t: TlsOptions = s.tls === true ? {} : s.tls;
-    if ((t.cert === undefined) !== (t.key === undefined)) {
-      throw new TypeError("a client certificate needs both tls.cert and tls.key");
-    }
-    creds = grpc.credentials.createSsl(pem(t.ca) ?? null, pem(t.key) ?? null, pem(t.cert) ?? null);
+    creds = tlsCredentials(t);
     if (t.serverName) options["grpc.ssl_target_name_override"] = t.serverName;
     if (s.token) {
       const token = s.token;

@@ -5,6 +5,7 @@
  * a live stream), and Ack / Fail for results finished while the stream is down.
  */
 import * as grpc from "@grpc/grpc-js";
+import { fullJitter } from "./backoff.js";
 import { callOnce, hasCode } from "./channel.js";
 import { msToDuration } from "./convert.js";
 import type { Outcome } from "./handler.js";
@@ -120,4 +121,47 @@ export async function extendLease(
     if (hasCode(e, grpc.status.FAILED_PRECONDITION, grpc.status.NOT_FOUND)) return { kind: "lost", error: err };
     return { kind: "retry", error: err };
   }
+}
+
+/** What {@link renewOnce} needs from the worker. */
+export interface RenewHooks {
+  stub: WorkerServiceClient;
+  timeoutMs: number;
+  /** The worker stopped: renew no more. */
+  stopped(): boolean;
+  /** Renewed; the next renewal is due in `nextMs`. */
+  extended(nextMs: number): void;
+  /** The server says the lease is gone (the handler was signalled already). */
+  lost(details: string): void;
+  /** Runs the next renewal (scheduled on `h.keeper`). */
+  again(): void;
+}
+
+/**
+ * One ExtendLease of `h`, then the next one scheduled: a third of the time left on success,
+ * soon (within a quarter of the lease, at most 1 s) while the server is unreachable.
+ */
+export async function renewOnce(h: HeldLease, k: RenewHooks): Promise<void> {
+  h.keeper = undefined;
+  if (h.released || h.lost || k.stopped()) return;
+  h.extending = true;
+  const r = await extendLease(k.stub, h, k.timeoutMs);
+  h.extending = false;
+  if (h.released || k.stopped()) return;
+  let next: number;
+  if (r.kind === "extended") {
+    const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
+    next = Math.max(200, Math.min(10_000, left / 3));
+    h.extendFailures = 0;
+    k.extended(next);
+  } else if (r.kind === "lost") {
+    h.lost = true;
+    h.abort.abort(new Error("lease lost"));
+    k.lost(r.error.details);
+    return;
+  } else {
+    const cap = Math.max(100, Math.min(1_000, h.leaseMs / 4));
+    next = Math.round(100 + fullJitter(h.extendFailures++, { baseMs: 100, capMs: cap }));
+  }
+  h.keeper = setTimeout(() => k.again(), next);
 }

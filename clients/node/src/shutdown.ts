@@ -5,6 +5,8 @@
  * on every deploy; here it defaults to 25 s and must be above 0.
  */
 import { sleep } from "./backoff.js";
+import type { Failure } from "./errors.js";
+import { FailDisposition } from "./gen/jobwire/v1/job.js";
 import type { Logger } from "./logger.js";
 
 /** The worker's side of the drain sequence. */
@@ -21,6 +23,23 @@ export interface DrainSteps {
   finish(): Promise<void>;
   /** How many leases are held. */
   held(): number;
+}
+
+/**
+ * The Fail of an attempt still running when the grace ran out: RETRY (the protocol has no
+ * hand-back call) with retry_after 1 s, so the job is soon leased elsewhere whatever its backoff.
+ */
+export function shutdownFailure(graceMs: number): Failure {
+  return {
+    disposition: FailDisposition.FAIL_DISPOSITION_RETRY,
+    error: {
+      message: `the worker shut down before the handler finished (grace ${graceMs} ms)`,
+      errorType: "WorkerShutdown",
+      details: "",
+    },
+    retryAfterMs: 1_000,
+    pauseQueue: false,
+  };
 }
 
 /** How long shutdown waits for the fails of abandoned handlers to be recorded. */

@@ -23,13 +23,12 @@ import { randomBytes } from "node:crypto";
 import type * as grpc from "@grpc/grpc-js";
 import { fullJitter, sleep, type BackoffOptions } from "./backoff.js";
 import type { Client } from "./client.js";
-import { FailDisposition } from "./gen/jobwire/v1/job.js";
 import type { Draining, Lease, Settled } from "./gen/jobwire/v1/worker_service.js";
 import { invoke, type Handler, type Outcome } from "./handler.js";
-import { extendLease, HeldLease, settleUnary } from "./held.js";
+import { HeldLease, renewOnce, settleUnary } from "./held.js";
 import type { Logger } from "./logger.js";
 import { LeaseStream, leaseKey, type StreamEvents } from "./stream.js";
-import { Shutdown } from "./shutdown.js";
+import { Shutdown, shutdownFailure } from "./shutdown.js";
 
 /** Options of a {@link Worker}. Durations in milliseconds. */
 export interface WorkerOptions {
@@ -423,31 +422,20 @@ export class Worker {
   }
 
   private async extendTick(h: HeldLease): Promise<void> {
-    h.keeper = undefined;
-    if (h.released || h.lost || this.isStopped()) return;
-    h.extending = true;
-    const r = await extendLease(this.client.stubs.workers, h, this.opts.rpcTimeoutMs);
-    h.extending = false;
-    if (h.released || this.isStopped()) return;
-    let next: number;
-    if (r.kind === "extended") {
-      const left = r.deadline ? r.deadline.getTime() - Date.now() : h.leaseMs;
-      next = Math.max(200, Math.min(10_000, left / 3));
-      h.extendFailures = 0;
-      this.counters.extended++;
-      this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
-    } else if (r.kind === "lost") {
-      h.lost = true;
-      h.abort.abort(new Error("lease lost"));
-      this.logger.warn({ jobId: h.jobId, details: r.error.details }, "lease lost (ExtendLease refused): the handler is signalled");
-      if (!h.running && !h.settling) this.drop(h, "lease lost before its result was recorded: result dropped");
-      return;
-    } else {
-      // The server is unreachable: try again soon, well within the shortest lease (1 s).
-      const cap = Math.max(100, Math.min(1_000, h.leaseMs / 4));
-      next = Math.round(100 + fullJitter(h.extendFailures++, { baseMs: 100, capMs: cap }));
-    }
-    h.keeper = setTimeout(() => void this.extendTick(h), next);
+    await renewOnce(h, {
+      stub: this.client.stubs.workers,
+      timeoutMs: this.opts.rpcTimeoutMs,
+      stopped: () => this.isStopped(),
+      extended: (next) => {
+        this.counters.extended++;
+        this.logger.debug({ jobId: h.jobId, nextInMs: next }, "lease extended");
+      },
+      lost: (details) => {
+        this.logger.warn({ jobId: h.jobId, details }, "lease lost (ExtendLease refused): the handler is signalled");
+        if (!h.running && !h.settling) this.drop(h, "lease lost before its result was recorded: result dropped");
+      },
+      again: () => void this.extendTick(h),
+    });
   }
 
   // === timers and shutdown ===
@@ -481,19 +469,7 @@ export class Worker {
       if (!h.running || h.abandoned) continue;
       h.abandoned = true;
       h.abort.abort(new Error("worker shutdown: grace over"));
-      h.outcome = {
-        kind: "fail",
-        failure: {
-          disposition: FailDisposition.FAIL_DISPOSITION_RETRY,
-          error: {
-            message: `the worker shut down before the handler finished (grace ${this.opts.shutdownGraceMs} ms)`,
-            errorType: "WorkerShutdown",
-            details: "",
-          },
-          retryAfterMs: 1_000,
-          pauseQueue: false,
-        },
-      };
+      h.outcome = { kind: "fail", failure: shutdownFailure(this.opts.shutdownGraceMs) };
       this.settle(h);
     }
   }

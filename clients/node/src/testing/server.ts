@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
+import { tlsCredentials, type TlsOptions } from "../channel.js";
 
 /** A free TCP port on 127.0.0.1 (bound then released: another process may still take it). */
 export function freePort(): Promise<number> {
@@ -25,9 +26,10 @@ export function freePort(): Promise<number> {
 }
 
 /** The grpc.health.v1 status of `service` ("" = the server) at `target`: "SERVING", "NOT_SERVING", ... */
-export function healthStatus(target: string, service = "", timeoutMs = 2_000): Promise<string> {
+export function healthStatus(target: string, service = "", timeoutMs = 2_000, tls?: TlsOptions): Promise<string> {
   const names = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
-  const client = new grpc.Client(target, grpc.credentials.createInsecure());
+  const creds = tls ? tlsCredentials(tls) : grpc.credentials.createInsecure();
+  const client = new grpc.Client(target, creds, tls?.serverName ? { "grpc.ssl_target_name_override": tls.serverName } : {});
   // HealthCheckRequest { string service = 1; } and HealthCheckResponse { ServingStatus status = 1; },
   // encoded by hand: two fields are not worth a second code generator.
   const encode = (s: string): Buffer => {
@@ -75,6 +77,8 @@ export interface JobwireOptions {
   readyTimeoutMs?: number;
   /** Print the server's output (default: only when `$JOBWIRE_TEST_LOG` is set). */
   verbose?: boolean;
+  /** How the readiness probe connects to a server started with `--tls-cert` (its CA; a client certificate for mTLS). */
+  probeTls?: TlsOptions;
 }
 
 /** A running jobwire server. */
@@ -95,7 +99,7 @@ export interface JobwireServer {
   restart(): Promise<void>;
 }
 
-async function waitServing(target: string, proc: ChildProcess, timeoutMs: number, output: () => string): Promise<void> {
+async function waitServing(target: string, proc: ChildProcess, timeoutMs: number, output: () => string, tls?: TlsOptions): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = "no answer";
   for (;;) {
@@ -103,7 +107,7 @@ async function waitServing(target: string, proc: ChildProcess, timeoutMs: number
       throw new Error(`jobwire exited (${proc.exitCode ?? proc.signalCode}) before serving:\n${output()}`);
     }
     try {
-      last = await healthStatus(target, "", 1_000);
+      last = await healthStatus(target, "", 1_000, tls);
       if (last === "SERVING") return;
     } catch (e) {
       last = (e as Error).message;
@@ -165,10 +169,10 @@ export async function startJobwire(o: JobwireOptions = {}): Promise<JobwireServe
     },
     async restart() {
       server.process = launch();
-      await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out);
+      await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out, o.probeTls);
     },
   };
-  await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out);
+  await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out, o.probeTls);
   return server;
 }
 

@@ -1,0 +1,118 @@
+/**
+ * TLS, mTLS and bearer tokens against a real jobwire with --tls-cert/--tls-key, --tls-client-ca
+ * and --auth-file (throwaway certificates from scripts/dev-certs.sh, a token from
+ * `jobwire token new`): a producer and a worker get through; a call without the token, or a
+ * handshake without the client certificate, is refused.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { after, before, describe, it } from "node:test";
+import { Client, pb, status, Worker, type ClientOptions } from "../src/index.js";
+import { startJobwire, type JobwireServer } from "../src/testing/index.js";
+import { eventually, testLogger, uniqueQueue } from "./helpers.js";
+
+const run = promisify(execFile);
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..");
+
+/** A token and an auth file granting it every role on every queue. */
+async function authFile(dir: string): Promise<{ token: string; path: string }> {
+  const { stdout } = await run(process.env.JOBWIRE_BIN ?? "jobwire", ["token", "new", "--id", "node-sdk"]);
+  const token = stdout.split("\n")[0]?.trim() ?? "";
+  const sha = /sha256: "([0-9a-f]{64})"/.exec(stdout)?.[1];
+  assert.ok(token.startsWith("jw_") && sha, `unexpected output of jobwire token new:\n${stdout}`);
+  const path = join(dir, "auth.yaml");
+  writeFileSync(
+    path,
+    `principals:\n  - name: node-sdk\n    tokens:\n      - id: node-sdk\n        sha256: ${sha}\n` +
+      `    grants:\n      - queues: ["*"]\n        roles: [producer, worker, admin]\n`,
+    { mode: 0o600 },
+  );
+  return { token, path };
+}
+
+async function roundTrip(client: Client): Promise<void> {
+  const queue = uniqueQueue("secure");
+  const worker = new Worker(client, { queues: [queue], handleSignals: false, logger: testLogger }).handle("job", () => undefined);
+  const done = worker.run();
+  await client.enqueue(queue, "job", "x", { jobId: "s-1" });
+  await eventually("s-1 completed", async () =>
+    (await client.getJob(queue, "s-1")).state === pb.JobState.JOB_STATE_COMPLETED ? true : undefined,
+  );
+  await worker.close();
+  await done;
+}
+
+describe("TLS, mTLS and tokens", () => {
+  let dir: string;
+  let certs: string;
+  let token: string;
+  let auth: string;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "jobwire-node-secure-"));
+    certs = join(dir, "certs");
+    await run("bash", [join(repo, "scripts", "dev-certs.sh"), certs]);
+    ({ token, path: auth } = await authFile(dir));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("works over TLS with a token; refuses a call without it", async () => {
+    const ca = join(certs, "ca.crt");
+    const server: JobwireServer = await startJobwire({
+      args: ["--tls-cert", join(certs, "server.crt"), "--tls-key", join(certs, "server.key"), "--auth-file", auth],
+      probeTls: { ca },
+    });
+    // The dev certificate names 127.0.0.1, the address dialled.
+    const tls: ClientOptions["tls"] = { ca };
+    const client = new Client(server.target, { tls, token, logger: testLogger });
+    const anonymous = new Client(server.target, { tls, logger: testLogger });
+    try {
+      await roundTrip(client);
+      await assert.rejects(anonymous.getJob("q", "j"), (e: { code: status }) => e.code === status.UNAUTHENTICATED);
+    } finally {
+      client.close();
+      anonymous.close();
+      await server.stop();
+    }
+  });
+
+  it("works over mTLS with a client certificate; no certificate, no handshake", async () => {
+    const ca = join(certs, "ca.crt");
+    const mtls = { ca, cert: join(certs, "client.crt"), key: join(certs, "client.key") };
+    const server = await startJobwire({
+      args: [
+        "--tls-cert", join(certs, "server.crt"), "--tls-key", join(certs, "server.key"),
+        "--tls-client-ca", ca, "--auth-file", auth,
+      ],
+      probeTls: mtls,
+    });
+    const client = new Client(server.target, { tls: mtls, token, logger: testLogger });
+    const noCert = new Client(server.target, { tls: { ca }, token, logger: testLogger, retry: { attempts: 1 } });
+    try {
+      await roundTrip(client);
+      await assert.rejects(noCert.getJob("q", "j"), (e: { code: status }) => e.code === status.UNAVAILABLE);
+    } finally {
+      client.close();
+      noCert.close();
+      await server.stop();
+    }
+  });
+
+  it("sends a token in clear text to a loopback server", async () => {
+    const server = await startJobwire({ args: ["--auth-file", auth] });
+    const client = new Client(server.target, { token, logger: testLogger });
+    const anonymous = new Client(server.target, { logger: testLogger });
+    try {
+      await roundTrip(client);
+      await assert.rejects(anonymous.enqueue("q", "n", "x"), (e: { code: status }) => e.code === status.UNAUTHENTICATED);
+    } finally {
+      client.close();
+      anonymous.close();
+      await server.stop();
+    }
+  });
+});

@@ -1,0 +1,127 @@
+/**
+ * The Worker when things go wrong, against a real jobwire: the shutdown grace runs out, a
+ * lease is lost while the stream is down, the server drains and comes back.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { Client, pb } from "../src/index.js";
+import { startJobwire, startRedis } from "../src/testing/index.js";
+import { work, worker as newWorker, untilState } from "./conformance/scenario.js";
+import { startProxy } from "./fixtures/proxy.js";
+import { eventually, testLogger, uniqueQueue } from "./helpers.js";
+
+const { JobState, FailDisposition } = pb;
+
+describe("Worker faults", () => {
+  it("past the grace, aborts the handler's signal and fails the attempt with RETRY", async () => {
+    const server = await startJobwire();
+    const client = new Client(server.target, { logger: testLogger });
+    try {
+      const queue = uniqueQueue("grace");
+      let aborted = false;
+      let started = false;
+      const w = newWorker(client, { queues: [queue], shutdownGraceMs: 300 }).handle("stuck", async (_job, ctx) => {
+        started = true;
+        // A handler that ignores the signal must not hold shutdown up either.
+        ctx.signal.addEventListener("abort", () => (aborted = true));
+        await new Promise((r) => setTimeout(r, 3_000));
+      });
+      const done = w.run();
+      await client.enqueue(queue, "stuck", {}, { jobId: "g-1", maxAttempts: 3, backoff: { kind: "fixed", delayMs: 60_000 } });
+      await eventually("the handler started", () => (started ? true : undefined));
+      const t0 = Date.now();
+      await w.close();
+      await done;
+      assert.ok(Date.now() - t0 < 2_500, `close took ${Date.now() - t0} ms`);
+      assert.ok(aborted, "the handler's signal was not aborted");
+      const j = await client.getJob(queue, "g-1");
+      assert.equal(j.attemptsMade, 1);
+      assert.equal(j.errors[0]?.errorType, "WorkerShutdown");
+      assert.equal(j.errors[0]?.disposition, FailDisposition.FAIL_DISPOSITION_RETRY);
+      // retry_after 1 s overrides the job's 60 s backoff.
+      const wait = (j.readyTime?.getTime() ?? 0) - (j.errors[0]?.failTime?.getTime() ?? 0);
+      assert.ok(wait >= 900 && wait <= 1_500, `ready ${wait} ms after the fail`);
+    } finally {
+      client.close();
+      await server.stop();
+    }
+  });
+
+  it("a lease lost while the stream is down: the handler is signalled and its result dropped, the job runs elsewhere", async () => {
+    const server = await startJobwire({ args: ["--lease-duration", "1s"] });
+    const proxy = await startProxy(server.grpcPort);
+    const viaProxy = new Client(proxy.target, { logger: testLogger });
+    const direct = new Client(server.target, { logger: testLogger });
+    try {
+      const queue = uniqueQueue("lost");
+      let aSignalled = false;
+      let aStarted = false;
+      const a = newWorker(viaProxy, { queues: [queue] }).handle("slow", async (_job, ctx) => {
+        aStarted = true;
+        try {
+          await work(4_000, ctx.signal);
+        } catch (e) {
+          aSignalled = true;
+          throw e;
+        }
+      });
+      const b = newWorker(direct, { queues: [queue] }).handle("slow", () => undefined);
+      const doneA = a.run();
+      await direct.enqueue(queue, "slow", {}, { jobId: "l-1", maxAttempts: 3 });
+      await eventually("a started", () => (aStarted ? true : undefined));
+      const doneB = b.run();
+      // A's stream goes, and A cannot reach the server until its lease has expired.
+      proxy.blocked = true;
+      proxy.cutAll();
+      const j = await untilState(direct, queue, "l-1", JobState.JOB_STATE_COMPLETED, 30_000);
+      proxy.blocked = false;
+      await eventually("a's result dropped", () => (a.stats().dropped === 1 ? true : undefined));
+      await Promise.all([a.close(), b.close()]);
+      await Promise.all([doneA, doneB]);
+      assert.ok(aSignalled, "a's handler was not signalled");
+      assert.equal(a.stats().settled, 0);
+      assert.equal(b.stats().settled, 1);
+      assert.equal(j.attemptsMade, 2);
+      assert.equal(j.errors[0]?.errorType, "LEASE_EXPIRED");
+    } finally {
+      viaProxy.close();
+      direct.close();
+      await proxy.close();
+      await server.stop();
+    }
+  });
+
+  it("finishes its job when the server drains, then reconnects to the server's next run", async () => {
+    const redis = await startRedis();
+    const server = await startJobwire({ redisUrl: redis.url, args: ["--shutdown-grace", "10s"] });
+    const client = new Client(server.target, { logger: testLogger });
+    try {
+      const queue = uniqueQueue("drain");
+      let started = 0;
+      const w = newWorker(client, { queues: [queue], concurrency: 2 }).handle("job", async (job, ctx) => {
+        started++;
+        if (job.id === "d-1") await work(1_000, ctx.signal);
+      });
+      const done = w.run();
+      await client.enqueue(queue, "job", {}, { jobId: "d-1", maxAttempts: 3 });
+      await eventually("d-1 started", () => (started === 1 ? true : undefined));
+      server.process.kill("SIGTERM");
+      await new Promise((r) => server.process.once("exit", r));
+      await server.restart();
+      const j = await client.getJob(queue, "d-1");
+      assert.equal(j.state, JobState.JOB_STATE_COMPLETED, "the held job was not acked during the server's drain");
+      assert.equal(j.attemptsMade, 1);
+      await client.enqueue(queue, "job", {}, { jobId: "d-2" });
+      await untilState(client, queue, "d-2", JobState.JOB_STATE_COMPLETED);
+      await w.close();
+      await done;
+      assert.ok(w.stats().streamsOpened >= 2);
+      assert.equal(w.stats().settled, 2);
+      assert.equal(w.stats().dropped, 0);
+    } finally {
+      client.close();
+      await server.stop();
+      await redis.stop();
+    }
+  });
+});
