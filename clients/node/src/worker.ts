@@ -20,7 +20,7 @@
  */
 import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
-import type * as grpc from "@grpc/grpc-js";
+import { status as grpcStatus, type StatusObject } from "@grpc/grpc-js";
 import { fullJitter, sleep, type BackoffOptions } from "./backoff.js";
 import type { Client } from "./client.js";
 import type { Draining, Lease, Settled } from "./gen/jobwire/v1/worker_service.js";
@@ -104,11 +104,13 @@ export class Worker {
   private readonly stopping = new AbortController();
   /** Woken when a slot frees or a lease is released. */
   private wakers: (() => void)[] = [];
-  private streamEnded: ((st: grpc.StatusObject) => void) | undefined;
+  private streamEnded: ((st: StatusObject) => void) | undefined;
   private heartbeatMs: number;
   private timer: NodeJS.Timeout | undefined;
   private lastTick = 0;
   private shutdown: Shutdown | undefined;
+  /** Why run() rejects (the server refused the stream's open for good). */
+  private fatal: Error | undefined;
   private readonly counters: WorkerStats = {
     leased: 0,
     settled: 0,
@@ -162,7 +164,10 @@ export class Worker {
 
   /**
    * Runs until {@link close} (or SIGTERM / SIGINT) has drained the worker. Resolves then;
-   * rejects only on misuse (no handler, run twice).
+   * rejects on misuse (no handler, run twice) and when the server refuses the stream's open
+   * as INVALID_ARGUMENT (a bad queue name: no retry can help). Other refusals
+   * (UNAVAILABLE, UNAUTHENTICATED, PERMISSION_DENIED: an auth file may be reloaded) are
+   * retried with backoff and logged.
    */
   async run(): Promise<void> {
     if (this.state !== "idle") throw new Error("Worker.run() was already called");
@@ -177,6 +182,7 @@ export class Worker {
     );
     await this.connectLoop();
     await this.shutdown.done;
+    if (this.fatal) throw this.fatal;
   }
 
   /**
@@ -232,7 +238,7 @@ export class Worker {
       while (this.state === "running" && this.freeSlots() <= 0) await this.changed();
       if (this.state !== "running") break;
       const credits = this.freeSlots();
-      const ended = new Promise<grpc.StatusObject>((resolve) => (this.streamEnded = resolve));
+      const ended = new Promise<StatusObject>((resolve) => (this.streamEnded = resolve));
       this.stream = new LeaseStream(
         this.client.stubs.workers,
         ++this.generation,
@@ -243,6 +249,13 @@ export class Worker {
       const st = await ended;
       if (stream.opened) failures = 0;
       if (this.state !== "running") break;
+      if (!stream.opened && st.code === grpcStatus.INVALID_ARGUMENT) {
+        // The open itself is wrong (a bad queue name, too many queues): no retry can help.
+        this.fatal = Object.assign(new Error(`the server refused the worker's stream: ${st.details}`), { code: st.code });
+        this.logger.error({ workerId: this.workerId, details: st.details }, "the server refused the worker's stream; stopping");
+        void this.close();
+        break;
+      }
       const delay = Math.round(fullJitter(failures++, this.opts.reconnect));
       this.logger.warn(
         { workerId: this.workerId, code: st.code, details: st.details, held: this.held.size, retryInMs: delay },
@@ -273,7 +286,7 @@ export class Worker {
     onEnd: (s, st) => this.onStreamEnd(s, st),
   };
 
-  private onStreamEnd(s: LeaseStream, st: grpc.StatusObject): void {
+  private onStreamEnd(s: LeaseStream, st: StatusObject): void {
     for (const h of this.held.values()) {
       // Its settle may or may not have been applied: send it again (a duplicate is refused
       // as lease lost, which is then the truth: the first one was recorded).

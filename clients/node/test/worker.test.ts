@@ -66,6 +66,12 @@ describe("Worker", () => {
     await running;
   });
 
+  it("rejects run() when the server refuses the stream's open (a bad queue name)", async () => {
+    const w = new Worker(client, { queues: ["not a queue!"], handleSignals: false, logger: testLogger }).handle("x", () => undefined);
+    await assert.rejects(w.run(), /refused the worker's stream/);
+    assert.equal(w.stats().streamsOpened, 0);
+  });
+
   it("refuses a shutdown grace of 0 and a concurrency out of range", () => {
     assert.throws(() => new Worker(client, { queues: ["q"], shutdownGraceMs: 0 }), /grace/);
     assert.throws(() => new Worker(client, { queues: ["q"], concurrency: 0 }), /concurrency/);

@@ -72,7 +72,12 @@ export const faults: Record<string, ScenarioTest> = {
           const runs = new Map<string, number>();
           const w = worker(client, { queues: [queue], concurrency }).handle("slow", async (job, ctx) => {
             runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
-            if (job.id !== "after") await work(handlerMs, ctx.signal);
+            if (job.id === "after") return;
+            await work(handlerMs, ctx.signal);
+            // On a slow machine the restart may outlast the handler; hold the job until the
+            // worker has renewed its leases (or 10 s), so the acks cannot beat the renewals.
+            const until = Date.now() + 10_000;
+            while (w.stats().extended < jobs && Date.now() < until) await delay(20);
           });
           const done = w.run();
           for (let i = 0; i < jobs; i++) await client.enqueue(queue, "slow", {}, { jobId: `r${i}`, maxAttempts: 3 });
