@@ -10,6 +10,7 @@
 * :mod:`jobwire.pb`: the generated messages and stubs.
 """
 
+from jobwire._book import WorkerStats
 from jobwire._channel import TLS, read_token
 from jobwire._spec import Backoff, job_spec
 from jobwire.client import Client
@@ -28,6 +29,7 @@ __all__ = [
     "RetryAfter",
     "SubscribeRefused",
     "Worker",
+    "WorkerStats",
     "job_spec",
     "read_token",
 ]

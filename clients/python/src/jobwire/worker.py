@@ -34,7 +34,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TypeVar
 
@@ -44,6 +43,7 @@ import grpc.aio
 from jobwire import pb
 from jobwire._aio import wait_event
 from jobwire._backoff import Backoff
+from jobwire._book import Held, LeaseBook, WorkerStats
 from jobwire._execute import Handler, execute
 from jobwire._stream import Stream, StreamStalled
 from jobwire.client import Client
@@ -53,7 +53,6 @@ from jobwire.errors import JobwireError, duration
 log = logging.getLogger("jobwire.worker")
 
 H = TypeVar("H", bound=Handler)
-Key = tuple[str, str, str]  # (queue, job id, lease token)
 
 DEFAULT_GRACE = 25.0
 """Seconds a shutdown waits for held jobs (below Kubernetes' default 30 s termination grace)."""
@@ -68,36 +67,6 @@ PERMANENT = {
     grpc.StatusCode.UNIMPLEMENTED,
 }
 """Subscribe refusals that reconnecting cannot fix: Worker.run() raises them."""
-LOST = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
-"""Unary answers that mean the lease is gone (expired and maybe leased again)."""
-
-
-@dataclass
-class WorkerStats:
-    """What a :class:`Worker` did so far."""
-
-    leases: int = 0
-    """Leases received."""
-    max_running: int = 0
-    """The most handlers running at once."""
-    reconnects: int = 0
-    """Streams opened after the first."""
-    extended: int = 0
-    """Leases renewed with ExtendLease (held across a reconnect)."""
-    lost: int = 0
-    """Results dropped because the lease was lost (FAILED_PRECONDITION / NOT_FOUND)."""
-    refused: int = 0
-    """Results the server refused for another reason (logged as errors; e.g. PERMISSION_DENIED)."""
-    settled: int = 0
-    """Results the server accepted (acks and fails, on the stream or unary)."""
-    first_lease_at: float | None = None
-    """``time.monotonic()`` when the first lease arrived."""
-    last_settled_at: float | None = None
-    """``time.monotonic()`` when the server last accepted a result."""
-
-    def accepted(self) -> None:
-        self.settled += 1
-        self.last_settled_at = time.monotonic()
 
 
 class SubscribeRefused(JobwireError):
@@ -112,22 +81,6 @@ class SubscribeRefused(JobwireError):
 def default_worker_id() -> str:
     """``<host>-<pid>-<random>``: unique per Worker, kept across its reconnects."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(eq=False)
-class _Held:
-    """A lease this worker holds, from its delivery until its result is settled."""
-
-    ctx: JobContext
-    gen: int  # the stream it was leased on
-    task: asyncio.Task[None] | None = None
-    done: bool = False  # the handler finished (its slot is free)
-    lost: bool = False  # the lease is gone; any result is dropped
-    outcome: pb.FailRequest | None = None  # the result (None: ack), once done
-
-    @property
-    def key(self) -> Key:
-        return (self.ctx.queue, self.ctx.job_id, self.ctx.lease_token)
 
 
 class Worker:
@@ -172,8 +125,6 @@ class Worker:
         self.heartbeat_interval = heartbeat_interval
         self.stall_timeout = stall_timeout if stall_timeout is not None else max(10.0, 3 * heartbeat_interval)
         self._handlers: dict[str, Handler] = {}
-        self._held: dict[Key, _Held] = {}
-        self._pending: dict[Key, _Held] = {}  # results sent on the stream, awaiting Settled
         self._running = 0
         self._gen = 0
         self._stream: Stream | None = None
@@ -183,12 +134,11 @@ class Worker:
         self._stop_event: asyncio.Event | None = None
         self._slot_freed: asyncio.Event | None = None
         self._extend_now: asyncio.Event | None = None
-        self._unary: dict[Key, asyncio.Task[None]] = {}  # results being settled with unary calls
-        self._changed: asyncio.Event | None = None  # set on each settle and stream end
         self._pace_s = heartbeat_interval  # heartbeat and renewal period, see _pace
         self._executor: ThreadPoolExecutor | None = None
         self.stats = WorkerStats()
         """Counters of what this worker did (for tests, logs and metrics)."""
+        self._book = LeaseBook(lambda: client.workers, self.worker_id, client.timeout, self.stats)
 
     # === handlers ===
 
@@ -236,7 +186,7 @@ class Worker:
         self._stop_event = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._extend_now = asyncio.Event()
-        self._changed = asyncio.Event()
+        self._book.start()
         if self._stopping:
             self._stop_event.set()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"jobwire-{self.worker_id}")
@@ -344,20 +294,16 @@ class Worker:
     def _stream_ended(self, stream: Stream) -> None:
         if self._stream is stream:
             self._stream = None
-            self._notify()
         if self._extend_now is not None:
             self._extend_now.set()
-        for key, held in list(self._pending.items()):
-            if held.gen <= stream.gen:
-                del self._pending[key]
-                self._settle_unary(held)
+        self._book.stream_ended(stream.gen)
 
     def _on_message(self, stream: Stream, resp: pb.SubscribeResponse) -> None:
         kind = resp.WhichOneof("message")
         if kind == "lease":
             self._on_lease(stream, resp.lease)
         elif kind == "settled":
-            self._on_settled(resp.settled)
+            self._book.on_settled(resp.settled)
         elif kind == "draining":
             stream.server_draining = True
             log.info(
@@ -368,8 +314,8 @@ class Worker:
 
     def _on_lease(self, stream: Stream, lease: pb.Lease) -> None:
         ctx = JobContext(lease=lease, worker_id=self.worker_id)
-        held = _Held(ctx=ctx, gen=stream.gen)
-        if held.key in self._held:
+        held = Held(ctx=ctx, gen=stream.gen)
+        if held.key in self._book.held:
             log.warning("worker %s: lease of %s/%s delivered twice", self.worker_id, ctx.queue, ctx.job_id)
             return
         self._running += 1
@@ -385,7 +331,7 @@ class Worker:
                 self._running,
                 self.concurrency,
             )
-        self._held[held.key] = held
+        self._book.held[held.key] = held
         held.task = asyncio.create_task(self._run_handler(held), name=f"jobwire-job-{ctx.job_id}")
 
     def _pace(self, stream: Stream, lease: pb.Lease) -> None:
@@ -397,36 +343,9 @@ class Worker:
             self._pace_s = pace
         stream.heartbeat_interval = self._pace_s
 
-    def _on_settled(self, s: pb.Settled) -> None:
-        self._pending.pop((s.queue, s.job_id, s.lease_token), None)
-        self._held.pop((s.queue, s.job_id, s.lease_token), None)
-        self._notify()
-        if s.code == 0:
-            self.stats.accepted()
-            return
-        if s.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]:
-            self.stats.lost += 1
-            log.warning(
-                "worker %s: lease of %s/%s lost before its result was settled: %s (result dropped)",
-                self.worker_id,
-                s.queue,
-                s.job_id,
-                s.message,
-            )
-        else:
-            self.stats.refused += 1
-            log.error(
-                "worker %s: settling %s/%s refused: code %d: %s (result dropped)",
-                self.worker_id,
-                s.queue,
-                s.job_id,
-                s.code,
-                s.message,
-            )
-
     # === handlers and their results ===
 
-    async def _run_handler(self, held: _Held) -> None:
+    async def _run_handler(self, held: Held) -> None:
         ctx = held.ctx
         try:
             outcome = await execute(self._handlers.get(ctx.name), ctx, self._executor)
@@ -443,11 +362,11 @@ class Worker:
                 ctx.queue,
                 ctx.job_id,
             )
-            self._held.pop(held.key, None)
+            self._book.held.pop(held.key, None)
             return
         self._settle(held, outcome)
 
-    def _slot_free(self, held: _Held) -> None:
+    def _slot_free(self, held: Held) -> None:
         self._running -= 1
         assert self._slot_freed is not None
         self._slot_freed.set()
@@ -463,114 +382,26 @@ class Worker:
         ):
             stream.send(pb.SubscribeRequest(grant_credits=pb.GrantCredits(credits=1)))
 
-    def _request(self, held: _Held, outcome: pb.FailRequest | None) -> pb.SubscribeRequest:
-        if outcome is None:
-            q, j, t = held.key
-            return pb.SubscribeRequest(ack=pb.AckRequest(queue=q, job_id=j, lease_token=t))
-        return pb.SubscribeRequest(fail=outcome)
-
-    def _settle(self, held: _Held, outcome: pb.FailRequest | None) -> None:
+    def _settle(self, held: Held, outcome: pb.FailRequest | None) -> None:
+        """Sends the result on the live stream, or with a unary call when none is up."""
         held.outcome = outcome
         stream = self._stream
         if stream is not None and not stream.closing:
-            self._pending[held.key] = held
-            stream.send(self._request(held, outcome))
+            self._book.sent(held)
+            stream.send(held.request())
         else:
-            self._settle_unary(held)
-
-    def _settle_unary(self, held: _Held) -> None:
-        if held.key in self._unary:
-            return
-        task = asyncio.create_task(self._settle_unary_loop(held))
-        self._unary[held.key] = task
-
-        def finished(_: asyncio.Task[None]) -> None:
-            self._unary.pop(held.key, None)
-            self._notify()
-
-        task.add_done_callback(finished)
-
-    async def _settle_unary_loop(self, held: _Held) -> None:
-        outcome = held.outcome
-        stub = self.client.workers
-        q, j, t = held.key
-        backoff = Backoff(base=0.5, cap=30.0)
-        while True:
-            try:
-                if outcome is None:
-                    await stub.Ack(
-                        pb.AckRequest(queue=q, job_id=j, lease_token=t), timeout=self.client.timeout
-                    )
-                else:
-                    await stub.Fail(outcome, timeout=self.client.timeout)
-                self.stats.accepted()
-                self._held.pop(held.key, None)
-                return
-            except grpc.aio.AioRpcError as e:
-                if e.code() in LOST:
-                    self.stats.lost += 1
-                    log.warning(
-                        "worker %s: lease of %s/%s lost (%s: %s): result dropped",
-                        self.worker_id,
-                        q,
-                        j,
-                        e.code().name,
-                        e.details(),
-                    )
-                    self._held.pop(held.key, None)
-                    return
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    self.stats.refused += 1
-                    log.error(
-                        "worker %s: settling %s/%s failed (%s: %s): result dropped",
-                        self.worker_id,
-                        q,
-                        j,
-                        e.code().name,
-                        e.details(),
-                    )
-                    self._held.pop(held.key, None)
-                    return
-                log.info("worker %s: settling %s/%s: %s; retrying", self.worker_id, q, j, e.code().name)
-            await asyncio.sleep(backoff.next_delay())
-
-    # === leases held across streams ===
+            self._book.settle_unary(held)
 
     async def _extend_loop(self) -> None:
-        """Renews, by lease token, every lease no live stream renews (leased on an older stream)."""
+        """Renews, by lease token, every lease no live stream renews (leased on an older one):
+        when a stream opens or ends, then every heartbeat period."""
         assert self._extend_now is not None
         while not self._closed:
             await wait_event(self._extend_now, self._pace_s)
             self._extend_now.clear()
             stream = self._stream
             live = stream.gen if stream is not None and stream.opened else None
-            carried = [h for h in self._held.values() if h.gen != live and not h.lost]
-            if carried:
-                await asyncio.gather(*(self._extend(h) for h in carried))
-
-    async def _extend(self, held: _Held) -> None:
-        q, j, t = held.key
-        try:
-            await self.client.workers.ExtendLease(
-                pb.ExtendLeaseRequest(queue=q, job_id=j, lease_token=t), timeout=max(2.0, self._pace_s * 2)
-            )
-            self.stats.extended += 1
-        except grpc.aio.AioRpcError as e:
-            if e.code() in LOST and held.key in self._held:
-                log.warning(
-                    "worker %s: lease of %s/%s lost (%s: %s): cancelling its handler",
-                    self.worker_id,
-                    q,
-                    j,
-                    e.code().name,
-                    e.details(),
-                )
-                held.lost = True
-                held.ctx.cancel()
-                if held.done:
-                    self._held.pop(held.key, None)
-            else:
-                log.debug("worker %s: ExtendLease %s/%s: %s", self.worker_id, q, j, e.code().name)
+            await self._book.extend_carried(live, timeout=max(2.0, self._pace_s * 2))
 
     # === shutdown ===
 
@@ -588,7 +419,7 @@ class Worker:
                 break
             self._slot_freed.clear()
             await wait_event(self._slot_freed, left)
-        leftover = [h for h in self._held.values() if not h.done]
+        leftover = [h for h in self._book.held.values() if not h.done]
         if leftover:
             log.warning(
                 "worker %s: %d job(s) still running at the end of the grace: cancelling them and "
@@ -614,10 +445,11 @@ class Worker:
                 held.task.cancel()
             self._settle(held, fail)
         # Results in flight: wait a while for their Settled replies or unary answers.
-        await self._wait_for(
-            lambda: not self._pending and not self._unary, max(5.0, self.heartbeat_interval * 2)
+        book = self._book
+        await book.wait_for(
+            lambda: not book.pending and not book.unary, max(5.0, self.heartbeat_interval * 2)
         )
-        for key in [*self._pending, *self._unary]:
+        for key in [*book.pending, *book.unary]:
             log.error(
                 "worker %s: the result of %s/%s was not settled before closing (the lease will expire "
                 "and the job be retried)",
@@ -628,24 +460,8 @@ class Worker:
         stream = self._stream
         if stream is not None:
             stream.half_close()
-            await self._wait_for(lambda: self._stream is not stream, 5.0)
+            await book.wait_for(lambda: self._stream is not stream, 5.0)
             if self._stream is stream:
                 stream.cancel()
-        for t in list(self._unary.values()):
+        for t in list(book.unary.values()):
             t.cancel()
-
-    async def _wait_for(self, done: Callable[[], bool], timeout: float) -> None:
-        """Waits until ``done()`` (looked at after each settle or stream end), or ``timeout`` s."""
-        assert self._changed is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not done():
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            self._changed.clear()
-            await wait_event(self._changed, left)
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
