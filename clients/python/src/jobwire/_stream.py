@@ -37,6 +37,7 @@ class Stream:
         gen: int,
         heartbeat_interval: float,
         stall_timeout: float,
+        open_msg: pb.OpenStream,
     ) -> None:
         self.gen = gen
         self.heartbeat_interval = heartbeat_interval
@@ -45,8 +46,11 @@ class Stream:
         self.opened = False
         self.server_draining = False
         self.extended = False  # the worker renewed its carried leases after this opened
+        self.stalled = False  # the watchdog cancelled the call
+        self._writing_since: float | None = None  # loop time the pending write started
         self.closing = False
         self._out: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._out.put_nowait(pb.SubscribeRequest(open=open_msg))  # the first message, always
 
     def send(self, msg: Message) -> None:
         """Queues ``msg`` for the writer (in order)."""
@@ -63,30 +67,39 @@ class Stream:
         self.closing = True
         self.call.cancel()
 
-    async def _write(self, msg: Message) -> None:
-        try:
-            await within(self.call.write(msg), self.stall_timeout)
-        except TimeoutError:
-            raise StreamStalled(f"a write took over {self.stall_timeout} s") from None
-
     async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                msg = await within(self._out.get(), self.heartbeat_interval)
-            except TimeoutError:
-                msg = pb.SubscribeRequest(heartbeat=pb.Heartbeat())
+            if self._out.empty():
+                try:
+                    msg = await within(self._out.get(), self.heartbeat_interval)
+                except TimeoutError:
+                    msg = pb.SubscribeRequest(heartbeat=pb.Heartbeat())
+            else:
+                msg = self._out.get_nowait()
+            self._writing_since = loop.time()
             if msg is None:
-                await within(self.call.done_writing(), self.stall_timeout)
+                await self.call.done_writing()
                 return
-            await self._write(msg)
+            await self.call.write(msg)
+            self._writing_since = None
 
-    async def run(
-        self, open_msg: pb.OpenStream, on_message: Callable[[Stream, pb.SubscribeResponse], None]
-    ) -> None:
+    async def _watchdog(self) -> None:
+        """Cancels the call when a write has been pending for ``stall_timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, self.stall_timeout / 4))
+            since = self._writing_since
+            if since is not None and loop.time() - since > self.stall_timeout:
+                self.stalled = True
+                self.call.cancel()
+                return
+
+    async def run(self, on_message: Callable[[Stream, pb.SubscribeResponse], None]) -> None:
         """Opens the stream and serves it until it ends. Returns when the server ends it
         normally; raises ``grpc.aio.AioRpcError`` (or :class:`StreamStalled`) otherwise."""
-        await self._write(pb.SubscribeRequest(open=open_msg))
         writer = asyncio.create_task(self._writer(), name=f"jobwire-stream-writer-{self.gen}")
+        watchdog = asyncio.create_task(self._watchdog(), name=f"jobwire-stream-watchdog-{self.gen}")
 
         def writer_done(task: asyncio.Task[None]) -> None:
             if not task.cancelled() and task.exception() is not None:
@@ -103,12 +116,15 @@ class Stream:
                 async for resp in self.call:
                     on_message(self, resp)
             except grpc.aio.AioRpcError:
+                if self.stalled:
+                    raise StreamStalled(f"a write took over {self.stall_timeout} s") from None
                 if writer.done() and not writer.cancelled() and writer.exception() is not None:
                     raise writer.exception() from None  # type: ignore[misc]
                 raise
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            for task in (writer, watchdog):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             if not self.call.done():
                 self.call.cancel()

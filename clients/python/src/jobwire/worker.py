@@ -251,11 +251,11 @@ class Worker:
             self._gen += 1
             if self._gen > 1:
                 self.stats.reconnects += 1
-            stream = Stream(self.client.workers, self._gen, self._pace_s, self.stall_timeout)
-            self._stream = stream
             open_msg = pb.OpenStream(queues=self.queues, credits=self._free_slots(), worker_id=self.worker_id)
+            stream = Stream(self.client.workers, self._gen, self._pace_s, self.stall_timeout, open_msg)
+            self._stream = stream
             try:
-                task = asyncio.ensure_future(stream.run(open_msg, self._on_message))
+                task = asyncio.ensure_future(stream.run(self._on_message))
                 while not task.done():
                     try:
                         await asyncio.wait({task}, timeout=0.2)
