@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,31 @@ def test_sync_worker_runs_until_stopped(server: JobwireServer, queue: str) -> No
         worker.run()
         assert sorted(done) == [0, 1, 2, 3, 4]
         assert all(c.get_job(queue, f"j{i}").state == pb.JOB_STATE_COMPLETED for i in range(5))
+
+
+async def test_server_draining_stops_leases_then_the_worker_reconnects(tmp_path: Path) -> None:
+    # --max-connection-age retires each connection after 1 s: its streams get Draining, may
+    # settle what they hold, and are ended; the worker finishes its job and comes back.
+    args = ["--max-connection-age", "1s", "--max-connection-age-grace", "10s"]
+    with JobwireServer(tmp_path / "s", args) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue("drain-q", "slow", b"", job_id="first")
+            worker = jobwire.Worker(client, ["drain-q"], handle_signals=False)
+            seen: list[tuple[str, int]] = []
+
+            @worker.handler("slow")
+            async def slow(ctx: jobwire.JobContext) -> None:
+                seen.append((ctx.job_id, ctx.attempt))
+                if ctx.job_id == "first":
+                    await asyncio.sleep(2)
+
+            running = Running(worker)
+            await wait_state(client, "drain-q", "first", pb.JOB_STATE_COMPLETED)
+            await client.enqueue("drain-q", "slow", b"", job_id="second")
+            second = await wait_state(client, "drain-q", "second", pb.JOB_STATE_COMPLETED)
+            await running.stop()
+            first = await client.get_job("drain-q", "first")
+    assert seen == [("first", 1), ("second", 1)]
+    assert first.attempts_made == 1 and second.attempts_made == 1
+    assert worker.stats.server_drains >= 1 and worker.stats.reconnects >= 1
+    assert worker.stats.lost == 0 and worker.stats.extended == 0

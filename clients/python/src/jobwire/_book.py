@@ -44,6 +44,8 @@ class WorkerStats:
     """The most handlers running at once."""
     reconnects: int = 0
     """Streams opened after the first."""
+    server_drains: int = 0
+    """``Draining`` messages received (the server shutting down or retiring a connection)."""
     extended: int = 0
     """Leases renewed with ExtendLease (held across a reconnect)."""
     lost: int = 0

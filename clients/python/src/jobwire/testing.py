@@ -4,9 +4,10 @@
   loop, sync in a thread) on a lease built from the arguments, and returns the :class:`Outcome`:
   acked, or the Fail it would send (disposition, error type, message, retry_after).
 * :class:`JobwireServer` starts ``jobwire serve`` (``$JOBWIRE_BIN``, else ``jobwire`` on PATH)
-  on free loopback ports with its embedded Redis (or ``redis_url``), waits for the gRPC health
-  check to say SERVING, and stops it (SIGTERM) on exit; :meth:`JobwireServer.kill` and
-  :meth:`JobwireServer.start` restart it on the same ports. For pytest::
+  on free loopback ports with its embedded Redis (or ``redis_url``), waits until it is ready
+  (the gRPC health check; ``/readyz`` on the HTTP port for a TLS server), and stops it
+  (SIGTERM) on exit; :meth:`JobwireServer.kill` and :meth:`JobwireServer.start` restart it on
+  the same ports. For pytest::
 
       @pytest.fixture
       def server(tmp_path):
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -270,6 +272,9 @@ class JobwireServer:
             raise
 
     def _wait_serving(self) -> None:
+        if "--tls-cert" in self.args:
+            self._wait_readyz()  # the gRPC port speaks TLS (and may want a client certificate)
+            return
         deadline = time.monotonic() + self.start_timeout
         last = "no answer"
         with grpc.insecure_channel(self.target) as channel:
@@ -295,6 +300,24 @@ class JobwireServer:
                         f"jobwire not SERVING in {self.start_timeout} s ({last}):\n{self.tail()}"
                     )
                 time.sleep(0.05)
+
+    def _wait_readyz(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        url = f"http://127.0.0.1:{self.http_port}/readyz"
+        last = "no answer"
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jobwire exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobwire not ready in {self.start_timeout} s ({last}):\n{self.tail()}")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL: the server dies at once, as in a crash (its streams break)."""

@@ -306,6 +306,7 @@ class Worker:
             self._book.on_settled(resp.settled)
         elif kind == "draining":
             stream.server_draining = True
+            self.stats.server_drains += 1
             log.info(
                 "worker %s: the server is draining (grace %.1f s): finishing held jobs",
                 self.worker_id,
