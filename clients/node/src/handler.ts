@@ -92,22 +92,30 @@ export function jobOf<T>(lease: Lease): Job<T> {
   };
 }
 
+/** What the worker passes to {@link invoke}; the signal is made only if the handler asks. */
+export interface InvokeContext {
+  signal: () => AbortSignal;
+  workerId: string;
+  logger: Logger;
+}
+
 /** Runs `handler` on `lease` and maps what it did to an outcome; never throws. */
-export async function invoke<T>(
-  handler: Handler<T>,
-  lease: Lease,
-  ctx: Omit<JobContext, "attempt" | "idempotencyKey" | "metadata" | "leaseToken" | "leaseDeadline">,
-): Promise<Outcome> {
+export async function invoke<T>(handler: Handler<T>, lease: Lease, c: InvokeContext): Promise<Outcome> {
   try {
     const job = jobOf<T>(lease);
-    await handler(job, {
-      ...ctx,
+    const ctx: JobContext = {
+      get signal() {
+        return c.signal();
+      },
       attempt: lease.attempt,
       idempotencyKey: lease.idempotencyKey,
       metadata: job.metadata,
       leaseToken: lease.leaseToken,
       leaseDeadline: lease.leaseDeadline,
-    });
+      workerId: c.workerId,
+      logger: c.logger,
+    };
+    await handler(job, ctx);
     return { kind: "ack" };
   } catch (e) {
     return { kind: "fail", failure: failureOf(e) };

@@ -16,8 +16,8 @@ export class HeldLease {
   readonly queue: string;
   readonly jobId: string;
   readonly token: string;
-  /** Cancels the handler (shutdown grace over, or lease lost). */
-  readonly abort = new AbortController();
+  /** Made on first use: most handlers never look at their signal, and an AbortController per job costs. */
+  private controller: AbortController | undefined;
   /** The handler is still running. */
   running = true;
   /** The handler's result, once it returned. */
@@ -52,6 +52,16 @@ export class HeldLease {
     this.queue = lease.job?.queue ?? "";
     this.jobId = lease.job?.jobId ?? "";
     this.token = lease.leaseToken;
+  }
+
+  /** The handler's cancellation signal. */
+  get signal(): AbortSignal {
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  /** Cancels the handler (shutdown grace over, or lease lost). */
+  cancel(reason: Error): void {
+    (this.controller ??= new AbortController()).abort(reason);
   }
 }
 
@@ -156,7 +166,7 @@ export async function renewOnce(h: HeldLease, k: RenewHooks): Promise<void> {
     k.extended(next);
   } else if (r.kind === "lost") {
     h.lost = true;
-    h.abort.abort(new Error("lease lost"));
+    h.cancel(new Error("lease lost"));
     k.lost(r.error.details);
     return;
   } else {

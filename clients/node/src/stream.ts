@@ -27,9 +27,12 @@ export interface StreamEvents {
   onEnd(s: LeaseStream, status: grpc.StatusObject): void;
 }
 
-/** The key of a lease: queue, job id and lease token. */
+/**
+ * The key of a lease: queue, lease token and job id. Unambiguous with NUL separators: queue
+ * names are [A-Za-z0-9._-] and the job id comes last.
+ */
 export function leaseKey(queue: string, jobId: string, token: string): string {
-  return JSON.stringify([queue, jobId, token]);
+  return `${queue}\u0000${token}\u0000${jobId}`;
 }
 
 /** One open Subscribe call. */

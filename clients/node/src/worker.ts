@@ -227,6 +227,7 @@ export class Worker {
   }
 
   private wake(): void {
+    if (this.wakers.length === 0) return;
     const w = this.wakers;
     this.wakers = [];
     for (const f of w) f();
@@ -326,7 +327,7 @@ export class Worker {
         });
       });
     void invoke(run, lease, {
-      signal: h.abort.signal,
+      signal: () => h.signal,
       workerId: this.workerId,
       logger: this.logger,
     }).then((outcome) => this.onOutcome(h, outcome));
@@ -481,7 +482,7 @@ export class Worker {
     for (const h of this.held.values()) {
       if (!h.running || h.abandoned) continue;
       h.abandoned = true;
-      h.abort.abort(new Error("worker shutdown: grace over"));
+      h.cancel(new Error("worker shutdown: grace over"));
       h.outcome = { kind: "fail", failure: shutdownFailure(this.opts.shutdownGraceMs) };
       this.settle(h);
     }

@@ -70,8 +70,9 @@ export function fakeLease(f: FakeLease = {}): Lease {
  * `{ outcome: "ack" }` or `{ outcome: "fail", disposition, error, retryAfterMs, pauseQueue }`.
  */
 export async function runHandler<T>(handler: Handler<T>, lease: FakeLease = {}): Promise<HandlerResult> {
+  const signal = lease.signal ?? new AbortController().signal;
   const o = await invoke(handler, fakeLease(lease), {
-    signal: lease.signal ?? new AbortController().signal,
+    signal: () => signal,
     workerId: "test-worker",
     logger: lease.logger ?? silentLogger,
   });
