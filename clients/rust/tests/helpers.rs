@@ -1,0 +1,112 @@
+//! The test helpers themselves: a handler run against a fake lease (no server), and the
+//! Fail request each kind of handler error becomes.
+
+use std::time::Duration;
+
+use jobwire_client::testing::{fail_request_for, FakeLease};
+use jobwire_client::{pb, Ctx, Job, JobError};
+
+#[derive(serde::Deserialize)]
+struct Charge {
+    cents: u64,
+}
+
+async fn charge(job: Job<Charge>, _ctx: Ctx) -> Result<(), JobError> {
+    match job.payload.cents {
+        0 => Err(JobError::non_retryable("nothing to charge")),
+        c if c > 10_000 && job.attempt < 3 => Err(JobError::retry_after(Duration::from_secs(5))),
+        _ => Ok(()),
+    }
+}
+
+#[tokio::test]
+async fn a_fake_lease_runs_a_typed_handler_without_a_server() {
+    let zero = FakeLease::json("payments", "charge", &serde_json::json!({"cents": 0}))
+        .expect("json")
+        .run(charge)
+        .await;
+    assert_eq!(zero, Err(JobError::non_retryable("nothing to charge")));
+    let big = serde_json::json!({"cents": 50_000});
+    let early = FakeLease::json("payments", "charge", &big)
+        .expect("json")
+        .run(charge)
+        .await;
+    assert!(
+        matches!(early, Err(JobError::RetryAfter { .. })),
+        "{early:?}"
+    );
+    let late = FakeLease::json("payments", "charge", &big)
+        .expect("json")
+        .attempt(3)
+        .run(charge)
+        .await;
+    assert_eq!(late, Ok(()));
+    let garbage = FakeLease::new("payments", "charge", b"not json".to_vec())
+        .run(charge)
+        .await;
+    assert!(
+        matches!(garbage, Err(JobError::NonRetryable(_))),
+        "{garbage:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_context_reaches_the_handler() {
+    let ctx = Ctx::new("t");
+    ctx.cancel.cancel();
+    let r = FakeLease::new("q", "n", b"x".to_vec())
+        .metadata("k", "v")
+        .run_with(
+            |job: Job<serde_json::Value>, ctx: Ctx| async move {
+                assert_eq!(job.metadata().get("k").map(String::as_str), Some("v"));
+                if ctx.cancel.is_cancelled() {
+                    return Err(JobError::failed("Cancelled", "stopped early"));
+                }
+                Ok(())
+            },
+            ctx,
+        )
+        .await;
+    // "x" is not JSON: the typed handler never runs.
+    assert!(matches!(r, Err(JobError::NonRetryable(_))), "{r:?}");
+    let ctx = Ctx::new("t");
+    ctx.cancel.cancel();
+    let r = FakeLease::json("q", "n", &1)
+        .expect("json")
+        .run_with(
+            |_job: Job<u32>, ctx: Ctx| async move {
+                if ctx.cancel.is_cancelled() {
+                    return Err(JobError::failed("Cancelled", "stopped early"));
+                }
+                Ok(())
+            },
+            ctx,
+        )
+        .await;
+    assert_eq!(r, Err(JobError::failed("Cancelled", "stopped early")));
+}
+
+#[test]
+fn each_error_maps_to_its_disposition() {
+    let no = fail_request_for(JobError::non_retryable("bad"));
+    assert_eq!(no.disposition, pb::FailDisposition::NoRetry as i32);
+    assert!(no.retry_after.is_none());
+
+    let later = fail_request_for(JobError::retry_after(Duration::from_millis(1500)));
+    assert_eq!(later.disposition, pb::FailDisposition::Retry as i32);
+    let d = later.retry_after.expect("retry_after");
+    assert_eq!((d.seconds, d.nanos), (1, 500_000_000));
+
+    let limited = fail_request_for(JobError::RateLimited {
+        delay: Duration::from_secs(2),
+        pause_queue: true,
+    });
+    assert_eq!(limited.disposition, pb::FailDisposition::RateLimited as i32);
+    assert!(limited.pause_queue);
+    assert_eq!(limited.retry_after.map(|d| d.seconds), Some(2));
+
+    let other = fail_request_for(JobError::failed("x".repeat(300), "m"));
+    assert_eq!(other.disposition, pb::FailDisposition::Retry as i32);
+    let e = other.error.expect("error");
+    assert_eq!(e.error_type.len(), 128, "cut to the server's limit");
+}
