@@ -32,7 +32,11 @@ impl Core {
         let outcome = match result {
             Ok(()) => Outcome::Ack,
             Err(e) => {
-                tracing::warn!(queue = q, job_id = id, error = %e, "job failed");
+                if matches!(e, JobError::Failed { .. }) {
+                    tracing::warn!(queue = q, job_id = id, error = %e, "job failed");
+                } else {
+                    tracing::info!(queue = q, job_id = id, error = %e, "job failed");
+                }
                 let mut req = fail_request(e);
                 (req.queue, req.job_id, req.lease_token) = h.ids.clone();
                 Outcome::Fail(req)
