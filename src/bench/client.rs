@@ -1,46 +1,23 @@
-//! The bench's side of the API: a gRPC channel to the server, job specs, fresh queue names,
-//! and worker streams (Subscribe with credits; acks and fails sent on the same stream).
+//! The bench's side of the API, on the Rust client SDK (`clients/rust`): the connection
+//! options from the flags, job specs, fresh queue names, and worker streams (the SDK's
+//! low-level `subscribe`: credits given once, acks and fails sent on the same stream, no
+//! handler machinery in the hot loop).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use tonic::Streaming;
+use jobwire_client::{pb, ClientOptions, LeaseStream, StreamSender, TlsOptions};
 
 use crate::bench::BenchArgs;
-use crate::pb;
-use crate::pb::job_service_client::JobServiceClient;
-use crate::pb::subscribe_request::Message as In;
-use crate::pb::worker_service_client::WorkerServiceClient;
 
 /// A connection of the bench: one HTTP/2 connection, the token added to every call.
-pub type Conn = InterceptedService<Channel, Token>;
-
-/// Adds `authorization: Bearer <token>` to every call when a token is set.
-#[derive(Clone)]
-pub struct Token(Option<MetadataValue<Ascii>>);
-
-impl Interceptor for Token {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
+pub type Conn = jobwire_client::Client;
 
 /// Where and how the bench connects: `--server`, TLS from `--tls-*`, `--token`.
 #[derive(Clone)]
 pub struct Target {
     server: String,
-    tls: Option<ClientTlsConfig>,
-    token: Token,
+    options: ClientOptions,
 }
 
 impl Target {
@@ -60,63 +37,45 @@ impl Target {
                 None
             }
             Some(ca) => {
-                let mut tls = ClientTlsConfig::new()
-                    .ca_certificate(Certificate::from_pem(read("--tls-ca", ca)?));
-                match (&a.tls_cert, &a.tls_key) {
+                let (cert_pem, key_pem) = match (&a.tls_cert, &a.tls_key) {
                     (Some(c), Some(k)) => {
-                        tls = tls.identity(Identity::from_pem(
-                            read("--tls-cert", c)?,
-                            read("--tls-key", k)?,
-                        ))
+                        (Some(read("--tls-cert", c)?), Some(read("--tls-key", k)?))
                     }
-                    (None, None) => {}
+                    (None, None) => (None, None),
                     _ => anyhow::bail!("--tls-cert and --tls-key go together"),
-                }
-                if let Some(name) = &a.tls_server_name {
-                    tls = tls.domain_name(name.clone());
-                }
-                Some(tls)
+                };
+                Some(TlsOptions {
+                    ca_pem: Some(read("--tls-ca", ca)?),
+                    cert_pem,
+                    key_pem,
+                    server_name: a.tls_server_name.clone(),
+                })
             }
         };
-        let server = match (&tls, a.server.strip_prefix("http://")) {
-            (Some(_), Some(rest)) => format!("https://{rest}"),
-            _ => a.server.clone(),
-        };
-        let token = match &a.token {
-            None => None,
-            Some(t) => Some(
-                MetadataValue::try_from(format!("Bearer {}", t.0))
-                    .map_err(|_| anyhow::anyhow!("--token must be printable ASCII"))?,
-            ),
-        };
+        let token = a.token.as_ref().map(|t| t.0.clone());
+        if token
+            .as_ref()
+            .is_some_and(|t| !t.bytes().all(|b| (0x20..0x7f).contains(&b)))
+        {
+            anyhow::bail!("--token must be printable ASCII");
+        }
         Ok(Target {
-            server,
-            tls,
-            token: Token(token),
+            server: a.server.clone(),
+            options: ClientOptions {
+                token,
+                tls,
+                ..Default::default()
+            },
         })
     }
 }
 
-/// Connects one HTTP/2 connection to the target, with wide flow-control windows so that many
-/// leases and acks fit in flight on one stream.
+/// Connects one HTTP/2 connection to the target (the SDK sets wide flow-control windows,
+/// so many leases and acks fit in flight on one stream).
 pub async fn connect(t: &Target) -> anyhow::Result<Conn> {
-    let server = &t.server;
-    let mut endpoint = Endpoint::from_shared(server.clone())
-        .context("--server is not a valid URI")?
-        .tcp_nodelay(true)
-        .initial_stream_window_size(Some(4 << 20))
-        .initial_connection_window_size(Some(16 << 20))
-        .connect_timeout(Duration::from_secs(5));
-    if let Some(tls) = &t.tls {
-        endpoint = endpoint
-            .tls_config(tls.clone())
-            .context("--tls-ca, --tls-cert, --tls-key")?;
-    }
-    let ch = endpoint
-        .connect()
+    Conn::connect(&t.server, t.options.clone())
         .await
-        .with_context(|| format!("cannot connect to {server}"))?;
-    Ok(InterceptedService::new(ch, t.token.clone()))
+        .with_context(|| format!("cannot connect to {}", t.server))
 }
 
 static QUEUE_SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -182,22 +141,15 @@ pub fn exponential_backoff() -> pb::Backoff {
 /// Sets keep_completed 0 on `queues`: a completed job is deleted at its ack, as the BullMQ
 /// harness's `removeOnComplete: true` does, so both keep the same data.
 pub async fn remove_on_complete(ch: &Conn, queues: &[String]) -> anyhow::Result<()> {
-    let mut client = pb::queue_service_client::QueueServiceClient::new(ch.clone());
     for q in queues {
-        client
-            .update_queue_config(pb::UpdateQueueConfigRequest {
-                queue: q.clone(),
-                config: Some(pb::QueueConfig {
-                    retention: Some(pb::Retention {
-                        keep_completed: Some(0),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                update_mask: Some(prost_types::FieldMask {
-                    paths: vec!["retention".into()],
-                }),
-            })
+        let config = pb::QueueConfig {
+            retention: Some(pb::Retention {
+                keep_completed: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ch.update_queue_config(q, config, &["retention"])
             .await
             .with_context(|| format!("UpdateQueueConfig {q}"))?;
     }
@@ -212,17 +164,14 @@ pub async fn prefill(
     batch: usize,
     o: &SpecOpts,
 ) -> anyhow::Result<()> {
-    let mut jobs = JobServiceClient::new(ch.clone());
     let mut i = 0;
     while i < n {
         let end = (i + batch.max(1)).min(n);
         let specs = (i..end).map(|j| spec(queues, j, o)).collect();
-        let r = jobs
-            .enqueue_batch(pb::EnqueueBatchRequest { jobs: specs })
-            .await?
-            .into_inner();
-        if let Some(e) = r.results.iter().find_map(|x| x.error.as_ref()) {
-            anyhow::bail!("enqueue failed: {}", e.message);
+        for r in ch.enqueue_specs(specs, false).await? {
+            if let Err(e) = r {
+                anyhow::bail!("enqueue failed: {}", e.message);
+            }
         }
         i = end;
     }
@@ -232,65 +181,37 @@ pub async fn prefill(
 /// One worker stream: the sender of its requests and the stream of its responses.
 pub struct Stream {
     /// Requests (acks, fails) go here.
-    pub tx: mpsc::UnboundedSender<pb::SubscribeRequest>,
+    pub tx: StreamSender,
     /// Leases and Settled replies come from here.
-    pub rx: Streaming<pb::SubscribeResponse>,
+    pub rx: LeaseStream,
 }
 
 impl Stream {
     /// Opens a Subscribe stream on `queues` with `credits`.
     pub async fn open(ch: &Conn, queues: &[String], credits: u32) -> anyhow::Result<Stream> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(pb::SubscribeRequest {
-            message: Some(In::Open(pb::OpenStream {
-                queues: queues.to_vec(),
-                credits,
-                worker_id: String::new(),
-            })),
-        })?;
-        let rx = WorkerServiceClient::new(ch.clone())
-            .subscribe(UnboundedReceiverStream::new(rx))
-            .await?
-            .into_inner();
+        let (tx, rx) = ch.subscribe(queues, credits, "").await?;
         Ok(Stream { tx, rx })
     }
 
     /// Acks `lease` on the stream.
     pub fn ack(&self, lease: &pb::Lease) {
-        let (queue, job_id) = ids(lease);
-        let _ = self.tx.send(pb::SubscribeRequest {
-            message: Some(In::Ack(pb::AckRequest {
-                queue,
-                job_id,
-                lease_token: lease.lease_token.clone(),
-            })),
-        });
+        self.tx.ack(lease);
     }
 
     /// Fails `lease` with disposition RETRY on the stream.
     pub fn fail_retry(&self, lease: &pb::Lease) {
-        let (queue, job_id) = ids(lease);
-        let _ = self.tx.send(pb::SubscribeRequest {
-            message: Some(In::Fail(pb::FailRequest {
-                queue,
-                job_id,
-                lease_token: lease.lease_token.clone(),
-                disposition: pb::FailDisposition::Retry as i32,
-                error: Some(pb::JobError {
-                    message: "boom".into(),
-                    error_type: "Bench".into(),
-                    details: String::new(),
-                }),
-                ..Default::default()
-            })),
+        let (queue, job_id) = jobwire_client::stream::lease_ids(lease);
+        self.tx.fail(pb::FailRequest {
+            queue,
+            job_id,
+            lease_token: lease.lease_token.clone(),
+            disposition: pb::FailDisposition::Retry as i32,
+            error: Some(pb::JobError {
+                message: "boom".into(),
+                error_type: "Bench".into(),
+                details: String::new(),
+            }),
+            ..Default::default()
         });
     }
-}
-
-fn ids(lease: &pb::Lease) -> (String, String) {
-    lease
-        .job
-        .as_ref()
-        .map(|j| (j.queue.clone(), j.job_id.clone()))
-        .unwrap_or_default()
 }

@@ -3,12 +3,11 @@
 
 use super::client::{prefill, spec, Conn, SpecOpts};
 use super::cpu::{measure, Pids};
-use crate::pb;
-use crate::pb::job_service_client::JobServiceClient;
+use jobwire_client::pb;
 use serde_json::{Map, Value};
 
-async fn unary(jobs: &mut JobServiceClient<Conn>, job: pb::JobSpec) -> anyhow::Result<()> {
-    jobs.enqueue(pb::EnqueueRequest { job: Some(job) }).await?;
+async fn unary(jobs: &Conn, job: pb::JobSpec) -> anyhow::Result<()> {
+    jobs.enqueue_spec(job).await?;
     Ok(())
 }
 
@@ -20,10 +19,9 @@ pub async fn sequential(
     queues: &[String],
     o: &SpecOpts,
 ) -> anyhow::Result<Map<String, Value>> {
-    let mut jobs = JobServiceClient::new(ch.clone());
     let a = pids.snap();
     for i in 0..n {
-        unary(&mut jobs, spec(queues, i, o)).await?;
+        unary(ch, spec(queues, i, o)).await?;
     }
     Ok(measure(&a, &pids.snap(), n as f64))
 }
@@ -46,9 +44,8 @@ pub async fn concurrent(
         .map(|p| {
             let (ch, queues, o) = (ch.clone(), queues.clone(), o.clone());
             tokio::spawn(async move {
-                let mut jobs = JobServiceClient::new(ch);
                 for i in p * per..((p + 1) * per).min(n) {
-                    unary(&mut jobs, spec(&queues, i, &o)).await?;
+                    unary(&ch, spec(&queues, i, &o)).await?;
                 }
                 anyhow::Ok(())
             })

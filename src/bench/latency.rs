@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::client::{spec, Conn, SpecOpts, Stream};
 use super::cpu::{measure, Pids};
-use crate::pb;
-use crate::pb::job_service_client::JobServiceClient;
-use crate::pb::subscribe_response::Message as Out;
+use jobwire_client::StreamEvent;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
@@ -43,8 +41,8 @@ pub async fn idle_pickup(
     let worker = {
         let (received, got, done) = (received.clone(), got.clone(), done.clone());
         tokio::spawn(async move {
-            while let Ok(Some(m)) = s.rx.message().await {
-                if let Some(Out::Lease(l)) = m.message {
+            while let Ok(Some(m)) = s.rx.next().await {
+                if let StreamEvent::Lease(l) = m {
                     let t = ns();
                     let i: usize = l
                         .job
@@ -63,13 +61,12 @@ pub async fn idle_pickup(
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await; // let the loop go idle
-    let mut jobs = JobServiceClient::new(ch.clone());
     let (mut before, mut after) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let a = pids.snap();
     for i in 0..n {
         let job = spec(queues, i, o);
         before.push(ns());
-        jobs.enqueue(pb::EnqueueRequest { job: Some(job) }).await?;
+        ch.enqueue_spec(job).await?;
         after.push(ns());
         tokio::time::sleep(gap).await;
     }

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use super::client::{connect, prefill, remove_on_complete, Conn, SpecOpts, Stream, Target};
 use super::cpu::{measure, rss_bytes, Pids, Snap};
-use crate::pb;
-use crate::pb::subscribe_response::Message as Out;
+use jobwire_client::{pb, StreamEvent};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -86,9 +85,9 @@ impl Shared {
 /// Runs one worker stream until aborted: answers every lease, counts Settled replies.
 fn spawn_worker(mut s: Stream, answer: Answer, shared: Arc<Shared>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        while let Ok(Some(m)) = s.rx.message().await {
-            match m.message {
-                Some(Out::Lease(l)) => {
+        while let Ok(Some(m)) = s.rx.next().await {
+            match m {
+                StreamEvent::Lease(l) => {
                     shared.first.get_or_init(|| shared.pids.snap());
                     shared.leases.fetch_add(1, Ordering::Relaxed);
                     match answer {
@@ -96,7 +95,7 @@ fn spawn_worker(mut s: Stream, answer: Answer, shared: Arc<Shared>) -> JoinHandl
                         Answer::FailRetry => s.fail_retry(&l),
                     }
                 }
-                Some(Out::Settled(st)) => {
+                StreamEvent::Settled(st) => {
                     if st.code != 0 {
                         shared.refused.fetch_add(1, Ordering::Relaxed);
                     } else if answer == Answer::Ack || st.state == pb::JobState::Dead as i32 {
@@ -215,11 +214,8 @@ pub async fn rss(
     let mut held = Vec::new();
     for s in open.iter_mut() {
         for _ in 0..credits {
-            let m = tokio::time::timeout(patience(n), s.rx.message()).await??;
-            if let Some(pb::SubscribeResponse {
-                message: Some(Out::Lease(l)),
-            }) = m
-            {
+            let m = tokio::time::timeout(patience(n), s.rx.next()).await??;
+            if let Some(StreamEvent::Lease(l)) = m {
                 held.push(l);
             }
         }
@@ -231,7 +227,7 @@ pub async fn rss(
     }
     for s in open.iter_mut() {
         for _ in 0..credits {
-            let _ = tokio::time::timeout(Duration::from_secs(30), s.rx.message()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(30), s.rx.next()).await;
         }
     }
     let mut m = Map::new();

@@ -97,6 +97,19 @@ impl Client {
         })
     }
 
+    /// [`Client::enqueue`] with a ready-made [`pb::JobSpec`], sent once (no retries).
+    pub async fn enqueue_spec(&self, spec: pb::JobSpec) -> Result<Enqueued, Error> {
+        let r = self
+            .jobs()
+            .enqueue(pb::EnqueueRequest { job: Some(spec) })
+            .await?
+            .into_inner();
+        Ok(Enqueued {
+            job: r.job.unwrap_or_default(),
+            created: r.created,
+        })
+    }
+
     /// Enqueues several jobs in one call (EnqueueBatch, up to the server's batch limit).
     /// Returns one result per job, in order: a job refused on its own (invalid field) is an
     /// `Err` item without failing the others. Retried while UNAVAILABLE when every job has
