@@ -1,4 +1,4 @@
-//! The Rust client SDK of [jobwire](https://github.com/): a producer [`Client`] and a
+//! The Rust client SDK of jobwire: a producer [`Client`] and a
 //! [`Worker`] that speaks the `Subscribe` stream protocol for you.
 //!
 //! ```no_run
