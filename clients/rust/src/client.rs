@@ -1,7 +1,7 @@
 //! [`Client`]: the producer side (enqueue, get_job) and thin wrappers of the dead-letter and
 //! queue services, over one HTTP/2 connection with optional TLS and bearer token.
 
-mod conn;
+pub(crate) mod conn;
 mod options;
 
 use std::future::Future;

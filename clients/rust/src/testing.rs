@@ -135,6 +135,9 @@ pub struct ServerOptions {
     /// Use this Redis (`--redis-url`) instead of the embedded one (`--data-dir` in a fresh
     /// temporary directory).
     pub redis_url: Option<String>,
+    /// How the readiness check and [`TestServer::client`] connect (TLS, token) when `args`
+    /// turn on TLS or an auth file; default plaintext.
+    pub client: ClientOptions,
 }
 
 /// A `jobwire serve` child process on free loopback ports, SERVING once started; killed
@@ -223,6 +226,10 @@ impl TestServer {
     async fn wait_serving(&mut self) -> Result<(), Error> {
         use tonic_health::pb::health_check_response::ServingStatus;
         use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+        let opts = ClientOptions {
+            connect_timeout: Some(Duration::from_secs(1)),
+            ..self.options.client.clone()
+        };
         let started = Instant::now();
         loop {
             if let Some(c) = self.child.as_mut() {
@@ -233,11 +240,7 @@ impl TestServer {
                     ))));
                 }
             }
-            if let Ok(ch) = tonic::transport::Endpoint::from_shared(self.target())
-                .map_err(|e| std::io::Error::other(e.to_string()))?
-                .connect()
-                .await
-            {
+            if let Ok(ch) = crate::client::conn::connect(&self.target(), &opts).await {
                 let r = HealthClient::new(ch)
                     .check(HealthCheckRequest {
                         service: String::new(),
@@ -272,9 +275,9 @@ impl TestServer {
         self.child.as_ref().and_then(Child::id)
     }
 
-    /// A client of this server.
+    /// A client of this server (with [`ServerOptions::client`]'s TLS and token).
     pub async fn client(&self) -> Result<Client, Error> {
-        Client::connect(&self.target(), ClientOptions::default()).await
+        Client::connect(&self.target(), self.options.client.clone()).await
     }
 
     /// Kills the server with SIGKILL and waits for it to exit.

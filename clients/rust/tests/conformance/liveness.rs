@@ -92,6 +92,7 @@ async fn server_restart_mid_run() {
         bin: Some(support::bin()),
         args: flags,
         redis_url: Some(redis.url.clone()),
+        ..Default::default()
     })
     .await
     .expect("start jobwire");

@@ -40,6 +40,7 @@ pub async fn server(args: &[&str]) -> TestServer {
         bin: Some(bin()),
         args: args.iter().map(|s| (*s).to_owned()).collect(),
         redis_url: None,
+        ..Default::default()
     })
     .await
     .expect("start jobwire")
