@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,4 +134,65 @@ func TestBlackholedConnectionRecovers(t *testing.T) {
 		t.Fatalf("attempts_made %d, delivered %d times; want 1 and 1", j.GetAttemptsMade(), calls.get("b-1"))
 	}
 	t.Logf("acked %s after the freeze", time.Since(frozen).Round(time.Millisecond))
+}
+
+// TestCreditsAfterReconnect: after a cut, the new stream opens with the free slots only
+// (concurrency 2, one job still held: 1 credit); when the held job is acked by the unary
+// call, its slot is granted to the new stream, so two jobs run at once again.
+func TestCreditsAfterReconnect(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	producer := srv.Client()
+	p := startProxy(t, srv.Addr)
+	c, err := jobwire.NewClient(p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	const q = "regrant"
+	started := make(chan struct{}, 1)
+	var running, maxRunning atomic.Int32
+	both := make(chan struct{})
+	var bothOnce sync.Once
+	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, Concurrency: 2})
+	jobwire.HandleRaw(w, "held", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		started <- struct{}{}
+		time.Sleep(1500 * time.Millisecond)
+		return nil
+	})
+	jobwire.HandleRaw(w, "pair", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		r := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); r > m && !maxRunning.CompareAndSwap(m, r); m = maxRunning.Load() {
+		}
+		if r == 2 {
+			bothOnce.Do(func() { close(both) })
+		}
+		select { // wait (a bounded time) for the other one to run alongside
+		case <-both:
+		case <-time.After(3 * time.Second):
+		}
+		return nil
+	})
+	runWorker(t, w)
+	ctx := context.Background()
+	if _, err := producer.Enqueue(ctx, q, "held", []byte("x"), jobwire.JobID("h-1"), jobwire.MaxAttempts(3)); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	time.Sleep(200 * time.Millisecond)
+	p.cut()
+	j := waitState(t, producer, q, "h-1", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	if j.GetAttemptsMade() != 1 {
+		t.Fatalf("held job: attempts_made %d", j.GetAttemptsMade())
+	}
+	for _, id := range []string{"p-1", "p-2"} {
+		if _, err := producer.Enqueue(ctx, q, "pair", []byte("x"), jobwire.JobID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, producer, q, "p-1", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	waitState(t, producer, q, "p-2", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	if got := maxRunning.Load(); got != 2 {
+		t.Fatalf("most jobs running at once after the reconnect: %d, want 2 (the freed slot was not granted)", got)
+	}
 }
