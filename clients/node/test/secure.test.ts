@@ -73,6 +73,12 @@ describe("TLS, mTLS and tokens", () => {
     try {
       await roundTrip(client);
       await assert.rejects(anonymous.getJob("q", "j"), (e: { code: status }) => e.code === status.UNAUTHENTICATED);
+      // The sign-up demo over TLS with the token, through its command-line flags.
+      const tokenFile = join(dir, "node-sdk.token");
+      writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+      const demo = join(repo, "clients", "node", "build-test", "examples", "signup-demo.js");
+      const { stdout } = await run(process.execPath, [demo, "--server", server.target, "--ca", ca, "--token-file", tokenFile]);
+      assert.match(stdout, /all three rows match the experiment/);
     } finally {
       client.close();
       anonymous.close();

@@ -91,6 +91,42 @@ describe("Worker faults", () => {
     }
   });
 
+  it("a connection that goes silent is found by keepalive, replaced, and the lease kept", async () => {
+    const server = await startJobwire({ args: ["--lease-duration", "10s"] });
+    const proxy = await startProxy(server.grpcPort);
+    // Keepalive as low as a test can afford (the default is 20 s + 10 s).
+    const client = new Client(proxy.target, {
+      logger: testLogger,
+      channelOptions: { "grpc.keepalive_time_ms": 1_000, "grpc.keepalive_timeout_ms": 1_000 },
+    });
+    try {
+      const queue = uniqueQueue("silent");
+      let deliveries = 0;
+      let replacedWhileRunning = false;
+      const w = newWorker(client, { queues: [queue], concurrency: 2 }).handle("slow", async (_job, ctx) => {
+        deliveries++;
+        await work(4_000, ctx.signal);
+        replacedWhileRunning = w.stats().streamsOpened >= 2;
+      });
+      const done = w.run();
+      await client.enqueue(queue, "slow", {}, { jobId: "s-1", maxAttempts: 3 });
+      await eventually("the job started", () => (deliveries === 1 ? true : undefined));
+      assert.ok(proxy.freezeAll() >= 1);
+      const j = await untilState(client, queue, "s-1", JobState.JOB_STATE_COMPLETED, 20_000);
+      await w.close();
+      await done;
+      assert.equal(deliveries, 1);
+      assert.equal(j.attemptsMade, 1);
+      assert.ok(replacedWhileRunning, "the stream was not replaced while the job ran");
+      assert.ok(w.stats().extended >= 1, "the lease was not renewed");
+      assert.equal(w.stats().dropped, 0);
+    } finally {
+      client.close();
+      await proxy.close();
+      await server.stop();
+    }
+  });
+
   it("finishes its job when the server drains, then reconnects to the server's next run", async () => {
     const redis = await startRedis();
     const server = await startJobwire({ redisUrl: redis.url, args: ["--shutdown-grace", "10s"] });
