@@ -1,5 +1,6 @@
 """A TCP proxy for tests: forwards 127.0.0.1:<port> to a target, and can cut every connection
-(both sockets closed at once), as a network failure between a worker and the server would."""
+(both sockets closed at once), as a network failure between a worker and the server would, or
+freeze them (nothing forwarded any more, the sockets left open: a black hole, no reset)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ class Proxy:
         self.port = free_port()
         self.connections = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        self._frozen: set[asyncio.StreamReader] = set()  # readers no longer forwarded
+        self._readers: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
         self._server: asyncio.Server | None = None
 
     @property
@@ -36,12 +39,26 @@ class Proxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    if src in self._frozen:
+                        await asyncio.Event().wait()  # swallow it, forever
                     dst.write(data)
                     await dst.drain()
             dst.close()
 
+        self._readers[writer] = reader
+        self._readers[up_writer] = up_reader
+
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         self._writers -= {writer, up_writer}
+        self._readers.pop(writer, None)
+        self._readers.pop(up_writer, None)
+
+    def freeze(self) -> int:
+        """Stops forwarding on every open connection (both ways), sockets left open; new
+        connections are forwarded as usual. Returns how many connections were frozen."""
+        readers = list(self._readers.values())
+        self._frozen.update(readers)
+        return len(readers) // 2
 
     def cut(self) -> int:
         """Closes both sockets of every open connection; returns how many sockets were closed."""

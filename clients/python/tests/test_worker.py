@@ -16,6 +16,7 @@ from jobwire import pb
 from jobwire.testing import JobwireServer
 
 from .conftest import Running, eventually
+from .proxy import Proxy
 
 
 async def wait_state(
@@ -204,3 +205,37 @@ async def test_server_draining_stops_leases_then_the_worker_reconnects(tmp_path:
     assert first.attempts_made == 1 and second.attempts_made == 1
     assert worker.stats.server_drains >= 1 and worker.stats.reconnects >= 1
     assert worker.stats.lost == 0 and worker.stats.extended == 0
+
+
+async def test_a_black_holed_connection_is_replaced(
+    server: JobwireServer, client: jobwire.Client, queue: str
+) -> None:
+    # The proxy stops forwarding without closing anything: the ack gets no Settled reply, the
+    # stall watchdog drops the stream, keepalive closes the dead connection, and the result
+    # goes through a new one as a unary Ack.
+    proxy = Proxy("127.0.0.1", server.grpc_port)
+    await proxy.start()
+    try:
+        await client.enqueue(queue, "work", b"", job_id="bh")
+        async with jobwire.Client(proxy.address, timeout=5, keepalive=4.0) as proxied:
+            worker = jobwire.Worker(proxied, [queue], stall_timeout=2.0, handle_signals=False)
+            started = asyncio.Event()
+            calls: list[int] = []
+
+            @worker.handler("work")
+            async def work(ctx: jobwire.JobContext) -> None:
+                calls.append(ctx.attempt)
+                started.set()
+                await asyncio.sleep(0.5)
+
+            running = Running(worker)
+            await asyncio.wait_for(started.wait(), 15)
+            assert proxy.freeze() >= 1
+            job = await wait_state(client, queue, "bh", pb.JOB_STATE_COMPLETED, timeout=25)
+            await eventually(lambda: asyncio.sleep(0, worker.stats.reconnects >= 1), 15, "a new stream")
+            await running.stop()
+    finally:
+        await proxy.close()
+    assert calls == [1] and job.attempts_made == 1
+    assert worker.stats.settled == 1 and worker.stats.lost == 0
+    assert proxy.connections >= 2

@@ -74,6 +74,7 @@ class Held:
     done: bool = False  # the handler finished (its slot is free)
     lost: bool = False  # the lease is gone; any result is dropped
     outcome: pb.FailRequest | None = None  # the result (None: ack), once done
+    sent_at: float = 0.0  # loop time its result went out on a stream
 
     @property
     def key(self) -> Key:
@@ -130,7 +131,12 @@ class LeaseBook:
 
     def sent(self, held: Held) -> None:
         """``held``'s result went out on a stream; its Settled reply is awaited."""
+        held.sent_at = asyncio.get_running_loop().time()
         self.pending[held.key] = held
+
+    def oldest_unanswered(self) -> float | None:
+        """Loop time the oldest result still awaiting its Settled reply was sent, if any."""
+        return min((h.sent_at for h in self.pending.values()), default=None)
 
     def on_settled(self, s: pb.Settled) -> None:
         """A Settled reply: code 0 applied, 9 lease lost (logged), others refused (logged)."""

@@ -19,9 +19,9 @@ PathOrBytes = bytes | str | os.PathLike[str]
 # over 5 s, also while no call is open, so a half-open TCP connection (a NAT that forgot it, a
 # peer that vanished) is noticed within seconds rather than at the OS's TCP timeout. The jobwire
 # server (hyper/h2) answers pings without a rate limit.
+DEFAULT_KEEPALIVE = 10.0
+"""Seconds between keepalive pings."""
 KEEPALIVE_OPTIONS: list[tuple[str, int | str]] = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     # gRPC's own reconnect backoff (1 s growing to 120 s by default) would outlast a server
@@ -84,20 +84,37 @@ def credentials(token: str | None, tls: TLS | None) -> grpc.ChannelCredentials |
     return grpc.composite_channel_credentials(channel, call) if call else channel
 
 
-def options(tls: TLS | None, extra: list[tuple[str, int | str]] | None = None) -> list[tuple[str, int | str]]:
-    """Channel options: keepalive, the TLS name override, then ``extra``."""
-    out = list(KEEPALIVE_OPTIONS)
+def options(tls: TLS | None, keepalive: float = DEFAULT_KEEPALIVE) -> list[tuple[str, int | str]]:
+    """Channel options: keepalive, reconnect backoff, the TLS name override."""
+    out = keepalive_options(keepalive) + KEEPALIVE_OPTIONS
     if tls is not None and tls.server_name:
         out.append(("grpc.ssl_target_name_override", tls.server_name))
-    return out + list(extra or [])
+    return out
 
 
-def aio_channel(target: str, token: str | None = None, tls: TLS | None = None) -> grpc.aio.Channel:
-    """An asyncio channel to jobwire at ``target`` (``HOST:PORT``)."""
+def keepalive_options(seconds: float) -> list[tuple[str, int | str]]:
+    """A PING every ``seconds``, the connection dead when its answer takes over half that."""
+    ms = max(1000, round(seconds * 1000))
+    timeout = max(1000, ms // 2)
+    # gRPC core times out unanswered pings by grpc.http2.ping_timeout_ms (1 min by default),
+    # not only by the keepalive timeout: both are set, or a silent peer is kept for a minute.
+    return [
+        ("grpc.keepalive_time_ms", ms),
+        ("grpc.keepalive_timeout_ms", timeout),
+        ("grpc.http2.ping_timeout_ms", timeout),
+    ]
+
+
+def aio_channel(
+    target: str, token: str | None = None, tls: TLS | None = None, keepalive: float = DEFAULT_KEEPALIVE
+) -> grpc.aio.Channel:
+    """An asyncio channel to jobwire at ``target`` (``HOST:PORT``); ``keepalive`` overrides the
+    10 s keepalive period (seconds)."""
     creds = credentials(token, tls)
+    opts = options(tls, keepalive)
     if creds is None:
-        return grpc.aio.insecure_channel(target, options=options(tls))
-    return grpc.aio.secure_channel(target, creds, options=options(tls))
+        return grpc.aio.insecure_channel(target, options=opts)
+    return grpc.aio.secure_channel(target, creds, options=opts)
 
 
 def sync_channel(target: str, token: str | None = None, tls: TLS | None = None) -> grpc.Channel:

@@ -38,8 +38,10 @@ class Stream:
         heartbeat_interval: float,
         stall_timeout: float,
         open_msg: pb.OpenStream,
+        unanswered: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.gen = gen
+        self.unanswered = unanswered  # loop time of the oldest result without a Settled reply
         self.heartbeat_interval = heartbeat_interval
         self.stall_timeout = stall_timeout
         self.call: grpc.aio.StreamStreamCall[pb.SubscribeRequest, pb.SubscribeResponse] = stub.Subscribe()
@@ -47,6 +49,7 @@ class Stream:
         self.server_draining = False
         self.extended = False  # the worker renewed its carried leases after this opened
         self.stalled = False  # the watchdog cancelled the call
+        self.cancelled_here = False  # cancel() ended the call
         self._writing_since: float | None = None  # loop time the pending write started
         self.closing = False
         self._out: asyncio.Queue[Message | None] = asyncio.Queue()
@@ -64,7 +67,9 @@ class Stream:
             self._out.put_nowait(None)
 
     def cancel(self) -> None:
+        """Ends the call at once; :meth:`run` then returns."""
         self.closing = True
+        self.cancelled_here = True
         self.call.cancel()
 
     async def _writer(self) -> None:
@@ -85,12 +90,15 @@ class Stream:
             self._writing_since = None
 
     async def _watchdog(self) -> None:
-        """Cancels the call when a write has been pending for ``stall_timeout`` seconds."""
+        """Cancels the call when a write has been pending, or a result has waited for its
+        Settled reply, for ``stall_timeout`` seconds: the transport takes nothing, or the server
+        answers nothing (a connection that went silent without a reset)."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(1.0, self.stall_timeout / 4))
-            since = self._writing_since
-            if since is not None and loop.time() - since > self.stall_timeout:
+            now = loop.time()
+            writing, unanswered = self._writing_since, self.unanswered()
+            if any(t is not None and now - t > self.stall_timeout for t in (writing, unanswered)):
                 self.stalled = True
                 self.call.cancel()
                 return
@@ -115,11 +123,15 @@ class Stream:
             try:
                 async for resp in self.call:
                     on_message(self, resp)
-            except grpc.aio.AioRpcError:
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                # A call cancelled here (grpc.aio then raises CancelledError from the read) ends
+                # for the reason it was cancelled; any other cancellation is the caller's.
                 if self.stalled:
-                    raise StreamStalled(f"a write took over {self.stall_timeout} s") from None
+                    raise StreamStalled(f"no progress for {self.stall_timeout} s") from None
                 if writer.done() and not writer.cancelled() and writer.exception() is not None:
                     raise writer.exception() from None  # type: ignore[misc]
+                if self.cancelled_here:
+                    return
                 raise
         finally:
             for task in (writer, watchdog):

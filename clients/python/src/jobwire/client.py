@@ -11,7 +11,7 @@ import grpc.aio
 from jobwire import pb
 from jobwire._admin import DeadLetters, Queues
 from jobwire._backoff import retry_unavailable
-from jobwire._channel import TLS, aio_channel
+from jobwire._channel import DEFAULT_KEEPALIVE, TLS, aio_channel
 from jobwire._spec import Backoff, job_spec
 from jobwire.errors import Delay
 
@@ -26,7 +26,9 @@ class Client:
     from ``jobwire token new``) sent as ``authorization: Bearer <token>`` with every call; over
     plaintext only to a loopback address (gRPC refuses to send it in clear text elsewhere).
     ``tls``: :class:`jobwire.TLS` (CA, optional client certificate for mTLS); ``None`` is
-    plaintext. ``timeout``: seconds each unary call may take.
+    plaintext. ``timeout``: seconds each unary call may take. ``keepalive``: seconds between
+    gRPC keepalive pings (a connection whose ping is not answered within half that is closed
+    and replaced, so a peer that vanished without a reset is noticed).
 
     The channel is made on first use inside the running event loop; ``async with Client(...)``
     or :meth:`close` closes it. Calls raise ``grpc.aio.AioRpcError`` with the server's status
@@ -43,11 +45,13 @@ class Client:
         tls: TLS | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        keepalive: float = DEFAULT_KEEPALIVE,
     ) -> None:
         self.target = target
         self.token = token
         self.tls = tls
         self.timeout = timeout
+        self.keepalive = keepalive
         self._channel: grpc.aio.Channel | None = None
 
     # === connection ===
@@ -56,7 +60,7 @@ class Client:
     def channel(self) -> grpc.aio.Channel:
         """The asyncio channel (made on first use), for calls the SDK does not wrap."""
         if self._channel is None:
-            self._channel = aio_channel(self.target, self.token, self.tls)
+            self._channel = aio_channel(self.target, self.token, self.tls, self.keepalive)
         return self._channel
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ import grpc
 from jobwire import client as aio_client
 from jobwire import pb
 from jobwire import worker as aio_worker
-from jobwire._channel import TLS, sync_channel
+from jobwire._channel import DEFAULT_KEEPALIVE, TLS, sync_channel
 from jobwire._execute import Handler
 from jobwire._spec import Backoff
 from jobwire.errors import Delay
@@ -81,13 +81,15 @@ class Client:
         tls: TLS | None = None,
         *,
         timeout: float = aio_client.DEFAULT_TIMEOUT,
+        keepalive: float = DEFAULT_KEEPALIVE,
     ) -> None:
         self.target = target
         self.token = token
         self.tls = tls
         self.timeout = timeout
+        self.keepalive = keepalive
         self._loop = _Loop()
-        self._client = aio_client.Client(target, token, tls, timeout=timeout)
+        self._client = aio_client.Client(target, token, tls, timeout=timeout, keepalive=keepalive)
 
     def close(self) -> None:
         """Closes the channel and stops the background loop."""
@@ -173,7 +175,9 @@ class Worker:
         worker_id: str | None = None,
         **options: Any,
     ) -> None:
-        self._client = aio_client.Client(client.target, client.token, client.tls, timeout=client.timeout)
+        self._client = aio_client.Client(
+            client.target, client.token, client.tls, timeout=client.timeout, keepalive=client.keepalive
+        )
         self._worker = aio_worker.Worker(self._client, queues, concurrency, worker_id, **options)
         self._loop: asyncio.AbstractEventLoop | None = None
 

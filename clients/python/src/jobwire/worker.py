@@ -196,7 +196,7 @@ class Worker:
         stop_wait = asyncio.create_task(self._stop_event.wait())
         try:
             await asyncio.wait({connect, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            refused = connect.exception() if connect.done() else None
+            refused = connect.exception() if connect.done() and not connect.cancelled() else None
             self.stop(now=refused is not None)
             await self._shutdown()
             if refused is not None:
@@ -252,7 +252,14 @@ class Worker:
             if self._gen > 1:
                 self.stats.reconnects += 1
             open_msg = pb.OpenStream(queues=self.queues, credits=self._free_slots(), worker_id=self.worker_id)
-            stream = Stream(self.client.workers, self._gen, self._pace_s, self.stall_timeout, open_msg)
+            stream = Stream(
+                self.client.workers,
+                self._gen,
+                self._pace_s,
+                self.stall_timeout,
+                open_msg,
+                self._book.oldest_unanswered,
+            )
             self._stream = stream
             try:
                 task = asyncio.ensure_future(stream.run(self._on_message))
