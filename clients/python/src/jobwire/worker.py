@@ -11,7 +11,9 @@ Behaviour (issue 14; DESIGN.md section 3):
   write, gRPC keepalive on the channel.
 * **Reconnect**: a broken stream is replaced with full-jitter backoff (0.5 s doubling to 30 s),
   under the same worker id. Leases still held are renewed with ExtendLease by their lease token
-  (at once, then every ``heartbeat_interval``), results are settled with the unary Ack/Fail
+  (at once, then every ``heartbeat_interval``; when every slot is busy the new stream opens
+  only once one frees, as OpenStream needs at least one credit, and ExtendLease alone keeps
+  the leases meanwhile), results are settled with the unary Ack/Fail
   while no stream is up (FAILED_PRECONDITION: the lease was lost, the result is logged and
   dropped; UNAVAILABLE: kept and retried). A result is never dropped without a log line.
 * **Graceful shutdown** on SIGTERM/SIGINT (``handle_signals=False`` to opt out): Drain (no more
