@@ -91,6 +91,43 @@ describe("Worker faults", () => {
     }
   });
 
+  it("after a reconnect, opens with the free slots only and grants a credit when a carried lease settles", async () => {
+    const server = await startJobwire({ args: ["--lease-duration", "10s"] });
+    const proxy = await startProxy(server.grpcPort);
+    const client = new Client(proxy.target, { logger: testLogger });
+    try {
+      const queue = uniqueQueue("credits");
+      const spans = new Map<string, [number, number]>();
+      const w = newWorker(client, { queues: [queue], concurrency: 2 }).handle("job", async (job, ctx) => {
+        const start = Date.now();
+        await work(job.id === "a" ? 2_000 : 3_000, ctx.signal);
+        spans.set(job.id, [start, Date.now()]);
+      });
+      const done = w.run();
+      await client.enqueue(queue, "job", {}, { jobId: "a" });
+      await eventually("a leased", () => (w.stats().leased === 1 ? true : undefined));
+      proxy.cutAll();
+      await eventually("a new stream", () => (w.stats().streamsOpened >= 2 ? true : undefined));
+      await client.enqueue(queue, "job", {}, { jobId: "b" });
+      await client.enqueue(queue, "job", {}, { jobId: "c" });
+      await eventually("all done", () => (spans.size === 3 ? true : undefined), 20_000);
+      await w.close();
+      await done;
+      // One slot was free on the new stream: b or c waited for a; a's settle granted the slot
+      // back, so the second of them ran alongside the first instead of after it.
+      assert.equal(w.stats().maxRunning, 2);
+      const [b, c] = [spans.get("b"), spans.get("c")];
+      assert.ok(spans.get("a") && b && c);
+      const [first, second] = b[0] <= c[0] ? [b, c] : [c, b];
+      assert.ok(second[0] >= (spans.get("a")?.[1] ?? 0) - 50, "the second job started before a finished (more leases than slots)");
+      assert.ok(second[0] < first[1], "the second job waited for the first: no credit came back for a");
+    } finally {
+      client.close();
+      await proxy.close();
+      await server.stop();
+    }
+  });
+
   it("a connection that goes silent is found by keepalive, replaced, and the lease kept", async () => {
     const server = await startJobwire({ args: ["--lease-duration", "10s"] });
     const proxy = await startProxy(server.grpcPort);
