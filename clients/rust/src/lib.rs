@@ -42,4 +42,4 @@ pub use error::{Error, JobError};
 pub use payload::Payload;
 pub use stream::{LeaseStream, StreamEvent, StreamSender};
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{Ctx, Job, Worker, WorkerOptions};
+pub use worker::{Ctx, Job, Worker, WorkerOptions, WorkerStats};

@@ -233,3 +233,61 @@ async fn invalid_worker_options_are_refused_before_connecting() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_server_draining_stops_leases_then_the_worker_reconnects() {
+    // --max-connection-age retires each connection after 1 s: its streams get Draining, may
+    // settle what they hold, then end; the worker finishes its job and comes back.
+    let server = support::server(&[
+        "--max-connection-age",
+        "1s",
+        "--max-connection-age-grace",
+        "10s",
+    ])
+    .await;
+    let client = server.client().await.expect("connect");
+    let q = support::queue("drain");
+    let o = |id: &str| EnqueueOptions {
+        job_id: Some(id.into()),
+        ..Default::default()
+    };
+    client
+        .enqueue(&q, "slow", b"{}".to_vec(), o("first"))
+        .await
+        .expect("enqueue");
+    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let mut worker = Worker::new(client.clone(), support::options(&q, 1));
+    let s = seen.clone();
+    worker.handle("slow", move |job: Job<serde_json::Value>, _ctx: Ctx| {
+        let s = s.clone();
+        async move {
+            s.lock()
+                .expect("lock")
+                .push((job.id().to_owned(), job.attempt));
+            if job.id() == "first" {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Ok(())
+        }
+    });
+    let stats = worker.stats();
+    let w = support::run(worker);
+    support::finished(&client, &q, "first").await;
+    client
+        .enqueue(&q, "slow", b"{}".to_vec(), o("second"))
+        .await
+        .expect("enqueue");
+    let second = support::finished(&client, &q, "second").await;
+    w.stop().await;
+    let first = client.get_job(&q, "first").await.expect("first");
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen,
+        vec![("first".to_owned(), 1), ("second".to_owned(), 1)]
+    );
+    assert_eq!((first.attempts_made, second.attempts_made), (1, 1));
+    assert_eq!(first.state, pb::JobState::Completed as i32);
+    assert!(stats.get(&stats.server_drains) >= 1, "{stats:?}");
+    assert!(stats.get(&stats.streams) >= 2, "reconnected: {stats:?}");
+    assert_eq!(stats.get(&stats.lost), 0, "{stats:?}");
+}

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::settle::{self, Extended, Outcome, Settled};
-use super::{Handler, WorkerOptions};
+use super::{Handler, WorkerOptions, WorkerStats};
 use crate::backoff::FullJitter;
 use crate::stream::{LeaseStream, StreamEvent, StreamSender};
 use crate::{Client, Error, JobError};
@@ -107,6 +107,7 @@ pub(super) struct Core {
     deadline: Option<Instant>,
     /// Set when the grace ran out: the last moment to wait for the final settles.
     final_deadline: Option<Instant>,
+    stats: Arc<WorkerStats>,
 }
 
 impl Core {
@@ -117,6 +118,7 @@ impl Core {
         worker_id: String,
         shutdown: CancellationToken,
         hurry: CancellationToken,
+        stats: Arc<WorkerStats>,
     ) -> Core {
         let (tx, rx) = mpsc::unbounded_channel();
         Core {
@@ -138,6 +140,7 @@ impl Core {
             lease_for: DEFAULT_LEASE,
             deadline: None,
             final_deadline: None,
+            stats,
         }
     }
 
@@ -203,11 +206,20 @@ impl Core {
                 if let Some(h) = self.held.remove(&token) {
                     let (q, id) = (&h.ids.0, &h.ids.1);
                     match result {
-                        Settled::Applied => tracing::debug!(queue = q, job_id = id, "settled"),
-                        Settled::Lost(m) => tracing::warn!(queue = q, job_id = id, reason = m,
-                            "lease lost before the result was settled; result dropped (the job is or will be redelivered)"),
-                        Settled::Refused(s) => tracing::error!(queue = q, job_id = id, error = %s,
-                            "the server refused the result"),
+                        Settled::Applied => {
+                            WorkerStats::add(&self.stats.settled);
+                            tracing::debug!(queue = q, job_id = id, "settled")
+                        }
+                        Settled::Lost(m) => {
+                            WorkerStats::add(&self.stats.lost);
+                            tracing::warn!(queue = q, job_id = id, reason = m,
+                                "lease lost before the result was settled; result dropped (the job is or will be redelivered)")
+                        }
+                        Settled::Refused(s) => {
+                            WorkerStats::add(&self.stats.refused);
+                            tracing::error!(queue = q, job_id = id, error = %s,
+                                "the server refused the result")
+                        }
                     }
                     self.slot_freed(&h);
                 }
@@ -217,6 +229,7 @@ impl Core {
                     h.extending = false;
                     match result {
                         Extended::Renewed => {
+                            WorkerStats::add(&self.stats.extended);
                             tracing::debug!(
                                 queue = h.ids.0,
                                 job_id = h.ids.1,

@@ -23,9 +23,11 @@ mod core;
 mod handler;
 mod settle;
 mod signal;
+mod stats;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -33,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use handler::{bytes_handler, fail_request, json_handler, run as run_handler, Handler};
 pub use handler::{Ctx, Job};
+pub use stats::WorkerStats;
 
 use crate::{Client, Error, JobError};
 
@@ -96,6 +99,7 @@ pub struct Worker {
     options: WorkerOptions,
     handlers: HashMap<String, Handler>,
     shutdown: CancellationToken,
+    stats: Arc<WorkerStats>,
 }
 
 impl Worker {
@@ -106,6 +110,7 @@ impl Worker {
             options,
             handlers: HashMap::new(),
             shutdown: CancellationToken::new(),
+            stats: Arc::default(),
         }
     }
 
@@ -131,6 +136,12 @@ impl Worker {
         self.handlers
             .insert(name.to_owned(), handler::bytes_handler(f));
         self
+    }
+
+    /// The worker's counters (leases, settles, lost leases, reconnects, ...), live while it
+    /// runs.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        self.stats.clone()
     }
 
     /// Cancel this token to shut the worker down gracefully (as SIGTERM does).
@@ -170,6 +181,7 @@ impl Worker {
             worker_id,
             self.shutdown,
             hurry,
+            self.stats,
         )
         .run()
         .await;

@@ -15,6 +15,11 @@ pub(super) enum Outcome {
     Fail(pb::FailRequest),
 }
 
+/// How long one unary Ack/Fail/ExtendLease may take before it counts as failed (and is
+/// retried): a connection that stopped answering must not hold a result forever (HTTP/2
+/// keepalive replaces such a connection within about 30 s).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a unary settle ended.
 #[derive(Debug)]
 pub(super) enum Settled {
@@ -50,10 +55,15 @@ pub(super) async fn unary(
     let mut backoff = FullJitter::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut tries = 0u32;
     loop {
-        let r = match &outcome {
-            Outcome::Ack => client.ack(&queue, &job_id, &token).await,
-            Outcome::Fail(req) => client.fail(req.clone()).await.map(|_| ()),
+        let call = async {
+            match &outcome {
+                Outcome::Ack => client.ack(&queue, &job_id, &token).await,
+                Outcome::Fail(req) => client.fail(req.clone()).await.map(|_| ()),
+            }
         };
+        let r = tokio::time::timeout(CALL_TIMEOUT, call)
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no reply in time").into()));
         tries += 1;
         match r {
             Ok(()) => return Settled::Applied,
@@ -89,7 +99,11 @@ pub(super) async fn extend(
     client: Client,
     (queue, job_id, token): (String, String, String),
 ) -> Extended {
-    match client.extend_lease(&queue, &job_id, &token, None).await {
+    let call = client.extend_lease(&queue, &job_id, &token, None);
+    let r = tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no reply in time").into()));
+    match r {
         Ok(_) => Extended::Renewed,
         Err(Error::Status(s))
             if matches!(

@@ -107,6 +107,7 @@ async fn server_restart_mid_run() {
     .await;
     let mut worker = Worker::new(client.clone(), support::options(&q, concurrency));
     let runs = sleeper(&mut worker, handler_ms);
+    let stats = worker.stats();
     let w = support::run(worker);
     started(&runs, jobs).await;
 
@@ -119,6 +120,10 @@ async fn server_restart_mid_run() {
         assert_once(&job, &runs);
     }
     w.stop().await;
+    // Every result went out unary (their stream died with the server), none was lost.
+    assert_eq!(stats.get(&stats.unary_settles), jobs as u64, "{stats:?}");
+    assert_eq!(stats.get(&stats.settled), jobs as u64, "{stats:?}");
+    assert_eq!(stats.get(&stats.lost), 0, "{stats:?}");
 }
 
 #[tokio::test]
@@ -140,6 +145,7 @@ async fn stream_killed_by_network() {
     enqueue(&direct, &q, &["cut"]).await;
     let mut worker = Worker::new(via_proxy, support::options(&q, 1));
     let runs = sleeper(&mut worker, handler_ms);
+    let stats = worker.stats();
     let w = support::run(worker);
     started(&runs, 1).await;
     tokio::time::sleep(Duration::from_millis(cut_after_ms)).await;
@@ -151,4 +157,9 @@ async fn stream_killed_by_network() {
     let job = support::finished(&direct, &q, "cut").await;
     assert_once(&job, &runs);
     w.stop().await;
+    // The lease was renewed by token after the cut and the ack went out unary (the only
+    // slot was busy, so no new stream was needed before it).
+    assert!(stats.get(&stats.extended) >= 1, "{stats:?}");
+    assert_eq!(stats.get(&stats.unary_settles), 1, "{stats:?}");
+    assert_eq!(stats.get(&stats.lost), 0, "{stats:?}");
 }

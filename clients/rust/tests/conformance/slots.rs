@@ -49,6 +49,7 @@ async fn concurrency_never_exceeded() {
             }
         });
     }
+    let stats = worker.stats();
     let w = support::run(worker);
 
     // Sample the server's active count while the jobs run.
@@ -79,6 +80,8 @@ async fn concurrency_never_exceeded() {
     runs.sort();
     runs.dedup();
     assert_eq!(runs.len(), jobs, "each job ran once");
+    assert_eq!(stats.get(&stats.leases), jobs as u64, "{stats:?}");
+    assert_eq!(stats.get(&stats.settled), jobs as u64, "{stats:?}");
     assert_eq!(most.load(Ordering::SeqCst), concurrency, "handlers at once");
     assert!(
         most_active <= concurrency as u64,

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use super::{Core, Event, Held, State, FINAL_SETTLE, SHUTDOWN_RETRY_AFTER};
 use crate::client::pb_duration;
-use crate::worker::fail_request;
 use crate::worker::settle::{self, Outcome};
+use crate::worker::{fail_request, WorkerStats};
 use crate::{pb, JobError};
 
 impl Core {
@@ -22,6 +22,7 @@ impl Core {
             return;
         }
         if h.lost {
+            WorkerStats::add(&self.stats.lost);
             tracing::warn!(queue = q, job_id = id, ok = result.is_ok(),
                 "handler finished but its lease was lost; result dropped (the job is or will be redelivered)");
             if let Some(h) = self.held.remove(&token) {
@@ -72,6 +73,7 @@ impl Core {
                 }
             }
             None => {
+                WorkerStats::add(&self.stats.unary_settles);
                 h.state = State::Unary;
                 let (client, events, ids) = (self.client.clone(), self.tx.clone(), h.ids.clone());
                 let token = token.to_owned();

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Core, Event, Held, Live, State};
 use crate::stream::{lease_ids, LeaseStream, StreamEvent, StreamSender};
+use crate::worker::WorkerStats;
 use crate::worker::{run_handler, Ctx};
 use crate::{pb, Error, JobError};
 
@@ -68,6 +69,7 @@ impl Core {
                 }
                 tracing::info!(worker_id = %self.worker_id, credits = credits + extra,
                     held = self.held.len(), "stream open");
+                WorkerStats::add(&self.stats.streams);
                 // Every lease still held from a broken stream: renew it now.
                 for h in self.held.values_mut() {
                     h.next_extend = now;
@@ -112,16 +114,31 @@ impl Core {
                     return;
                 }
                 match s.code {
-                    0 => tracing::debug!(queue = s.queue, job_id = s.job_id, "settled"),
-                    9 => tracing::warn!(queue = s.queue, job_id = s.job_id, reason = s.message,
-                        "lease lost: the result was not applied (the job is or will be redelivered)"),
-                    c => tracing::error!(queue = s.queue, job_id = s.job_id, code = c,
-                        reason = s.message, "the server refused the result"),
+                    0 => {
+                        WorkerStats::add(&self.stats.settled);
+                        tracing::debug!(queue = s.queue, job_id = s.job_id, "settled")
+                    }
+                    9 => {
+                        WorkerStats::add(&self.stats.lost);
+                        tracing::warn!(queue = s.queue, job_id = s.job_id, reason = s.message,
+                            "lease lost: the result was not applied (the job is or will be redelivered)")
+                    }
+                    c => {
+                        WorkerStats::add(&self.stats.refused);
+                        tracing::error!(
+                            queue = s.queue,
+                            job_id = s.job_id,
+                            code = c,
+                            reason = s.message,
+                            "the server refused the result"
+                        )
+                    }
                 }
                 self.held.remove(&s.lease_token);
                 // The server returned this stream's credit with the Settled.
             }
             StreamEvent::Draining { grace } => {
+                WorkerStats::add(&self.stats.server_drains);
                 tracing::info!(
                     ?grace,
                     "the server is draining: finishing held jobs, then reconnecting"
@@ -137,6 +154,7 @@ impl Core {
         let Some(gen) = self.live.as_ref().map(|l| l.gen) else {
             return;
         };
+        WorkerStats::add(&self.stats.leases);
         let now = Instant::now();
         let lease_for = l
             .lease_deadline
