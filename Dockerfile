@@ -29,6 +29,8 @@ COPY Cargo.toml Cargo.lock build.rs ./
 # jemalloc's settings (decay 0, two arenas) are read when jemalloc itself is built.
 COPY .cargo ./.cargo
 COPY proto ./proto
+# The Rust client SDK: a member of the Cargo workspace, and `jobwire bench` runs on it.
+COPY clients/rust ./clients/rust
 RUN mkdir -p src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
