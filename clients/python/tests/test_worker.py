@@ -239,3 +239,58 @@ async def test_a_black_holed_connection_is_replaced(
     assert calls == [1] and job.attempts_made == 1
     assert worker.stats.settled == 1 and worker.stats.lost == 0
     assert proxy.connections >= 2
+
+
+async def test_a_lost_lease_cancels_the_handler_and_drops_its_result(tmp_path: Path) -> None:
+    # The worker's connection goes silent (a frozen proxy): the server ends the silent stream
+    # after --heartbeat-timeout, the lease expires (attempt 1 failed, LEASE_EXPIRED) and another
+    # worker runs attempt 2. When the first worker is back (keepalive replaced the dead
+    # connection, slower than the 1 s lease), ExtendLease answers that the lease is lost: its
+    # handler is cancelled and whatever it returns is dropped, never acked over attempt 2.
+    args = ["--lease-duration", "1s", "--heartbeat-timeout", "1s", "--reaper-interval", "100ms"]
+    with JobwireServer(tmp_path / "s", args) as server:
+        proxy = Proxy("127.0.0.1", server.grpc_port)
+        await proxy.start()
+        try:
+            async with (
+                jobwire.Client(server.target) as direct,
+                jobwire.Client(proxy.address, keepalive=12.0, timeout=5) as proxied,
+            ):
+                await direct.enqueue("lost-q", "work", b"", job_id="l1", max_attempts=3)
+                first = jobwire.Worker(proxied, ["lost-q"], stall_timeout=30, handle_signals=False)
+                cancelled = asyncio.Event()
+
+                @first.handler("work")
+                async def hold(ctx: jobwire.JobContext) -> None:
+                    proxy.freeze()
+                    await asyncio.wait_for(ctx.cancelled.wait(), 30)
+                    cancelled.set()
+
+                running_first = Running(first)
+
+                async def expired() -> bool:
+                    job = await direct.get_job("lost-q", "l1")
+                    return job.state == pb.JOB_STATE_WAITING and job.attempts_made == 1
+
+                await eventually(expired, 20, "attempt 1 expired")
+                job = await direct.get_job("lost-q", "l1")
+                assert job.errors[-1].error_type == "LEASE_EXPIRED"
+                second = jobwire.Worker(direct, ["lost-q"], handle_signals=False)
+                attempts: list[int] = []
+
+                @second.handler("work")
+                async def finish(ctx: jobwire.JobContext) -> None:
+                    attempts.append(ctx.attempt)
+                    await asyncio.wait_for(cancelled.wait(), 30)  # the first one gives up first
+
+                running_second = Running(second)
+                done = await wait_state(direct, "lost-q", "l1", pb.JOB_STATE_COMPLETED, timeout=40)
+                await running_second.stop()
+                await running_first.stop()
+        finally:
+            await proxy.close()
+    assert attempts == [2] and done.attempts_made == 2
+    assert first.stats.lost == 1 and first.stats.settled == 0
+    # The second worker's first lease shortened its heartbeat period at once (a 1 s lease and
+    # --heartbeat-timeout), so the server never found its stream silent.
+    assert second.stats.reconnects == 0 and second.stats.settled == 1

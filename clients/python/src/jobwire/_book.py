@@ -261,7 +261,8 @@ class LeaseBook:
                 )
                 held.lost = True
                 held.ctx.cancel()
-                if held.done:
+                if held.done:  # its result was on its way: dropped
+                    self.stats.lost += 1
                     self.held.pop(held.key, None)
             else:
                 log.debug("worker %s: ExtendLease %s/%s: %s", self.worker_id, q, j, e.code().name)

@@ -351,7 +351,10 @@ class Worker:
         pace = max(0.1, min(self.heartbeat_interval, left.total_seconds() / 3))
         if pace < self._pace_s:
             self._pace_s = pace
-        stream.heartbeat_interval = self._pace_s
+        if stream.heartbeat_interval > self._pace_s:
+            stream.heartbeat_interval = self._pace_s
+            # The writer may be in a wait of the old, longer period: a heartbeat now restarts it.
+            stream.send(pb.SubscribeRequest(heartbeat=pb.Heartbeat()))
 
     # === handlers and their results ===
 
@@ -366,6 +369,7 @@ class Worker:
                 held.done = True
                 self._slot_free(held)
         if held.lost:
+            self.stats.lost += 1
             log.warning(
                 "worker %s: %s/%s finished after its lease was lost: result dropped",
                 self.worker_id,
