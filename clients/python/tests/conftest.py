@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -18,17 +18,19 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[2]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[JobwireServer]:
-    """A fresh server with its embedded Redis; flags from a test's ``server_args`` marker."""
-    with JobwireServer(tmp_path / "jobwire") as s:
-        yield s
+# The SDK's own pytest fixtures (jobwire_server, jobwire_client), as a user would take them.
+pytest_plugins = ["jobwire.pytest_plugin"]
 
 
 @pytest.fixture
-async def client(server: JobwireServer) -> AsyncIterator[jobwire.Client]:
-    async with jobwire.Client(server.target) as c:
-        yield c
+def server(jobwire_server: JobwireServer) -> JobwireServer:
+    """A fresh server with its embedded Redis (jobwire.pytest_plugin)."""
+    return jobwire_server
+
+
+@pytest.fixture
+def client(jobwire_client: jobwire.Client) -> jobwire.Client:
+    return jobwire_client
 
 
 @pytest.fixture

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+
+import pytest
 
 import jobwire
+from jobwire import pb
 from jobwire.errors import MAX_DETAILS_BYTES, MAX_ERROR_TYPE_BYTES
 from jobwire.testing import fake_lease, run_handler, run_handler_sync
 
@@ -67,3 +70,16 @@ def test_fake_lease_is_what_a_worker_gets() -> None:
     lease = fake_lease("n", [1], queue="q", job_id="j")
     assert lease.job.content_type == "application/json" and lease.job.payload == b"[1]"
     assert lease.idempotency_key == "q:j" and lease.attempt == 1
+
+
+@pytest.mark.jobwire_args("--lease-duration", "7s")
+async def test_the_pytest_plugin_passes_server_flags(jobwire_client: jobwire.Client) -> None:
+    await jobwire_client.enqueue("plugin-q", "n", b"", job_id="p1")
+    call = jobwire_client.workers.Subscribe()
+    await call.write(pb.SubscribeRequest(open=pb.OpenStream(queues=["plugin-q"], credits=1)))
+    resp = await call.read()
+    call.cancel()
+    assert isinstance(resp, pb.SubscribeResponse)
+    lease = resp.lease
+    left = lease.lease_deadline.ToDatetime(tzinfo=timezone.utc) - datetime.now(timezone.utc)
+    assert timedelta(seconds=5) < left <= timedelta(seconds=7)

@@ -7,12 +7,8 @@
   on free loopback ports with its embedded Redis (or ``redis_url``), waits until it is ready
   (the gRPC health check; ``/readyz`` on the HTTP port for a TLS server), and stops it
   (SIGTERM) on exit; :meth:`JobwireServer.kill` and :meth:`JobwireServer.start` restart it on
-  the same ports. For pytest::
-
-      @pytest.fixture
-      def server(tmp_path):
-          with JobwireServer(tmp_path) as s:
-              yield s
+  the same ports. For pytest, :mod:`jobwire.pytest_plugin` has it as the ``jobwire_server``
+  fixture.
 """
 
 from __future__ import annotations
