@@ -41,6 +41,8 @@ export class LeaseStream {
   opened = false;
   /** Whether it ended (its status arrived). */
   ended = false;
+  /** Whether this worker half-closed it (nothing more can be written). */
+  private halfClosed = false;
   /** Whether the server said Draining on it. */
   serverDraining = false;
   /** Whether this worker sent Drain on it. */
@@ -92,7 +94,7 @@ export class LeaseStream {
   }
 
   private write(req: SubscribeRequest): boolean {
-    if (this.ended) return false;
+    if (this.ended || this.halfClosed) return false;
     this.lastWrite = Date.now();
     this.call.write(req);
     return true;
@@ -100,7 +102,7 @@ export class LeaseStream {
 
   /** Whether acks and fails can go out on it. */
   get usable(): boolean {
-    return this.opened && !this.ended;
+    return this.opened && !this.ended && !this.halfClosed;
   }
 
   /** Acks on the stream; false when the stream is no longer usable. */
@@ -149,7 +151,9 @@ export class LeaseStream {
 
   /** Half-closes: the server ends the stream once it has answered what was sent. */
   end(): void {
-    if (!this.ended) this.call.end();
+    if (this.ended || this.halfClosed) return;
+    this.halfClosed = true;
+    this.call.end();
   }
 
   /** Cancels the call at once (the status becomes CANCELLED). */

@@ -28,6 +28,7 @@ import { invoke, type Handler, type Outcome } from "./handler.js";
 import { HeldLease, renewOnce, settleUnary } from "./held.js";
 import type { Logger } from "./logger.js";
 import { LeaseStream, leaseKey, type StreamEvents } from "./stream.js";
+import { Liveness } from "./liveness.js";
 import { Shutdown, shutdownFailure } from "./shutdown.js";
 
 /** Options of a {@link Worker}. Durations in milliseconds. */
@@ -105,9 +106,7 @@ export class Worker {
   /** Woken when a slot frees or a lease is released. */
   private wakers: (() => void)[] = [];
   private streamEnded: ((st: StatusObject) => void) | undefined;
-  private heartbeatMs: number;
-  private timer: NodeJS.Timeout | undefined;
-  private lastTick = 0;
+  private readonly liveness: Liveness;
   private shutdown: Shutdown | undefined;
   /** Why run() rejects (the server refused the stream's open for good). */
   private fatal: Error | undefined;
@@ -144,7 +143,7 @@ export class Worker {
       rpcTimeoutMs: options.rpcTimeoutMs ?? 5_000,
       reconnect: options.reconnect ?? {},
     };
-    this.heartbeatMs = this.opts.heartbeatIntervalMs;
+    this.liveness = new Liveness(this.opts.heartbeatIntervalMs, this.opts.stallTimeoutMs, this.logger, () => this.stream);
   }
 
   /**
@@ -174,8 +173,7 @@ export class Worker {
     if (this.handlers.size === 0) throw new Error("register a handler with worker.handle(name, fn) before run()");
     this.state = "running";
     this.shutdown = new Shutdown(this.opts.shutdownGraceMs, this.logger, this.opts.handleSignals, () => this.close());
-    this.lastTick = Date.now();
-    this.schedule();
+    this.liveness.start();
     this.logger.info(
       { workerId: this.workerId, queues: this.queues, concurrency: this.concurrency },
       "worker started",
@@ -317,7 +315,7 @@ export class Worker {
     if (this.counters.running > this.concurrency) {
       this.logger.error({ running: this.counters.running, concurrency: this.concurrency }, "more leases than slots (bug)");
     }
-    if (leaseMs > 0) this.heartbeatMs = Math.max(100, Math.min(this.opts.heartbeatIntervalMs, leaseMs / 3));
+    this.liveness.sawLease(leaseMs);
     const handler = this.handlers.get(job?.name ?? "") as Handler<unknown> | undefined;
     const run: Handler<unknown> =
       handler ??
@@ -452,30 +450,7 @@ export class Worker {
     });
   }
 
-  // === timers and shutdown ===
-
-  private schedule(): void {
-    this.timer = setTimeout(() => this.tick(), Math.min(this.heartbeatMs, 250));
-  }
-
-  /** Heartbeats, the stall watchdog and the event-loop lag check. */
-  private tick(): void {
-    const now = Date.now();
-    const late = now - this.lastTick - Math.min(this.heartbeatMs, 250);
-    if (late > Math.max(1_000, this.heartbeatMs)) {
-      this.logger.warn({ blockedMs: late }, "the event loop was blocked: heartbeats were late and leases may expire");
-    }
-    this.lastTick = now;
-    const s = this.stream;
-    if (s?.usable) {
-      if (now - s.lastWrite >= this.heartbeatMs * 0.9) s.heartbeat();
-      if (s.oldestUnansweredMs(now) > this.opts.stallTimeoutMs) {
-        this.logger.warn({ generation: s.generation, stallTimeoutMs: this.opts.stallTimeoutMs }, "the stream stalled (results unanswered); replacing it");
-        s.cancel();
-      }
-    }
-    if (this.state !== "stopped") this.schedule();
-  }
+  // === shutdown ===
 
   /** The grace is over: cancel every running handler and fail its attempt with RETRY. */
   private abandonAll(): void {
@@ -505,6 +480,14 @@ export class Worker {
       stop.abort();
       s.cancel();
     }
+    // A lease the server sent just before it read the Drain may arrive after the worker went
+    // idle: it runs, and its result goes out with the unary call.
+    const until = Date.now() + 10_000;
+    while (this.held.size > 0 && Date.now() < until) {
+      const stop = new AbortController();
+      await Promise.race([this.changed(), sleep(until - Date.now(), stop.signal)]);
+      stop.abort();
+    }
     for (const h of this.held.values()) {
       if (h.keeper) clearTimeout(h.keeper);
       this.logger.error(
@@ -513,7 +496,7 @@ export class Worker {
       );
     }
     this.state = "stopped";
-    if (this.timer) clearTimeout(this.timer);
+    this.liveness.stop();
     this.wake();
     this.logger.info({ workerId: this.workerId, ...this.stats() }, "worker stopped");
   }
