@@ -1,6 +1,7 @@
 //! A TCP proxy on a free port that forwards to a target and can cut every connection it
-//! carries (both sockets closed), as a network failure would.
+//! carries (both sockets closed), as a network failure would, and refuse new ones.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -9,6 +10,7 @@ use tokio::task::JoinHandle;
 pub struct Proxy {
     pub port: u16,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    blocked: Arc<AtomicBool>,
     accept: JoinHandle<()>,
 }
 
@@ -18,10 +20,14 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let blocked = Arc::new(AtomicBool::new(false));
         let accept = tokio::spawn({
-            let conns = conns.clone();
+            let (conns, blocked) = (conns.clone(), blocked.clone());
             async move {
                 while let Ok((mut inbound, _)) = listener.accept().await {
+                    if blocked.load(Ordering::SeqCst) {
+                        continue; // dropped: the client sees the connection closed
+                    }
                     let task = tokio::spawn(async move {
                         let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target_port)).await
                         else {
@@ -36,6 +42,7 @@ impl Proxy {
         Proxy {
             port,
             conns,
+            blocked,
             accept,
         }
     }
@@ -48,6 +55,11 @@ impl Proxy {
             c.abort();
         }
         n
+    }
+
+    /// Refuses (closes at once) new connections while `on`.
+    pub fn block(&self, on: bool) {
+        self.blocked.store(on, Ordering::SeqCst);
     }
 }
 
