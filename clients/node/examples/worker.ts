@@ -7,7 +7,7 @@ worker.handle<{ to: string }>("send-welcome-email", async (job, ctx) => {
   if (!job.payload.to.includes("@")) throw new NonRetryable(`bad address ${job.payload.to}`);
   await sendEmail(job.payload.to, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
 });
-await worker.run();
+await worker.run(); // until SIGTERM / SIGINT (then it drains) or worker.close()
 client.close();
 
 // A stand-in for your email provider's client.

@@ -72,6 +72,26 @@ describe("Worker", () => {
     assert.equal(w.stats().streamsOpened, 0);
   });
 
+  it("logs through a pino-shaped logger: (fields, message)", async () => {
+    const lines: [string, object, string][] = [];
+    const at = (level: string) => (fields: object, msg: string) => lines.push([level, fields, msg]);
+    const logger = { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+    const queue = uniqueQueue("logs");
+    const w = new Worker(client, { queues: [queue], handleSignals: false, logger, workerId: "logged" }).handle("x", () => {
+      throw new TypeError("boom");
+    });
+    const done = w.run();
+    await client.enqueue(queue, "x", {}, { jobId: "x1" });
+    await eventually("x1 failed", async () => ((await client.getJob(queue, "x1")).state === pb.JobState.JOB_STATE_DEAD ? true : undefined));
+    await w.close();
+    await done;
+    assert.ok(lines.some(([l, f, m]) => l === "info" && m === "worker started" && (f as { workerId?: string }).workerId === "logged"));
+    const failed = lines.find(([l, , m]) => l === "warn" && m === "job attempt failed");
+    assert.ok(failed, JSON.stringify(lines));
+    assert.equal((failed[1] as { errorType?: string }).errorType, "TypeError");
+    assert.ok(lines.some(([l, , m]) => l === "info" && m === "worker stopped"));
+  });
+
   it("refuses a shutdown grace of 0 and a concurrency out of range", () => {
     assert.throws(() => new Worker(client, { queues: ["q"], shutdownGraceMs: 0 }), /grace/);
     assert.throws(() => new Worker(client, { queues: ["q"], concurrency: 0 }), /concurrency/);
