@@ -137,6 +137,8 @@ export async function startJobwire(o: JobwireOptions = {}): Promise<JobwireServe
   let out = "";
   const launch = (): ChildProcess => {
     const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { RUST_LOG: "warn", ...process.env } });
+    // A binary that cannot be started (ENOENT) exits with its error in the output.
+    proc.on("error", (e) => (out += `cannot start ${bin}: ${e.message}\n`));
     const sink = (d: Buffer): void => {
       out += d.toString();
       if (out.length > 200_000) out = out.slice(-100_000);
@@ -155,11 +157,12 @@ export async function startJobwire(o: JobwireOptions = {}): Promise<JobwireServe
     output: () => out,
     async stop(signal: NodeJS.Signals = "SIGTERM") {
       const p = server.process;
-      if (p.exitCode !== null || p.signalCode !== null) return;
-      p.kill(signal);
-      const t = setTimeout(() => p.kill("SIGKILL"), 10_000);
-      await exited(p);
-      clearTimeout(t);
+      if (p.exitCode === null && p.signalCode === null) {
+        p.kill(signal);
+        const t = setTimeout(() => p.kill("SIGKILL"), 10_000);
+        await exited(p);
+        clearTimeout(t);
+      }
       rmSync(dataDir, { recursive: true, force: true });
     },
     async kill() {
@@ -172,7 +175,12 @@ export async function startJobwire(o: JobwireOptions = {}): Promise<JobwireServe
       await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out, o.probeTls);
     },
   };
-  await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out, o.probeTls);
+  try {
+    await waitServing(target, server.process, o.readyTimeoutMs ?? 30_000, () => out, o.probeTls);
+  } catch (e) {
+    await server.stop("SIGKILL");
+    throw e;
+  }
   return server;
 }
 
