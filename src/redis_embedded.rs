@@ -320,7 +320,7 @@ fn exposed_dir_warning(dir: &Path) -> Option<String> {
     let mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o777;
     (mode & 0o077 != 0).then(|| {
         format!(
-            "data dir {} is mode {mode:04o}: its group or others may reach the embedded Redis's              files (kept 0600, but the directory is listable); consider `chmod 700 {}`",
+            "data dir {} is mode {mode:04o}: its group or others may reach the embedded Redis's files (kept 0600, but the directory is listable); consider `chmod 700 {}`",
             dir.display(),
             dir.display()
         )
