@@ -160,12 +160,13 @@ func TestErrorsMapToDispositions(t *testing.T) {
 		after         time.Duration
 		errType       string
 	}{
-		{"nr", "", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, 0, "*errors.errorString"},
-		{"ra", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, time.Second, "*errors.errorString"},
-		{"rl", "", pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, 300 * time.Millisecond, "*jobwire.RateLimitedError"},
+		{"nr", "", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, 0, "NonRetryable"},
+		{"ra", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, time.Second, "RetryAfter"},
+		{"rl", "", pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, 300 * time.Millisecond, "RateLimited"},
 		{"plain", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, 0, "*jobwire_test.net429"},
 		{"panic", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, 0, "panic: string"},
 		{"typed", "not json", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, 0, "*jobwire.DecodeError"},
+		{"unregistered", "", pb.FailDisposition_FAIL_DISPOSITION_RETRY, 0, "no_handler"},
 	}
 	for _, tc := range cases {
 		o, err := jobwiretest.RunHandler(ctx, w, jobwiretest.Lease{Name: tc.name, Payload: []byte(tc.payload)})
@@ -190,15 +191,62 @@ func TestErrorsMapToDispositions(t *testing.T) {
 	}
 }
 
+// TestErrorTyperNamesTheErrorType: the caller's type (ErrorTyper) is the error type of
+// NonRetryable, RetryAfter and RateLimited too (the conventions' table).
 func TestErrorTyperNamesTheErrorType(t *testing.T) {
 	w := jobwire.NewWorker(&jobwire.Client{}, jobwire.WorkerOptions{Queues: []string{"q"}})
-	jobwire.HandleRaw(w, "typed", func(context.Context, *jobwire.Job[[]byte]) error {
+	jobwire.HandleRaw(w, "nr", func(context.Context, *jobwire.Job[[]byte]) error {
 		return jobwire.NonRetryable(fmt.Errorf("wrapped: %w", invalidAddress{}))
 	})
-	o, _ := jobwiretest.RunHandler(context.Background(), w, jobwiretest.Lease{Name: "typed"})
-	if o.Error.GetErrorType() != "invalid_address" || o.Disposition != pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY ||
-		o.Error.GetMessage() != "wrapped: 400 invalid address" {
-		t.Fatalf("got %v %q %q", o.Disposition, o.Error.GetErrorType(), o.Error.GetMessage())
+	jobwire.HandleRaw(w, "ra", func(context.Context, *jobwire.Job[[]byte]) error {
+		return jobwire.RetryAfter(time.Second, invalidAddress{})
+	})
+	jobwire.HandleRaw(w, "rl", func(context.Context, *jobwire.Job[[]byte]) error {
+		return quotaExceeded{jobwire.RateLimited(time.Second, false)}
+	})
+	for name, want := range map[string]struct {
+		errType string
+		disp    pb.FailDisposition
+	}{
+		"nr": {"invalid_address", pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY},
+		"ra": {"invalid_address", pb.FailDisposition_FAIL_DISPOSITION_RETRY},
+		"rl": {"quota_exceeded", pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED},
+	} {
+		o, _ := jobwiretest.RunHandler(context.Background(), w, jobwiretest.Lease{Name: name})
+		if o.Error.GetErrorType() != want.errType || o.Disposition != want.disp {
+			t.Errorf("%s: got %v %q, want %v %q", name, o.Disposition, o.Error.GetErrorType(), want.disp, want.errType)
+		}
+	}
+	o, _ := jobwiretest.RunHandler(context.Background(), w, jobwiretest.Lease{Name: "nr"})
+	if o.Error.GetMessage() != "wrapped: 400 invalid address" {
+		t.Errorf("NonRetryable's message: %q", o.Error.GetMessage())
+	}
+}
+
+// TestNoHandlerFailsWithRetry: a job whose name has no handler on the worker is failed with
+// RETRY, error type no_handler (a worker with the handler may come), against a real server.
+func TestNoHandlerFailsWithRetry(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	const q = "nohandler"
+	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}})
+	jobwire.HandleRaw(w, "known", func(context.Context, *jobwire.Job[[]byte]) error { return nil })
+	runWorker(t, w)
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, q, "unknown", []byte("x"), jobwire.JobID("nh-1"), jobwire.MaxAttempts(3)); err != nil {
+		t.Fatal(err)
+	}
+	var j *pb.Job
+	eventually(t, 10*time.Second, "a failed attempt recorded", func() bool {
+		var err error
+		if j, err = c.GetJob(ctx, q, "nh-1"); err != nil {
+			t.Fatal(err)
+		}
+		return len(j.GetErrors()) > 0
+	})
+	e := j.GetErrors()[0]
+	if e.GetErrorType() != "no_handler" || e.GetDisposition() != pb.FailDisposition_FAIL_DISPOSITION_RETRY {
+		t.Fatalf("no handler: error type %q, disposition %v", e.GetErrorType(), e.GetDisposition())
 	}
 }
 
@@ -206,6 +254,13 @@ type invalidAddress struct{}
 
 func (invalidAddress) Error() string     { return "400 invalid address" }
 func (invalidAddress) ErrorType() string { return "invalid_address" }
+
+// quotaExceeded names the error type of the RateLimited it wraps.
+type quotaExceeded struct{ err error }
+
+func (q quotaExceeded) Error() string   { return "quota exceeded: " + q.err.Error() }
+func (q quotaExceeded) Unwrap() error   { return q.err }
+func (quotaExceeded) ErrorType() string { return "quota_exceeded" }
 
 type net429 struct{}
 

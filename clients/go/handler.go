@@ -64,6 +64,10 @@ type DecodeError struct {
 	Err        error
 }
 
+// ErrorType names the error type recorded on the job, so that a decode failure is told
+// apart from other non-retryable errors.
+func (e *DecodeError) ErrorType() string { return "*jobwire.DecodeError" }
+
 func (e *DecodeError) Error() string {
 	return fmt.Sprintf("decode the payload of %q as %s: %v", e.Name, e.Type, e.Err)
 }
@@ -126,20 +130,23 @@ func outcomeOf(err error, panicStack []byte) Outcome {
 		rl *RateLimitedError
 	)
 	cause := err
+	errType := ""
 	switch {
 	case errors.As(err, &rl):
 		o.Disposition, o.RetryAfter, o.PauseQueue = pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, rl.After, rl.PauseQueue
-		cause = rl
+		cause, errType = rl, "RateLimited"
 	case errors.As(err, &nr):
-		o.Disposition = pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY
+		o.Disposition, errType = pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, "NonRetryable"
 		if nr.Err != nil {
 			cause = nr.Err
 		}
 	case errors.As(err, &ra):
-		o.RetryAfter = ra.After
+		o.RetryAfter, errType = ra.After, "RetryAfter"
 		if ra.Err != nil {
 			cause = ra.Err
 		}
+	default:
+		errType = typeName(cause)
 	}
 	details := fmt.Sprintf("%+v", err)
 	if details == err.Error() {
@@ -148,7 +155,6 @@ func outcomeOf(err error, panicStack []byte) Outcome {
 	if panicStack != nil {
 		details = string(panicStack)
 	}
-	errType := typeName(cause)
 	var typed ErrorTyper
 	if errors.As(err, &typed) {
 		errType = typed.ErrorType()
@@ -161,10 +167,20 @@ func outcomeOf(err error, panicStack []byte) Outcome {
 	return o
 }
 
+// noHandlerOutcome is the outcome of a job whose name has no handler on this worker: RETRY
+// with the job's backoff (a worker with the handler may come), error type "no_handler".
+func noHandlerOutcome(name, workerID string) Outcome {
+	o := outcomeOf(fmt.Errorf("no handler registered for job name %q on worker %s", name, workerID), nil)
+	o.Error.ErrorType = "no_handler"
+	return o
+}
+
 // ErrorTyper is an error that names its own error type (JobError.error_type, e.g.
-// "invalid_address"), which dead-letter filters and alerts match on. Without it the error
-// type is the Go type of the error (the cause inside NonRetryable and RetryAfter), e.g.
-// "*net.OpError".
+// "invalid_address"), which dead-letter filters and alerts match on; it may be the error
+// given to NonRetryable or RetryAfter, or wrapped inside it. Without it the error type is
+// "NonRetryable", "RetryAfter" or "RateLimited" for those errors, and the Go type of any
+// other error, e.g. "*net.OpError" (the conventions every jobwire SDK follows,
+// clients/conformance/README.md).
 type ErrorTyper interface {
 	error
 	ErrorType() string

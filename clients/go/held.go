@@ -2,7 +2,6 @@ package jobwire
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -65,8 +64,7 @@ func (w *Worker) onLease(s *stream, l *pb.Lease) {
 	go func() {
 		var o Outcome
 		if handler == nil {
-			o = outcomeOf(fmt.Errorf("no handler registered for job name %q on worker %s", j.GetName(), w.opts.WorkerID), nil)
-			o.Error.ErrorType = "no_handler"
+			o = noHandlerOutcome(j.GetName(), w.opts.WorkerID)
 			w.log.Error("no handler for the job's name: failing the attempt", "queue", h.queue, "job_id", h.id, "name", j.GetName())
 		} else {
 			o = callHandler(ctx, handler, l)
@@ -291,8 +289,12 @@ func (w *Worker) extend(h *held) {
 	}
 }
 
+// shutdownRetryAfter is the retry_after of a job failed at the end of the shutdown grace
+// (error type "worker_shutdown"), as every jobwire SDK does (clients/conformance/README.md).
+const shutdownRetryAfter = time.Second
+
 // abandonHeld ends the grace: every handler still running is cancelled (ErrShutdown) and
-// its job failed with RETRY, retry_after 100 ms (no call hands a lease back, so the attempt
+// its job failed with RETRY, retry_after 1 s (no call hands a lease back, so the attempt
 // is used).
 func (w *Worker) abandonHeld() {
 	w.mu.Lock()
@@ -307,7 +309,7 @@ func (w *Worker) abandonHeld() {
 		h.abandoned = true
 		h.cancel(ErrShutdown)
 		o := outcomeOf(ErrShutdown, nil)
-		o.RetryAfter = 100 * time.Millisecond
+		o.RetryAfter = shutdownRetryAfter
 		o.Error.ErrorType = "worker_shutdown"
 		h.outcome = &o
 		w.log.Warn("shutdown grace over: handler cancelled, job failed with RETRY", "queue", h.queue, "job_id", h.id)

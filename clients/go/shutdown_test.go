@@ -17,7 +17,7 @@ import (
 
 // TestShutdownGraceCancelsAndFailsWithRetry: a handler still running when the grace ends
 // sees its context cancelled with ErrShutdown, and its job is failed with RETRY (error type
-// worker_shutdown), so another worker gets it; Run returns nil.
+// worker_shutdown, retry_after 1 s), so another worker gets it; Run returns nil.
 func TestShutdownGraceCancelsAndFailsWithRetry(t *testing.T) {
 	srv := jobwiretest.StartServer(t)
 	c := srv.Client()
@@ -63,6 +63,10 @@ func TestShutdownGraceCancelsAndFailsWithRetry(t *testing.T) {
 	if j.GetState() == pb.JobState_JOB_STATE_ACTIVE || j.GetState() == pb.JobState_JOB_STATE_COMPLETED || len(errs) != 1 ||
 		errs[0].GetErrorType() != "worker_shutdown" || errs[0].GetDisposition() != pb.FailDisposition_FAIL_DISPOSITION_RETRY {
 		t.Fatalf("job after the grace: %v, errors %v", j.GetState(), errs)
+	}
+	// retry_after 1 s: the job is ready again 1 s after the Fail (the server's own times).
+	if wait := j.GetReadyTime().AsTime().Sub(errs[0].GetFailTime().AsTime()); wait < time.Second || wait > 1500*time.Millisecond {
+		t.Fatalf("job ready %s after the shutdown's Fail, want retry_after 1s", wait)
 	}
 }
 

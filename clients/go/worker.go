@@ -130,7 +130,7 @@ func (w *Worker) register(name string, h rawHandler) {
 func (w *Worker) RunLease(ctx context.Context, lease *pb.Lease) Outcome {
 	h := w.handlers[lease.GetJob().GetName()]
 	if h == nil {
-		return outcomeOf(fmt.Errorf("no handler for job name %q", lease.GetJob().GetName()), nil)
+		return noHandlerOutcome(lease.GetJob().GetName(), w.opts.WorkerID)
 	}
 	return callHandler(ctx, h, lease)
 }
