@@ -11,8 +11,9 @@ import (
 	"github.com/jobwire/jobwire/clients/go"
 )
 
-// These examples compile with the package (godoc shows them); TestExamplesProducerAndWorker
-// runs the same code in examples/producer and examples/worker against a real server.
+// These examples compile with the package (godoc shows them); the README's producer and
+// worker are examples/producer and examples/worker, which TestExamplesProducerAndWorker runs
+// against a real server.
 
 func ExampleClient_Enqueue() {
 	client, err := jobwire.NewClient("127.0.0.1:50051")

@@ -84,7 +84,7 @@ func (l *lineWaiter) String() string {
 }
 
 func sigtermDrains(t *testing.T, sc scenario) {
-	bin := buildExample(t, "worker")
+	bin := buildExample(t, "sleeper")
 	srv := jobwiretest.StartServer(t, sc.Server...)
 	c := srv.Client()
 	ctx := context.Background()

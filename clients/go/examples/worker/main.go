@@ -1,49 +1,36 @@
-// Command worker is a small jobwire worker: it handles "sleep" jobs ({"ms": N}) on a queue,
-// printing "started <job id> attempt <n>" and "done <job id>" on stdout, and shuts down
-// gracefully on SIGTERM or SIGINT (Drain, finish held jobs, exit 0). The conformance test
-// sigterm_drains runs it as a child process.
+// Command worker handles the example job every jobwire SDK's examples share
+// (clients/conformance/README.md): "send-welcome" jobs ({"to": "ada@example.com"}) on queue
+// "emails", from the server at $JOBWIRE_TARGET (default 127.0.0.1:50051), printing
+// "sending to <address> attempt <n>". On SIGTERM or SIGINT it drains (finishes the jobs it
+// holds) and exits 0. The body of main is the README's worker snippet.
 //
-//	go run ./examples/worker -server 127.0.0.1:50051 -queue work -concurrency 4
+//	JOBWIRE_TARGET=127.0.0.1:50051 go run ./examples/worker
 package main
 
 import (
+	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"log"
-	"time"
+	"os"
 
 	"github.com/jobwire/jobwire/clients/go"
 )
 
-// Sleep is the payload of a "sleep" job.
-type Sleep struct {
-	MS int `json:"ms"`
-}
-
 func main() {
-	server := flag.String("server", "127.0.0.1:50051", "jobwire gRPC address")
-	queue := flag.String("queue", "work", "queue to lease from")
-	concurrency := flag.Int("concurrency", 4, "jobs handled at once")
-	flag.Parse()
+	type Welcome struct{ To string } // {"to": ...}: encoding/json matches keys case-insensitively
 
-	client, err := jobwire.NewClient(*server)
+	client, err := jobwire.NewClient(cmp.Or(os.Getenv("JOBWIRE_TARGET"), "127.0.0.1:50051"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	w := jobwire.NewWorker(client, jobwire.WorkerOptions{Queues: []string{*queue}, Concurrency: *concurrency})
-	jobwire.Handle(w, "sleep", func(ctx context.Context, job *jobwire.Job[Sleep]) error {
-		fmt.Printf("started %s attempt %d\n", job.ID, job.Attempt)
-		select {
-		case <-time.After(time.Duration(job.Payload.MS) * time.Millisecond):
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		fmt.Printf("done %s\n", job.ID)
+	w := jobwire.NewWorker(client, jobwire.WorkerOptions{Queues: []string{"emails"}, Concurrency: 8})
+	jobwire.Handle(w, "send-welcome", func(ctx context.Context, job *jobwire.Job[Welcome]) error {
+		fmt.Println("sending to", job.Payload.To, "attempt", job.Attempt)
 		return nil
 	})
-	if err := w.Run(context.Background()); err != nil { // returns after SIGTERM/SIGINT
+	if err := w.Run(context.Background()); err != nil { // until SIGTERM/SIGINT: drains held jobs, then returns
 		log.Fatal(err)
 	}
 }
