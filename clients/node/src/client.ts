@@ -109,7 +109,7 @@ export function jobSpec(queue: string, name: string, payload: Payload, o: Enqueu
  *
  * ```ts
  * const client = new Client("127.0.0.1:50051");
- * await client.enqueue("emails", "send-welcome-email", { to: "a@example.com" }, { jobId: "welcome:42" });
+ * await client.enqueue("emails", "send-welcome", { to: "ada@example.com" }, { jobId: "welcome:ada" });
  * ```
  *
  * Errors are grpc-js `ServiceError`s (`err.code` a `grpc.status`): INVALID_ARGUMENT for bad

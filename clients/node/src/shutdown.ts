@@ -34,7 +34,7 @@ export function shutdownFailure(graceMs: number): Failure {
     disposition: FailDisposition.FAIL_DISPOSITION_RETRY,
     error: {
       message: `the worker shut down before the handler finished (grace ${graceMs} ms)`,
-      errorType: "WorkerShutdown",
+      errorType: "worker_shutdown",
       details: "",
     },
     retryAfterMs: 1_000,

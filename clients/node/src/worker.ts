@@ -31,6 +31,13 @@ import { LeaseStream, leaseKey, type StreamEvents } from "./stream.js";
 import { Liveness } from "./liveness.js";
 import { Shutdown, shutdownFailure } from "./shutdown.js";
 
+/** Refusals of a stream's open that no retry can fix: `run()` rejects with them (conformance README, "Conventions"). */
+const REFUSED_FOR_GOOD: ReadonlySet<number> = new Set([
+  grpcStatus.INVALID_ARGUMENT,
+  grpcStatus.UNAUTHENTICATED,
+  grpcStatus.PERMISSION_DENIED,
+]);
+
 /** Options of a {@link Worker}. Durations in milliseconds. */
 export interface WorkerOptions {
   /** The queues to lease from (1 to 32). */
@@ -82,7 +89,7 @@ type State = "idle" | "running" | "stopping" | "stopped";
  *
  * ```ts
  * const worker = new Worker(client, { queues: ["emails"], concurrency: 10 });
- * worker.handle<{ to: string }>("send-welcome-email", async (job, ctx) => {
+ * worker.handle<{ to: string }>("send-welcome", async (job, ctx) => {
  *   await sendEmail(job.payload.to, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
  * });
  * await worker.run(); // until SIGTERM / SIGINT or worker.close()
@@ -164,9 +171,10 @@ export class Worker {
   /**
    * Runs until {@link close} (or SIGTERM / SIGINT) has drained the worker. Resolves then;
    * rejects on misuse (no handler, run twice) and when the server refuses the stream's open
-   * as INVALID_ARGUMENT (a bad queue name: no retry can help). Other refusals
-   * (UNAVAILABLE, UNAUTHENTICATED, PERMISSION_DENIED: an auth file may be reloaded) are
-   * retried with backoff and logged.
+   * as INVALID_ARGUMENT (a bad queue name), UNAUTHENTICATED (no or a wrong token) or
+   * PERMISSION_DENIED (the token may not lease from a queue): no retry can help, and the
+   * error has the status as `code`. Other ends of the stream (UNAVAILABLE, ...) are retried
+   * with backoff and logged.
    */
   async run(): Promise<void> {
     if (this.state !== "idle") throw new Error("Worker.run() was already called");
@@ -248,8 +256,9 @@ export class Worker {
       const st = await ended;
       if (stream.opened) failures = 0;
       if (this.state !== "running") break;
-      if (!stream.opened && st.code === grpcStatus.INVALID_ARGUMENT) {
-        // The open itself is wrong (a bad queue name, too many queues): no retry can help.
+      if (!stream.opened && REFUSED_FOR_GOOD.has(st.code)) {
+        // The open itself is wrong (a bad queue name, too many queues, no or a wrong token, a
+        // token without the queue): no retry can help.
         this.fatal = Object.assign(new Error(`the server refused the worker's stream: ${st.details}`), { code: st.code });
         this.logger.error({ workerId: this.workerId, details: st.details }, "the server refused the worker's stream; stopping");
         void this.close();
@@ -321,7 +330,7 @@ export class Worker {
       handler ??
       (() => {
         throw Object.assign(new Error(`no handler registered for job name ${JSON.stringify(job?.name)}`), {
-          errorType: "NoHandler",
+          errorType: "no_handler",
         });
       });
     void invoke(run, lease, {

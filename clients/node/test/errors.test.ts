@@ -48,6 +48,23 @@ describe("runHandler (fake lease) and the error mapping", () => {
     assert.equal(b.pauseQueue, true);
   });
 
+  it("NonRetryable, RetryAfter and RateLimited record their class name as error_type unless given one", async () => {
+    const types: string[] = [];
+    for (const err of [new NonRetryable("n"), new RetryAfter(10), new RateLimited(10)]) {
+      const r = await runHandler(() => {
+        throw err;
+      });
+      assert.ok(r.outcome === "fail");
+      types.push(r.error.errorType);
+    }
+    assert.deepEqual(types, ["NonRetryable", "RetryAfter", "RateLimited"]);
+    const given = await runHandler(() => {
+      throw new RetryAfter(10, "busy", { errorType: "provider_busy" });
+    });
+    assert.ok(given.outcome === "fail");
+    assert.equal(given.error.errorType, "provider_busy");
+  });
+
   it("any other error -> RETRY with its type name, message and a stack cut to 8 KiB", async () => {
     const r = await runHandler(() => {
       const e = new TypeError("x".repeat(20_000));

@@ -53,7 +53,7 @@ describe("npm pack", () => {
     assert.equal((await run(process.execPath, ["check.mjs"], { cwd: dir })).stdout.trim(), "function function function ack");
     // The README's snippets, compiled, run from the scratch project.
     for (const f of ["producer.js", "worker.js"]) copyFileSync(join(pkgDir, "build-test", "examples", f), join(dir, f));
-    const env = { ...process.env, JOBWIRE_ADDR: server.target, JOBWIRE_LOG_LEVEL: "warn" };
+    const env = { ...process.env, JOBWIRE_TARGET: server.target, JOBWIRE_LOG_LEVEL: "warn" };
     const produced = await run(process.execPath, ["producer.js"], { cwd: dir, env });
     assert.match(produced.stdout, /enqueued welcome:ada \(created: true\)/);
     const worker = spawn(process.execPath, ["worker.js"], { cwd: dir, env, stdio: ["ignore", "pipe", "inherit"] });
@@ -67,7 +67,7 @@ describe("npm pack", () => {
       );
       worker.kill("SIGTERM");
       assert.equal(await exited, 0);
-      assert.match(out, /sent to ada@example.com \(key .+, aborted: false\)/);
+      assert.match(out, /sending to ada@example.com \(key .+, attempt 1\)/);
     } finally {
       client.close();
       if (worker.exitCode === null) worker.kill("SIGKILL");

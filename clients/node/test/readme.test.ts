@@ -1,7 +1,8 @@
 /**
  * The README's producer and worker snippets are the programs under examples/ (which
- * test/pack.test.ts runs from the packed tarball): each snippet must be the start of its file,
- * after the file's leading comment, so the README cannot drift from tested code.
+ * test/pack.test.ts runs from the packed tarball): each snippet must be its whole file, after
+ * the file's leading comment, so the README cannot drift from tested code and a pasted snippet
+ * has nothing undefined.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -30,7 +31,7 @@ describe("README", () => {
       while (lines[0]?.startsWith("//")) lines.shift();
       const block = snippet(readme, heading);
       assert.ok(block.length >= 8, "the snippet is too short to be the program");
-      assert.deepEqual(block, lines.slice(0, block.length));
+      assert.deepEqual(block, lines.join("\n").trimEnd().split("\n"));
     });
   }
 });

@@ -19,20 +19,31 @@ import { eventually, testLogger, uniqueQueue } from "./helpers.js";
 const run = promisify(execFile);
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..");
 
-/** A token and an auth file granting it every role on every queue. */
-async function authFile(dir: string): Promise<{ token: string; path: string }> {
-  const { stdout } = await run(process.env.JOBWIRE_BIN ?? "jobwire", ["token", "new", "--id", "node-sdk"]);
+async function newToken(id: string): Promise<{ token: string; sha: string }> {
+  const { stdout } = await run(process.env.JOBWIRE_BIN ?? "jobwire", ["token", "new", "--id", id]);
   const token = stdout.split("\n")[0]?.trim() ?? "";
   const sha = /sha256: "([0-9a-f]{64})"/.exec(stdout)?.[1];
   assert.ok(token.startsWith("jw_") && sha, `unexpected output of jobwire token new:\n${stdout}`);
+  return { token, sha };
+}
+
+/**
+ * An auth file granting `token` every role on every queue, and `producerOnly` the producer
+ * role alone (so a worker with it is refused as PERMISSION_DENIED).
+ */
+async function authFile(dir: string): Promise<{ token: string; producerOnly: string; path: string }> {
+  const all = await newToken("node-sdk");
+  const producer = await newToken("node-producer");
   const path = join(dir, "auth.yaml");
   writeFileSync(
     path,
-    `principals:\n  - name: node-sdk\n    tokens:\n      - id: node-sdk\n        sha256: ${sha}\n` +
-      `    grants:\n      - queues: ["*"]\n        roles: [producer, worker, admin]\n`,
+    `principals:\n  - name: node-sdk\n    tokens:\n      - id: node-sdk\n        sha256: ${all.sha}\n` +
+      `    grants:\n      - queues: ["*"]\n        roles: [producer, worker, admin]\n` +
+      `  - name: node-producer\n    tokens:\n      - id: node-producer\n        sha256: ${producer.sha}\n` +
+      `    grants:\n      - queues: ["*"]\n        roles: [producer]\n`,
     { mode: 0o600 },
   );
-  return { token, path };
+  return { token: all.token, producerOnly: producer.token, path };
 }
 
 async function roundTrip(client: Client): Promise<void> {
@@ -51,12 +62,13 @@ describe("TLS, mTLS and tokens", () => {
   let dir: string;
   let certs: string;
   let token: string;
+  let producerOnly: string;
   let auth: string;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), "jobwire-node-secure-"));
     certs = join(dir, "certs");
     await run("bash", [join(repo, "scripts", "dev-certs.sh"), certs]);
-    ({ token, path: auth } = await authFile(dir));
+    ({ token, producerOnly, path: auth } = await authFile(dir));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -118,6 +130,35 @@ describe("TLS, mTLS and tokens", () => {
     } finally {
       client.close();
       anonymous.close();
+      await server.stop();
+    }
+  });
+
+  it("ends worker.run() with the refusal when the stream's open is UNAUTHENTICATED or PERMISSION_DENIED (no reconnect loop)", async () => {
+    const server = await startJobwire({ args: ["--auth-file", auth] });
+    const anonymous = new Client(server.target, { logger: testLogger });
+    const producer = new Client(server.target, { token: producerOnly, logger: testLogger });
+    try {
+      for (const [client, code] of [
+        [anonymous, status.UNAUTHENTICATED],
+        [producer, status.PERMISSION_DENIED],
+      ] as const) {
+        const worker = new Worker(client, { queues: [uniqueQueue("refused")], handleSignals: false, logger: testLogger });
+        worker.handle("job", () => undefined);
+        // Far below the first reconnect's backoff cap: a retry loop would never settle run().
+        const outcome = await Promise.race([
+          worker.run().then(
+            () => "resolved",
+            (e: { code?: status }) => e.code,
+          ),
+          new Promise((r) => setTimeout(() => r("still running"), 20_000).unref()),
+        ]);
+        if (outcome === "still running") await worker.close();
+        assert.equal(outcome, code);
+      }
+    } finally {
+      anonymous.close();
+      producer.close();
       await server.stop();
     }
   });

@@ -36,7 +36,7 @@ describe("Worker faults", () => {
       assert.ok(aborted, "the handler's signal was not aborted");
       const j = await client.getJob(queue, "g-1");
       assert.equal(j.attemptsMade, 1);
-      assert.equal(j.errors[0]?.errorType, "WorkerShutdown");
+      assert.equal(j.errors[0]?.errorType, "worker_shutdown");
       assert.equal(j.errors[0]?.disposition, FailDisposition.FAIL_DISPOSITION_RETRY);
       // retry_after 1 s overrides the job's 60 s backoff.
       const wait = (j.readyTime?.getTime() ?? 0) - (j.errors[0]?.failTime?.getTime() ?? 0);

@@ -41,7 +41,7 @@ describe("Worker", () => {
     assert.equal(worker.stats().held, 0);
   });
 
-  it("fails a job with no handler as RETRY (NoHandler), and a NonRetryable straight to the dead letters", async () => {
+  it("fails a job with no handler as RETRY (no_handler), and a NonRetryable straight to the dead letters", async () => {
     const queue = uniqueQueue("errors");
     const worker = new Worker(client, { queues: [queue], handleSignals: false, logger: testLogger }).handle("bad", () => {
       throw new NonRetryable("permanent", { errorType: "invalid_address" });
@@ -53,7 +53,7 @@ describe("Worker", () => {
       const j = await client.getJob(queue, "u");
       return j.state === pb.JobState.JOB_STATE_DEAD ? j : undefined;
     });
-    assert.equal(u.errors[0]?.errorType, "NoHandler");
+    assert.equal(u.errors[0]?.errorType, "no_handler");
     assert.equal(u.errors[0]?.disposition, pb.FailDisposition.FAIL_DISPOSITION_RETRY);
     const b = await eventually("b dead", async () => {
       const j = await client.getJob(queue, "b");
