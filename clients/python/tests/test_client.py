@@ -15,7 +15,7 @@ import pytest
 import jobwire
 import jobwire.sync
 from jobwire import pb
-from jobwire.testing import JobwireServer, RedisServer
+from jobwire.testing import JobwireServer, RedisServer, free_port
 
 
 async def test_enqueue_json_payload_and_options(client: jobwire.Client, queue: str) -> None:
@@ -91,7 +91,8 @@ async def test_unavailable_enqueue_with_id_is_retried_until_the_server_is_back(t
         RedisServer(tmp_path / "redis") as redis,
         JobwireServer(tmp_path / "s", redis_url=redis.url) as server,
     ):
-        async with jobwire.Client(server.target) as c:
+        # A restart outlasts the default 5 tries (about 1.5 s): this client tries longer.
+        async with jobwire.Client(server.target, unavailable_tries=40) as c:
             await c.enqueue("q-retry", "n", b"", job_id="before")
             server.kill()
             restart = asyncio.get_running_loop().run_in_executor(None, server.start)
@@ -99,6 +100,46 @@ async def test_unavailable_enqueue_with_id_is_retried_until_the_server_is_back(t
             await restart
             assert resp.created
             assert (await c.get_job("q-retry", "during")).job_id == "during"
+
+
+async def test_unavailable_is_tried_five_times_with_full_jitter_capped_at_2s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobwire import _backoff
+
+    sleeps: list[float] = []
+
+    async def no_sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    monkeypatch.setattr(asyncio, "sleep", no_sleep)
+    calls = 0
+
+    async def unavailable() -> None:
+        nonlocal calls
+        calls += 1
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
+        )
+
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _backoff.retry_unavailable(unavailable)
+    assert calls == 5 and len(sleeps) == 4
+    assert all(0 <= d <= min(2.0, 0.1 * 2**n) for n, d in enumerate(sleeps)), sleeps
+    calls, sleeps[:] = 0, []
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _backoff.retry_unavailable(unavailable, tries=1)
+    assert calls == 1 and sleeps == []
+
+
+async def test_enqueue_with_id_to_a_closed_port_gives_up_after_its_tries() -> None:
+    # Before: retried for the 30 s of the client's timeout (29.6 s to a closed port).
+    async with jobwire.Client(f"127.0.0.1:{free_port()}") as c:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await c.enqueue("emails", "send-welcome", b"", job_id="welcome:ada")
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert asyncio.get_running_loop().time() - started < 10
 
 
 async def test_queue_and_dead_letter_wrappers(client: jobwire.Client, queue: str) -> None:

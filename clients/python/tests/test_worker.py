@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -143,8 +144,11 @@ async def test_grace_end_cancels_and_fails_for_retry_without_waiting(
     )
     for job_id in ("slow", "slow-sync"):
         job = await client.get_job(queue, job_id)
-        assert job.state == pb.JOB_STATE_WAITING and job.attempts_made == 1
+        # retry_after 1 s: DELAYED for a second, then WAITING (the check may come after it).
+        assert job.state in (pb.JOB_STATE_DELAYED, pb.JOB_STATE_WAITING) and job.attempts_made == 1
         assert job.errors[-1].error_type == "worker_shutdown"
+        assert job.errors[-1].disposition == pb.FAIL_DISPOSITION_RETRY
+        assert job.errors[-1].retry_delay.ToTimedelta() == timedelta(seconds=1)
 
 
 async def test_subscribe_refusal_raises(client: jobwire.Client) -> None:

@@ -19,9 +19,10 @@ class DeadLetters:
     type, dead reason, message prefix, time range).
     """
 
-    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
+    def __init__(self, channel: grpc.aio.Channel, timeout: float, tries: int) -> None:
         self._stub = pb.DeadLetterServiceStub(channel)
         self._timeout = timeout
+        self._tries = tries
 
     async def list_page(
         self,
@@ -36,7 +37,7 @@ class DeadLetters:
             queue=queue, page_size=page_size, page_token=page_token, filter=filter
         )
         return await retry_unavailable(
-            lambda: self._stub.ListDeadLetters(req, timeout=self._timeout), self._timeout
+            lambda: self._stub.ListDeadLetters(req, timeout=self._timeout), self._tries
         )
 
     async def iterate(
@@ -60,7 +61,7 @@ class DeadLetters:
         """One dead job with its whole error history; NOT_FOUND if it is not dead."""
         req = pb.GetDeadLetterRequest(queue=queue, job_id=job_id)
         resp = await retry_unavailable(
-            lambda: self._stub.GetDeadLetter(req, timeout=self._timeout), self._timeout
+            lambda: self._stub.GetDeadLetter(req, timeout=self._timeout), self._tries
         )
         return resp.dead_letter
 
@@ -71,7 +72,7 @@ class DeadLetters:
         with a fresh attempt budget; ids no longer dead come back as skipped."""
         req = pb.ReplayDeadLettersRequest(queue=queue, job_ids=list(job_ids), filter=filter)
         return await retry_unavailable(
-            lambda: self._stub.ReplayDeadLetters(req, timeout=self._timeout), self._timeout
+            lambda: self._stub.ReplayDeadLetters(req, timeout=self._timeout), self._tries
         )
 
     async def delete(
@@ -80,21 +81,22 @@ class DeadLetters:
         """Deletes dead jobs for good (by id, or all matching ``filter``)."""
         req = pb.DeleteDeadLettersRequest(queue=queue, job_ids=list(job_ids), filter=filter)
         return await retry_unavailable(
-            lambda: self._stub.DeleteDeadLetters(req, timeout=self._timeout), self._timeout
+            lambda: self._stub.DeleteDeadLetters(req, timeout=self._timeout), self._tries
         )
 
 
 class Queues:
     """Queue administration: stats, pause and resume, config, purge and delete."""
 
-    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
+    def __init__(self, channel: grpc.aio.Channel, timeout: float, tries: int) -> None:
         self._stub = pb.QueueServiceStub(channel)
         self._timeout = timeout
+        self._tries = tries
 
     async def list(self) -> list[pb.QueueStats]:
         """Every known queue with its counts."""
         resp = await retry_unavailable(
-            lambda: self._stub.ListQueues(pb.ListQueuesRequest(), timeout=self._timeout), self._timeout
+            lambda: self._stub.ListQueues(pb.ListQueuesRequest(), timeout=self._timeout), self._tries
         )
         return list(resp.queues)
 
@@ -102,27 +104,25 @@ class Queues:
         """Counts per state, oldest waiting and dead ages, paused, connected workers, config."""
         req = pb.GetQueueStatsRequest(queue=queue)
         return (
-            await retry_unavailable(
-                lambda: self._stub.GetQueueStats(req, timeout=self._timeout), self._timeout
-            )
+            await retry_unavailable(lambda: self._stub.GetQueueStats(req, timeout=self._timeout), self._tries)
         ).stats
 
     async def pause(self, queue: str) -> None:
         """Stops leasing from ``queue`` (enqueues are still accepted)."""
         req = pb.PauseQueueRequest(queue=queue)
-        await retry_unavailable(lambda: self._stub.PauseQueue(req, timeout=self._timeout), self._timeout)
+        await retry_unavailable(lambda: self._stub.PauseQueue(req, timeout=self._timeout), self._tries)
 
     async def resume(self, queue: str) -> None:
         """Leases from ``queue`` again."""
         req = pb.ResumeQueueRequest(queue=queue)
-        await retry_unavailable(lambda: self._stub.ResumeQueue(req, timeout=self._timeout), self._timeout)
+        await retry_unavailable(lambda: self._stub.ResumeQueue(req, timeout=self._timeout), self._tries)
 
     async def get_config(self, queue: str) -> pb.QueueConfig:
         """The queue's defaults and limits."""
         req = pb.GetQueueConfigRequest(queue=queue)
         return (
             await retry_unavailable(
-                lambda: self._stub.GetQueueConfig(req, timeout=self._timeout), self._timeout
+                lambda: self._stub.GetQueueConfig(req, timeout=self._timeout), self._tries
             )
         ).config
 
@@ -134,7 +134,7 @@ class Queues:
         )
         return (
             await retry_unavailable(
-                lambda: self._stub.UpdateQueueConfig(req, timeout=self._timeout), self._timeout
+                lambda: self._stub.UpdateQueueConfig(req, timeout=self._timeout), self._tries
             )
         ).config
 
@@ -144,12 +144,12 @@ class Queues:
             queue=queue, include_completed=include_completed, include_dead=include_dead
         )
         return (
-            await retry_unavailable(lambda: self._stub.PurgeQueue(req, timeout=self._timeout), self._timeout)
+            await retry_unavailable(lambda: self._stub.PurgeQueue(req, timeout=self._timeout), self._tries)
         ).deleted
 
     async def delete(self, queue: str, *, force: bool = False) -> pb.DeleteQueueResponse:
         """Deletes the queue (``force``: even with jobs in it); returns what was removed."""
         req = pb.DeleteQueueRequest(queue=queue, force=force)
         return await retry_unavailable(
-            lambda: self._stub.DeleteQueue(req, timeout=self._timeout), self._timeout
+            lambda: self._stub.DeleteQueue(req, timeout=self._timeout), self._tries
         )

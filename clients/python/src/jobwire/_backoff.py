@@ -37,20 +37,22 @@ class Backoff:
         self.attempt = 0
 
 
-async def retry_unavailable(call: Callable[[], Awaitable[T]], budget: float = 30.0) -> T:
+DEFAULT_TRIES = 5
+"""Tries in all (the first included) of a call safe to repeat that fails with UNAVAILABLE."""
+
+
+async def retry_unavailable(call: Callable[[], Awaitable[T]], tries: int = DEFAULT_TRIES) -> T:
     """Runs ``call``; while it fails with UNAVAILABLE (Redis down, a server restarting) retries it
-    with full jitter (0.1 s doubling to 2 s) for up to ``budget`` seconds in all, then raises the
-    last error. Only for calls that are safe to repeat."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + budget
+    with full jitter (0.1 s doubling, capped at 2 s), ``tries`` times in all (1: no retry), then
+    raises the last error; with the default 5 a server that cannot be reached is reported within
+    about 1.5 s (at most 0.1 + 0.2 + 0.4 + 0.8 s of waiting). Only for calls that are safe to
+    repeat."""
     backoff = Backoff(base=0.1, cap=2.0)
-    while True:
+    for _ in range(max(1, tries) - 1):
         try:
             return await call()
         except grpc.aio.AioRpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
                 raise
-            delay = backoff.next_delay()
-            if loop.time() + delay >= deadline:
-                raise
-        await asyncio.sleep(delay)
+        await asyncio.sleep(backoff.next_delay())
+    return await call()

@@ -10,7 +10,7 @@ import grpc.aio
 
 from jobwire import pb
 from jobwire._admin import DeadLetters, Queues
-from jobwire._backoff import retry_unavailable
+from jobwire._backoff import DEFAULT_TRIES, retry_unavailable
 from jobwire._channel import DEFAULT_KEEPALIVE, TLS, aio_channel
 from jobwire._spec import Backoff, job_spec
 from jobwire.errors import Delay
@@ -33,9 +33,10 @@ class Client:
     The channel is made on first use inside the running event loop; ``async with Client(...)``
     or :meth:`close` closes it. Calls raise ``grpc.aio.AioRpcError`` with the server's status
     code (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ...). Calls that are safe to repeat
-    are retried on UNAVAILABLE with jittered backoff (an enqueue only when it has a ``job_id``,
-    which makes it idempotent; a batch always, as the server writes none of it or answers per
-    item).
+    are retried on UNAVAILABLE with full-jitter backoff (0.1 s doubling, capped at 2 s),
+    ``unavailable_tries`` times in all (default 5, so an unreachable server is reported within
+    about 1.5 s; 1 = no retry): reads, admin calls, a batch (the server writes none of it or
+    answers per item) and an enqueue with a ``job_id`` (which makes it idempotent).
     """
 
     def __init__(
@@ -46,12 +47,14 @@ class Client:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         keepalive: float = DEFAULT_KEEPALIVE,
+        unavailable_tries: int = DEFAULT_TRIES,
     ) -> None:
         self.target = target
         self.token = token
         self.tls = tls
         self.timeout = timeout
         self.keepalive = keepalive
+        self.unavailable_tries = unavailable_tries
         self._channel: grpc.aio.Channel | None = None
 
     # === connection ===
@@ -96,12 +99,12 @@ class Client:
     @property
     def dead_letters(self) -> DeadLetters:
         """The DeadLetterService: list, get, replay, delete dead jobs."""
-        return DeadLetters(self.channel, self.timeout)
+        return DeadLetters(self.channel, self.timeout, self.unavailable_tries)
 
     @property
     def queues(self) -> Queues:
         """The QueueService: stats, pause/resume, config, purge, delete."""
-        return Queues(self.channel, self.timeout)
+        return Queues(self.channel, self.timeout, self.unavailable_tries)
 
     # === JobService ===
 
@@ -149,7 +152,7 @@ class Client:
         async def call() -> pb.EnqueueResponse:
             return await self.jobs.Enqueue(request, timeout=self.timeout)
 
-        return await (retry_unavailable(call, self.timeout) if spec.job_id else call())
+        return await (retry_unavailable(call, self.unavailable_tries) if spec.job_id else call())
 
     async def enqueue_batch(self, specs: Iterable[pb.JobSpec]) -> list[pb.EnqueueResult]:
         """Enqueues up to 1000 jobs in one call; one result per spec, in order.
@@ -162,7 +165,7 @@ class Client:
         async def call() -> pb.EnqueueBatchResponse:
             return await self.jobs.EnqueueBatch(request, timeout=self.timeout)
 
-        return list((await retry_unavailable(call, self.timeout)).results)
+        return list((await retry_unavailable(call, self.unavailable_tries)).results)
 
     async def get_job(self, queue: str, job_id: str) -> pb.Job:
         """The job with its state, attempts and error history; NOT_FOUND if there is none."""
@@ -171,4 +174,4 @@ class Client:
         async def call() -> pb.GetJobResponse:
             return await self.jobs.GetJob(request, timeout=self.timeout)
 
-        return (await retry_unavailable(call, self.timeout)).job
+        return (await retry_unavailable(call, self.unavailable_tries)).job

@@ -21,6 +21,7 @@ import grpc
 from jobwire import client as aio_client
 from jobwire import pb
 from jobwire import worker as aio_worker
+from jobwire._backoff import DEFAULT_TRIES
 from jobwire._channel import DEFAULT_KEEPALIVE, TLS, sync_channel
 from jobwire._execute import Handler
 from jobwire._spec import Backoff
@@ -82,14 +83,18 @@ class Client:
         *,
         timeout: float = aio_client.DEFAULT_TIMEOUT,
         keepalive: float = DEFAULT_KEEPALIVE,
+        unavailable_tries: int = DEFAULT_TRIES,
     ) -> None:
         self.target = target
         self.token = token
         self.tls = tls
         self.timeout = timeout
         self.keepalive = keepalive
+        self.unavailable_tries = unavailable_tries
         self._loop = _Loop()
-        self._client = aio_client.Client(target, token, tls, timeout=timeout, keepalive=keepalive)
+        self._client = aio_client.Client(
+            target, token, tls, timeout=timeout, keepalive=keepalive, unavailable_tries=unavailable_tries
+        )
 
     def close(self) -> None:
         """Closes the channel and stops the background loop."""

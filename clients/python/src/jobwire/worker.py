@@ -18,7 +18,8 @@ Behaviour (issue 14; DESIGN.md section 3):
   dropped; UNAVAILABLE: kept and retried). A result is never dropped without a log line.
 * **Graceful shutdown** on SIGTERM/SIGINT (``handle_signals=False`` to opt out): Drain (no more
   leases), wait up to ``grace`` seconds for held jobs, then cancel what still runs and fail it
-  with RETRY (``retry_after`` 0: no hand-back RPC exists), then close. A second signal skips
+  with RETRY (error_type ``worker_shutdown``, ``retry_after`` 1 s: no hand-back RPC exists;
+  the conventions of clients/conformance/README.md), then close. A second signal skips
   the grace. A server ``Draining`` message stops leases; held jobs finish and the worker
   reconnects once the server ends the stream.
 """
@@ -62,6 +63,8 @@ DEFAULT_HEARTBEAT_INTERVAL = 2.0
 """Seconds of silence before a Heartbeat; well below the server's --heartbeat-timeout (10 s)."""
 SHUTDOWN_ERROR_TYPE = "worker_shutdown"
 """error_type of the jobs a shutdown fails because they outlived the grace."""
+SHUTDOWN_RETRY_AFTER = 1.0
+"""Seconds before a job failed at the end of the grace may be leased again (RETRY's retry_after)."""
 PERMANENT = {
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.PERMISSION_DENIED,
@@ -451,7 +454,7 @@ class Worker:
                 error=pb.JobError(
                     message="the worker shut down before the job finished", error_type=SHUTDOWN_ERROR_TYPE
                 ),
-                retry_after=duration(0),
+                retry_after=duration(SHUTDOWN_RETRY_AFTER),
             )
             held.done = True
             self._running -= 1
