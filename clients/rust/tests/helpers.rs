@@ -91,11 +91,19 @@ fn each_error_maps_to_its_disposition() {
     let no = fail_request_for(JobError::non_retryable("bad"));
     assert_eq!(no.disposition, pb::FailDisposition::NoRetry as i32);
     assert!(no.retry_after.is_none());
+    assert_eq!(
+        no.error.map(|e| e.error_type).as_deref(),
+        Some("NonRetryable")
+    );
 
     let later = fail_request_for(JobError::retry_after(Duration::from_millis(1500)));
     assert_eq!(later.disposition, pb::FailDisposition::Retry as i32);
     let d = later.retry_after.expect("retry_after");
     assert_eq!((d.seconds, d.nanos), (1, 500_000_000));
+    assert_eq!(
+        later.error.map(|e| e.error_type).as_deref(),
+        Some("RetryAfter")
+    );
 
     let limited = fail_request_for(JobError::RateLimited {
         delay: Duration::from_secs(2),
@@ -104,6 +112,10 @@ fn each_error_maps_to_its_disposition() {
     assert_eq!(limited.disposition, pb::FailDisposition::RateLimited as i32);
     assert!(limited.pause_queue);
     assert_eq!(limited.retry_after.map(|d| d.seconds), Some(2));
+    assert_eq!(
+        limited.error.map(|e| e.error_type).as_deref(),
+        Some("RateLimited")
+    );
 
     let other = fail_request_for(JobError::failed("x".repeat(300), "m"));
     assert_eq!(other.disposition, pb::FailDisposition::Retry as i32);

@@ -17,7 +17,9 @@ use jobwire_client::{Client, ClientOptions, EnqueueOptions, Payload};
 pub async fn produce(target: &str) -> Result<(), jobwire_client::Error> {
     let client = Client::connect(target, ClientOptions::default()).await?;
     let welcome = Payload::json(&serde_json::json!({"to": "ada@example.com"}))?;
-    let options = EnqueueOptions { job_id: Some("welcome:ada".into()), ..Default::default() };
+    let options = EnqueueOptions {
+        job_id: Some("welcome:ada".into()), max_attempts: Some(3), ..Default::default()
+    };
     let job = client.enqueue("emails", "send-welcome", welcome, options).await?;
     println!("enqueued {} (created: {})", job.job.job_id, job.created);
     Ok(())

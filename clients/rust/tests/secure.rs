@@ -1,12 +1,14 @@
 //! TLS, mutual TLS and bearer tokens against a real server with `--tls-cert`,
 //! `--tls-client-ca` and `--auth-file` (certificates from scripts/dev-certs.sh, a token from
 //! `jobwire token new`): a worker and a producer with the right token work; a token without
-//! the role is refused (PERMISSION_DENIED), no token is UNAUTHENTICATED.
+//! the role is refused (PERMISSION_DENIED), no token is UNAUTHENTICATED; a worker whose
+//! stream is refused so at open ends `run()` with that error.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use jobwire_client::testing::{ServerOptions, TestServer};
 use jobwire_client::{pb, Client, ClientOptions, Ctx, EnqueueOptions, Job, TlsOptions, Worker};
@@ -58,14 +60,15 @@ async fn tls_mtls_and_tokens() {
     certs(&dir);
     let (suite, suite_hash) = new_token("rustsuite");
     let (producer, producer_hash) = new_token("rustproducer");
+    let (worker_token, worker_hash) = new_token("rustworker");
     let auth = dir.join("auth.yaml");
-    std::fs::write(
-        &auth,
-        format!(
-            "principals:\n  - name: rustsuite\n    tokens:\n      - {{id: rustsuite, sha256: '{suite_hash}'}}\n    grants:\n      - {{queues: ['*'], roles: [producer, worker, admin]}}\n  - name: rustproducer\n    tokens:\n      - {{id: rustproducer, sha256: '{producer_hash}'}}\n    grants:\n      - {{queues: ['*'], roles: [producer]}}\n"
-        ),
-    )
-    .expect("auth file");
+    let policy = format!(
+        "principals:\n  - name: rustsuite\n    tokens:\n      - {{id: rustsuite, sha256: '{suite_hash}'}}\n    grants:\n      - {{queues: ['*'], roles: [producer, worker, admin]}}\n  - name: rustproducer\n    tokens:\n      - {{id: rustproducer, sha256: '{producer_hash}'}}\n    grants:\n      - {{queues: ['*'], roles: [producer]}}\n"
+    );
+    let worker_principal = format!(
+        "  - name: rustworker\n    tokens:\n      - {{id: rustworker, sha256: '{worker_hash}'}}\n    grants:\n      - {{queues: ['*'], roles: [worker]}}\n"
+    );
+    std::fs::write(&auth, format!("{policy}{worker_principal}")).expect("auth file");
     let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
     let with = |token: Option<&str>| ClientOptions {
         token: token.map(str::to_owned),
@@ -134,6 +137,52 @@ async fn tls_mtls_and_tokens() {
         refused.code(),
         Some(tonic::Code::Unauthenticated),
         "{refused}"
+    );
+
+    // A worker whose stream is refused at open ends run() with the refusal.
+    for (c, want) in [
+        (&prod, tonic::Code::PermissionDenied),
+        (&anonymous, tonic::Code::Unauthenticated),
+    ] {
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            Worker::new(c.clone(), support::options(&q, 1)).run(),
+        )
+        .await
+        .expect("run() ends");
+        assert_eq!(r.as_ref().err().and_then(|e| e.code()), Some(want), "{r:?}");
+    }
+
+    // A worker that was running and whose token is then revoked (the server reloads the auth
+    // file): the stream ends, the reopen is refused, run() returns UNAUTHENTICATED instead of
+    // reconnecting forever.
+    let revoked = Client::connect(&server.target(), with(Some(&worker_token)))
+        .await
+        .expect("connect");
+    let mut worker = Worker::new(revoked, support::options(&q, 1));
+    worker.handle("n", |_job: Job<serde_json::Value>, _ctx: Ctx| async {
+        Ok(())
+    });
+    let task = tokio::spawn(worker.run());
+    let o = EnqueueOptions {
+        job_id: Some("w".into()),
+        ..Default::default()
+    };
+    client
+        .enqueue(&q, "n", b"{}".to_vec(), o)
+        .await
+        .expect("enqueue");
+    let job = support::finished(&client, &q, "w").await;
+    assert_eq!(job.state, pb::JobState::Completed as i32, "the worker ran");
+    std::fs::write(&auth, &policy).expect("revoke the worker's token");
+    let r = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("run() ends after the revocation")
+        .expect("join");
+    assert_eq!(
+        r.as_ref().err().and_then(|e| e.code()),
+        Some(tonic::Code::Unauthenticated),
+        "{r:?}"
     );
 
     // A plaintext client cannot talk to a TLS server; a TLS client without the CA fails too.

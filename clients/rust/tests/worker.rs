@@ -114,7 +114,7 @@ async fn a_payload_that_does_not_decode_is_not_retried_and_unknown_names_are() {
     assert!(job.errors[0].message.contains("payload does not decode"));
     let e = &nameless.errors[0];
     assert_eq!(e.disposition, pb::FailDisposition::Retry as i32);
-    assert_eq!(e.error_type, "NoHandler");
+    assert_eq!(e.error_type, "no_handler");
 }
 
 #[tokio::test]
@@ -201,7 +201,7 @@ async fn at_the_end_of_the_grace_handlers_are_cancelled_and_their_jobs_fail_as_r
         "back for another attempt: {job:?}"
     );
     let e = job.errors.last().expect("the failed attempt");
-    assert_eq!(e.error_type, "WorkerShutdown");
+    assert_eq!(e.error_type, "worker_shutdown");
     assert_eq!(e.disposition, pb::FailDisposition::Retry as i32);
 }
 
@@ -232,6 +232,22 @@ async fn invalid_worker_options_are_refused_before_connecting() {
             "{what}: {r:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_stream_refused_at_open_ends_run_with_the_error() {
+    let server = support::server(&[]).await;
+    let client = server.client().await.expect("connect");
+    // Not a valid queue name: the server refuses the stream (INVALID_ARGUMENT) and run()
+    // returns that instead of reconnecting forever.
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        Worker::new(client, support::options("no spaces allowed", 1)).run(),
+    )
+    .await
+    .expect("run() ends");
+    let code = r.as_ref().err().and_then(|e| e.code());
+    assert_eq!(code, Some(tonic::Code::InvalidArgument), "{r:?}");
 }
 
 #[tokio::test]

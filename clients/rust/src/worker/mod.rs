@@ -150,8 +150,10 @@ impl Worker {
     }
 
     /// Runs until shut down; returns once every held job is settled (or failed as RETRY
-    /// at the end of the grace). Errors only on invalid options: connection problems are
-    /// retried (and logged) forever.
+    /// at the end of the grace). Errors on invalid options, and with the server's status
+    /// when it refuses the stream for good at open (INVALID_ARGUMENT, UNAUTHENTICATED,
+    /// PERMISSION_DENIED; once nothing is held): other connection problems are retried (and
+    /// logged) forever.
     pub async fn run(self) -> Result<(), Error> {
         let o = &self.options;
         if o.queues.is_empty() || o.queues.len() > 32 {

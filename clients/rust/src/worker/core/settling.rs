@@ -124,7 +124,7 @@ impl Core {
                             "the worker shut down before the job finished (grace {:?})",
                             self.o.grace
                         ),
-                        error_type: "WorkerShutdown".into(),
+                        error_type: "worker_shutdown".into(),
                         details: String::new(),
                     }),
                     retry_after: Some(pb_duration(SHUTDOWN_RETRY_AFTER)),

@@ -50,7 +50,6 @@ impl Core {
                 if self.deadline.is_some() {
                     return Ok(()); // shutting down: dropping it closes it
                 }
-                self.ever_connected = true;
                 let events = self.tx.clone();
                 let reader = tokio::spawn(async move {
                     loop {
@@ -92,7 +91,9 @@ impl Core {
                             | tonic::Code::PermissionDenied
                     )
                 );
-                if fatal && !self.ever_connected && self.held.is_empty() {
+                // Refused for good (a bad queue name, a token without the worker role): run() ends
+                // with the error, once nothing is held (a held job is settled first).
+                if fatal && self.held.is_empty() {
                     return Err(e);
                 }
                 let wait = self.reconnect.next_delay();
@@ -192,7 +193,7 @@ impl Core {
             let result = match handler {
                 Some(h) => run_handler(h, l, ctx).await,
                 None => Err(JobError::failed(
-                    "NoHandler",
+                    "no_handler",
                     format!("this worker has no handler for job name {name:?}"),
                 )),
             };
