@@ -58,35 +58,34 @@ async fn sigterm_drains_one_replica_and_the_other_takes_its_jobs_without_an_atte
     });
     let term = Instant::now();
     a.sigterm();
-    // A draining replica leases nothing new, though its worker has a free credit.
+    // A draining replica leases nothing new, though its worker has a free credit: the job
+    // enqueued now goes through B (A's worker reports no lease below). After the grace period
+    // A's unfinished leases come back to B too, attempt not consumed. On a slow machine the
+    // grace can end before j3 is leased, so the order of the three is not checked.
     enqueue_on(&b, "rt", "j3").await;
-    let j3 = on_b.lease().await;
-    assert_eq!(
-        id_of(&j3),
-        "j3",
-        "the new job goes through the other replica"
-    );
-    assert_eq!(on_b.ack(&j3).await.code, 0);
-
-    // After the grace period the unfinished leases come back, attempt not consumed.
-    let mut back = Vec::new();
-    for _ in 0..2 {
+    let mut got = Vec::new();
+    let mut first_back = None;
+    for _ in 0..3 {
         let l = on_b
             .lease_within(GRACE + Duration::from_secs(10))
             .await
-            .expect("handed back");
+            .expect("j3 and the two handed-back jobs leased through B");
         assert_eq!(l.attempt, 1, "the hand-back consumed no attempt");
-        back.push(id_of(&l));
+        let id = id_of(&l);
+        if id != "j3" {
+            first_back.get_or_insert_with(|| term.elapsed());
+        }
         assert_eq!(on_b.ack(&l).await.code, 0);
+        got.push(id);
     }
-    let took = term.elapsed();
+    let took = first_back.expect("a handed-back job");
     println!("handed-back jobs delivered by the other replica {took:?} after SIGTERM");
     assert!(
         took >= GRACE,
         "the replica waited its grace period: {took:?}"
     );
-    back.sort();
-    assert_eq!(back, ["j1", "j2"]);
+    got.sort();
+    assert_eq!(got, ["j1", "j2", "j3"]);
     let status = a.wait_exit(Duration::from_secs(20)).await;
     assert!(
         status.success(),
