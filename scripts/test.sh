@@ -12,7 +12,8 @@ bash scripts/setup.sh --test
 cargo test --locked --workspace
 # The integration suite's core again, each test on its own 3-master Redis Cluster.
 JOBWIRE_TEST_REDIS=cluster cargo test --locked --test it -- --skip message_limits:: \
-  core_flow:: dead_letters:: replay_once:: retries:: limits:: retention_age:: model::
+  core_flow:: dead_letters:: replay_once:: retries:: limits:: retention_age:: model:: \
+  list_jobs:: list_workers::
 promtool check rules helm/jobwire/files/alerts.yaml
 (cd tests/alerts && promtool test rules alerts.test.yaml)
 cargo build --locked

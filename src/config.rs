@@ -17,10 +17,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod abuse;
 mod auth;
+mod replica;
 mod tls;
 
 pub use abuse::AbuseArgs;
 pub use auth::AuthArgs;
+pub use replica::ReplicaArgs;
 pub use tls::TlsArgs;
 
 /// Largest value of `--max-payload-bytes` (64 MiB). The gRPC message limit follows the flag
@@ -212,6 +214,10 @@ pub struct ServeArgs {
     /// Abuse limits of the gRPC port.
     #[command(flatten)]
     pub abuse: AbuseArgs,
+
+    /// This replica's id and worker-stream reports (ListWorkers).
+    #[command(flatten)]
+    pub replica: ReplicaArgs,
 }
 
 impl ServeArgs {
@@ -255,6 +261,7 @@ impl ServeArgs {
             tls: TlsArgs::default(),
             auth: AuthArgs::default(),
             abuse: AbuseArgs::default(),
+            replica: ReplicaArgs::default(),
         }
     }
 
@@ -340,6 +347,7 @@ impl ServeArgs {
         self.auth.validate()?;
         self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
+        self.replica.validate()?;
         Ok(())
     }
 
@@ -415,6 +423,7 @@ impl ServeArgs {
             self.tls.effective(),
             self.auth.effective(),
             self.abuse.effective(),
+            self.replica.effective(),
         ];
         let lines = lines.into_iter().chain(more.into_iter().flatten());
         let mut out = String::from(if self.redis_url.is_none() {
@@ -459,6 +468,7 @@ impl fmt::Debug for ServeArgs {
             tls,
             auth,
             abuse,
+            replica,
         } = self;
         f.debug_struct("ServeArgs")
             .field("grpc_addr", grpc_addr)
@@ -487,6 +497,7 @@ impl fmt::Debug for ServeArgs {
             .field("tls", tls)
             .field("auth", auth)
             .field("abuse", abuse)
+            .field("replica", replica)
             .finish()
     }
 }

@@ -198,6 +198,8 @@ pub async fn serve(
     let handle = crate::metrics::install();
     crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
     crate::metrics::labels::set_max_queues(cfg.metrics_max_queues);
+    let replica_id = cfg.replica.resolve_id();
+    tracing::info!(replica_id = %replica_id, "this replica's id (ListWorkers; --replica-id)");
     let hub = Hub::new(
         store.clone(),
         HubConfig {
@@ -205,6 +207,8 @@ pub async fn serve(
             heartbeat_timeout: cfg.heartbeat_timeout,
             reaper_interval: cfg.reaper_interval,
             sweep_rate: cfg.reaper_sweep_rate,
+            replica_id: replica_id.clone(),
+            workers_report_interval: cfg.replica.workers_report_interval,
         },
     );
     hub.start_background();

@@ -328,6 +328,59 @@ pub(crate) fn state_pb(s: JobState) -> pb::JobState {
     }
 }
 
+/// A Timestamp as ms since the epoch; `None` when unset; INVALID_ARGUMENT naming `field`
+/// before 1970 or with nanos out of range.
+pub(crate) fn timestamp_ms(
+    field: &str,
+    t: Option<&prost_types::Timestamp>,
+) -> Result<Option<u64>, Error> {
+    let Some(t) = t else { return Ok(None) };
+    if t.seconds < 0 || !(0..1_000_000_000).contains(&t.nanos) {
+        return Err(Error::invalid(
+            field,
+            "must be a valid time, not before 1970",
+        ));
+    }
+    Ok(Some(
+        (t.seconds as u64)
+            .saturating_mul(1000)
+            .saturating_add(t.nanos as u64 / 1_000_000),
+    ))
+}
+
+/// A requested job state; INVALID_ARGUMENT naming `field` for UNSPECIFIED or an unknown
+/// value.
+pub(crate) fn job_state(field: &str, s: i32) -> Result<JobState, Error> {
+    match pb::JobState::try_from(s) {
+        Ok(pb::JobState::Waiting) => Ok(JobState::Waiting),
+        Ok(pb::JobState::Delayed) => Ok(JobState::Delayed),
+        Ok(pb::JobState::Active) => Ok(JobState::Active),
+        Ok(pb::JobState::Completed) => Ok(JobState::Completed),
+        Ok(pb::JobState::Dead) => Ok(JobState::Dead),
+        Ok(pb::JobState::Unspecified) => Err(Error::invalid(
+            field,
+            "is required: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD",
+        )),
+        Err(_) => Err(Error::invalid(
+            field,
+            format!("unknown value {s}; give WAITING, DELAYED, ACTIVE, COMPLETED or DEAD"),
+        )),
+    }
+}
+
+/// A page size: 0 means [`DEFAULT_PAGE_SIZE`]; INVALID_ARGUMENT naming `field` and the
+/// limit outside 0..=[`MAX_PAGE_SIZE`].
+pub(crate) fn page_size(field: &str, n: i32) -> Result<usize, Error> {
+    match n {
+        0 => Ok(DEFAULT_PAGE_SIZE as usize),
+        n if (1..=MAX_PAGE_SIZE).contains(&n) => Ok(n as usize),
+        n => Err(Error::invalid(
+            field,
+            format!("is {n}, must be 0 (default {DEFAULT_PAGE_SIZE}) to {MAX_PAGE_SIZE}"),
+        )),
+    }
+}
+
 /// ms since the epoch -> Timestamp; `None` for 0 (unset).
 pub(crate) fn timestamp(ms: u64) -> Option<prost_types::Timestamp> {
     (ms > 0).then(|| prost_types::Timestamp {

@@ -1,4 +1,4 @@
-//! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob.
+//! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob, ListJobs (`list_jobs.rs`).
 
 use std::collections::BTreeMap;
 use std::task::Poll;
@@ -248,6 +248,17 @@ impl pb::job_service_server::JobService for JobApi {
         Ok(Response::new(pb::GetJobResponse {
             job: Some(convert::job_pb(job)),
         }))
+    }
+
+    #[tracing::instrument(skip_all, fields(queue))]
+    async fn list_jobs(
+        &self,
+        request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let queue = super::list_jobs::queue_of(request.get_ref())?;
+        self.auth.check(&request, Rpc::ListJobs, &[&queue])?;
+        let page = super::list_jobs::list(&self.store, &queue, request.get_ref()).await?;
+        Ok(Response::new(page))
     }
 }
 

@@ -7,6 +7,8 @@ mod convert;
 mod dead_letter_service;
 mod job_service;
 pub mod limits;
+mod list_jobs;
+mod list_workers;
 pub mod message_size;
 mod queue_service;
 mod status;

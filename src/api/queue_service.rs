@@ -1,4 +1,5 @@
-//! `jobwire.v1.QueueService`: list, stats, pause/resume, config, purge, delete.
+//! `jobwire.v1.QueueService`: list, stats, pause/resume, config, purge, delete, and the
+//! replicas' worker streams (`list_workers.rs`).
 
 use tonic::{Request, Response, Status};
 
@@ -350,5 +351,16 @@ impl pb::queue_service_server::QueueService for QueueApi {
             completed: d.completed,
             dead: d.dead,
         }))
+    }
+
+    /// With an auth file: only the queues the caller may view (viewer or admin on them), as
+    /// ListQueues; a `queue` filter must be one of them (else PERMISSION_DENIED).
+    async fn list_workers(
+        &self,
+        r: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        Ok(Response::new(
+            super::list_workers::list(&self.hub, &self.auth, &r).await?,
+        ))
     }
 }

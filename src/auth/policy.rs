@@ -20,8 +20,8 @@ pub enum Role {
     Producer,
     /// Subscribe, Ack, Fail, ExtendLease.
     Worker,
-    /// Every read: GetJob, ListQueues, GetQueueStats, GetQueueConfig, ListDeadLetters,
-    /// GetDeadLetter.
+    /// Every read: GetJob, ListJobs, ListQueues, GetQueueStats, GetQueueConfig, ListWorkers,
+    /// ListDeadLetters, GetDeadLetter.
     Viewer,
     /// viewer + PauseQueue, ResumeQueue, UpdateQueueConfig, PurgeQueue, DeleteQueue,
     /// ReplayDeadLetters, DeleteDeadLetters.
@@ -62,6 +62,8 @@ pub enum Rpc {
     EnqueueBatch,
     /// JobService.GetJob.
     GetJob,
+    /// JobService.ListJobs.
+    ListJobs,
     /// WorkerService.Subscribe (and the Acks and Fails sent on the stream).
     Subscribe,
     /// WorkerService.Ack.
@@ -94,14 +96,17 @@ pub enum Rpc {
     PurgeQueue,
     /// QueueService.DeleteQueue.
     DeleteQueue,
+    /// QueueService.ListWorkers.
+    ListWorkers,
 }
 
 impl Rpc {
     /// Every RPC, service by service.
-    pub const ALL: [Rpc; 19] = [
+    pub const ALL: [Rpc; 21] = [
         Rpc::Enqueue,
         Rpc::EnqueueBatch,
         Rpc::GetJob,
+        Rpc::ListJobs,
         Rpc::Subscribe,
         Rpc::Ack,
         Rpc::Fail,
@@ -118,6 +123,7 @@ impl Rpc {
         Rpc::UpdateQueueConfig,
         Rpc::PurgeQueue,
         Rpc::DeleteQueue,
+        Rpc::ListWorkers,
     ];
 
     /// The roles that allow this RPC (any one of them is enough).
@@ -127,9 +133,11 @@ impl Rpc {
             Rpc::Enqueue | Rpc::EnqueueBatch => &[Producer],
             Rpc::GetJob => &[Producer, Viewer, Admin],
             Rpc::Subscribe | Rpc::Ack | Rpc::Fail | Rpc::ExtendLease => &[Worker],
-            Rpc::ListDeadLetters
+            Rpc::ListJobs
+            | Rpc::ListDeadLetters
             | Rpc::GetDeadLetter
             | Rpc::ListQueues
+            | Rpc::ListWorkers
             | Rpc::GetQueueStats
             | Rpc::GetQueueConfig => &[Viewer, Admin],
             Rpc::ReplayDeadLetters
@@ -148,6 +156,7 @@ impl Rpc {
             Rpc::Enqueue => "Enqueue",
             Rpc::EnqueueBatch => "EnqueueBatch",
             Rpc::GetJob => "GetJob",
+            Rpc::ListJobs => "ListJobs",
             Rpc::Subscribe => "Subscribe",
             Rpc::Ack => "Ack",
             Rpc::Fail => "Fail",
@@ -164,6 +173,7 @@ impl Rpc {
             Rpc::UpdateQueueConfig => "UpdateQueueConfig",
             Rpc::PurgeQueue => "PurgeQueue",
             Rpc::DeleteQueue => "DeleteQueue",
+            Rpc::ListWorkers => "ListWorkers",
         }
     }
 
@@ -342,6 +352,11 @@ mod tests {
         let producer = Roles::of(&[Role::Producer]);
         assert!(producer.allows(Rpc::Enqueue) && producer.allows(Rpc::GetJob));
         assert!(!producer.allows(Rpc::Subscribe) && !producer.allows(Rpc::ListQueues));
+        // Listing a queue's jobs or the workers is a viewer's read, as ListDeadLetters and
+        // ListQueues are; a producer reads its own jobs by id (GetJob).
+        assert!(!producer.allows(Rpc::ListJobs) && !producer.allows(Rpc::ListWorkers));
+        let viewer = Roles::of(&[Role::Viewer]);
+        assert!(viewer.allows(Rpc::ListJobs) && viewer.allows(Rpc::ListWorkers));
         let admin = Roles::of(&[Role::Admin]);
         assert!(admin.allows(Rpc::GetDeadLetter) && admin.allows(Rpc::PurgeQueue));
         assert!(!admin.allows(Rpc::Enqueue) && !admin.allows(Rpc::Ack));

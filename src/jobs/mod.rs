@@ -6,6 +6,7 @@ mod model;
 mod queue_config;
 mod queue_name;
 mod trace;
+mod workers;
 
 pub use model::{
     AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState,
@@ -17,3 +18,4 @@ pub use queue_config::{
 };
 pub use queue_name::QueueName;
 pub use trace::trace_id;
+pub use workers::{ReplicaWorkers, WorkerStreamInfo, MAX_LISTED_LEASES};

@@ -40,8 +40,8 @@ pub(super) enum Subscription {
 }
 
 impl Hub {
-    /// Spawns renewal, reaper and the wake-up listener on the hub's tracker; they stop at
-    /// [`Hub::shutdown`].
+    /// Spawns renewal, reaper, the workers report and the wake-up listener on the hub's
+    /// tracker; they stop at [`Hub::shutdown`].
     pub fn start_background(&self) {
         let hub = self.clone();
         self.inner
@@ -55,6 +55,10 @@ impl Hub {
         self.inner
             .tracker
             .spawn(async move { hub.outbox_loop().await });
+        let hub = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { hub.report_loop().await });
         let hub = self.clone();
         let new_queues = self
             .inner

@@ -29,6 +29,10 @@ pub struct HubConfig {
     pub reaper_interval: Duration,
     /// Registered queues the reaper's safety sweep visits per second (0: none).
     pub sweep_rate: u32,
+    /// This replica's id (ListWorkers).
+    pub replica_id: String,
+    /// How often this replica's worker streams are written to Redis (ListWorkers).
+    pub workers_report_interval: Duration,
 }
 
 /// Shared by every stream and background task of this replica; cheap to clone.

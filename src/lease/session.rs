@@ -18,7 +18,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::jobs::{LeasedJob, QueueName};
+use crate::jobs::{LeasedJob, QueueName, WorkerStreamInfo, MAX_LISTED_LEASES};
 
 mod book;
 
@@ -71,6 +71,8 @@ pub struct Session {
     /// reader waits on it while [`CONTROL_BACKLOG`] replies are unread.
     out_room: tokio::sync::Notify,
     last_seen_ms: AtomicU64,
+    /// When the stream opened, ms since the epoch (wall clock, for ListWorkers).
+    opened_wall_ms: u64,
     pub(crate) draining: AtomicBool,
     /// Index into `queues` of the queue whose turn it is to use a credit (fairness).
     turn: AtomicUsize,
@@ -110,6 +112,7 @@ impl Session {
             out: Mutex::default(),
             out_room: tokio::sync::Notify::new(),
             last_seen_ms: AtomicU64::new(now_ms),
+            opened_wall_ms: wall_ms(),
             draining: AtomicBool::new(false),
             turn: AtomicUsize::new(0),
             outbox_wait,
@@ -302,4 +305,36 @@ impl Session {
     pub fn held_count(&self) -> usize {
         self.book().held_count()
     }
+
+    /// The stream as ListWorkers shows it, at `now_ms` on the hub's monotonic clock (the
+    /// time it was last heard is turned into wall-clock time from there).
+    pub(crate) fn info(&self, now_ms: u64) -> WorkerStreamInfo {
+        let (credits, held, leases) = {
+            let book = self.book();
+            (
+                book.free_credits().max(0) as u64,
+                book.held_per_queue(),
+                book.held_ids(MAX_LISTED_LEASES),
+            )
+        };
+        let silent = now_ms.saturating_sub(self.last_seen_ms.load(Ordering::Relaxed));
+        WorkerStreamInfo {
+            stream: self.id,
+            worker_id: self.worker_id.clone(),
+            queues: self.queues.iter().map(|q| q.to_string()).collect(),
+            credits,
+            leases,
+            held,
+            connected_ms: self.opened_wall_ms,
+            last_heard_ms: wall_ms().saturating_sub(silent),
+            draining: self.draining.load(Ordering::Relaxed) || self.is_closed(),
+        }
+    }
+}
+
+/// Now, ms since the epoch.
+pub(crate) fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

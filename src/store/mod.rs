@@ -2,7 +2,8 @@
 //! (`scripts/*.lua`, loaded once and called by SHA in `scripts.rs`), the decoding of their
 //! replies (`codec.rs`), and [`Store`], whose methods are named after the scripts they call.
 //! Beside the queues, two global keys (`registry.rs`): the queue registry (capped by
-//! `--max-queues`) and the due index the reaper follows; no queue script writes them.
+//! `--max-queues`) and the due index the reaper follows; no queue script writes them. And
+//! the replicas' worker-stream reports (`workers.rs`), global keys too.
 //!
 //! Invariants: every state change is exactly one script call, so a crash at any instant
 //! leaves each job in exactly one state; all of a queue's keys share the hash tag `{queue}`;
@@ -18,6 +19,7 @@ mod error;
 mod health;
 mod keys;
 mod leases;
+mod list;
 mod queues;
 mod registry;
 mod scripts;
@@ -25,6 +27,7 @@ mod stats;
 mod target;
 mod types;
 mod wake;
+mod workers;
 
 pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
@@ -32,6 +35,7 @@ pub use durability::WaitReplicas;
 pub use error::StoreError;
 pub use keys::{due_key, shard_wake_channel, wake_channel, DUE_KEYS, DUE_SHARDS, WAKE_PATTERN};
 pub use leases::new_lease_call_id;
+pub use list::{JobsCursor, JobsFilter, JobsPage, LIST_PAGE_BYTES};
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;
 pub use target::check_redis_url;

@@ -15,7 +15,7 @@ pub(crate) struct NamedScript {
 }
 
 /// The queue scripts that only read: no WAIT after them under `--redis-wait-replicas`.
-const READ_ONLY: [&str; 3] = ["get_job", "list_dead", "waiting_stats"];
+const READ_ONLY: [&str; 4] = ["get_job", "list_dead", "list_jobs", "waiting_stats"];
 
 impl NamedScript {
     /// Whether a call may write (every queue script but [`READ_ONLY`]).
@@ -78,6 +78,34 @@ macro_rules! global_script {
 global_script!(DUE, "due");
 global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
+
+/// A read-only queue script: `#!lua flags=no-writes` (which must open the script), then
+/// `common.lua`, `attempts.lua` and its own file. It runs on a full Redis too (past
+/// maxmemory, where MULTI is refused).
+macro_rules! read_script {
+    ($name:ident, $label:literal) => {
+        #[doc = concat!("`scripts/", $label, ".lua` (read-only), after `scripts/common.lua` and `scripts/attempts.lua`.")]
+        pub(crate) static $name: NamedScript = NamedScript {
+            name: $label,
+            body: concat!(
+                "#!lua flags=no-writes\n",
+                include_str!("scripts/common.lua"),
+                include_str!("scripts/attempts.lua"),
+                include_str!(concat!("scripts/", $label, ".lua"))
+            ),
+            script: LazyLock::new(|| {
+                Script::new(concat!(
+                    "#!lua flags=no-writes\n",
+                    include_str!("scripts/common.lua"),
+                    include_str!("scripts/attempts.lua"),
+                    include_str!(concat!("scripts/", $label, ".lua"))
+                ))
+            }),
+        };
+    };
+}
+
+read_script!(LIST_JOBS, "list_jobs");
 
 /// `scripts/get_job.lua` after `scripts/common.lua` and `scripts/attempts.lua` (it takes
 /// the same keys as every queue script): a job's record and error history in one read-only

@@ -28,7 +28,7 @@ use crate::harness::*;
 const Q: &str = "dk";
 
 /// Every script jobwire runs, by the name in its file's first comment line.
-const SCRIPTS: [&str; 20] = [
+const SCRIPTS: [&str; 21] = [
     "enqueue",
     "lease",
     "ack",
@@ -41,6 +41,7 @@ const SCRIPTS: [&str; 20] = [
     "replay",
     "delete_dead",
     "list_dead",
+    "list_jobs",
     "set_meta",
     "purge",
     "waiting_stats",
@@ -382,6 +383,39 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     })
     .await;
     store.reap(&q, 100).await.expect("reap");
+
+    // Every state listed (ListJobs), page by page with a page token, and a filter.
+    for state in [
+        pb::JobState::Waiting,
+        pb::JobState::Delayed,
+        pb::JobState::Active,
+        pb::JobState::Completed,
+        pb::JobState::Dead,
+    ] {
+        let mut token = String::new();
+        for _ in 0..3 {
+            token = app
+                .jobs()
+                .list_jobs(pb::ListJobsRequest {
+                    queue: Q.into(),
+                    state: state as i32,
+                    page_size: 1,
+                    page_token: token,
+                    filter: Some(pb::ListJobsFilter {
+                        name: "test-job".into(),
+                        before: Some(prost_types::Timestamp {
+                            seconds: 4_000_000_000,
+                            nanos: 0,
+                        }),
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .expect("list jobs")
+                .into_inner()
+                .next_page_token;
+        }
+    }
 
     // Dead letters: list, get (with history), replay by ids and by filter, delete.
     let mut dead = app.dead();

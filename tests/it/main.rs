@@ -27,6 +27,8 @@ mod early_wake;
 mod error_history;
 mod error_text;
 mod flow_control;
+mod list_jobs;
+mod list_workers;
 mod model;
 mod queue_lifecycle;
 mod refusal;

@@ -13,10 +13,14 @@ use crate::harness::*;
 
 /// Keys that are not job state and change by themselves, whatever a refused call does: the
 /// due index's shards are the reaper's schedule (they move in the background after earlier,
-/// accepted calls), and the readiness probe rewrites `jw:health` every 500 ms
-/// (`store/health.rs`).
+/// accepted calls), the readiness probe rewrites `jw:health` every 500 ms
+/// (`store/health.rs`), and each replica rewrites its worker-stream report and its entry in
+/// `jw:replicas` on a timer (`store/workers.rs`).
 fn not_job_state(key: &str) -> bool {
-    jobwire::store::DUE_KEYS.contains(&key) || key == "jw:health"
+    jobwire::store::DUE_KEYS.contains(&key)
+        || key == "jw:health"
+        || key == "jw:replicas"
+        || key.starts_with("jw:replica:")
 }
 
 /// Every key of job state, sorted: all keys but those [`not_job_state`] names.

@@ -1,7 +1,8 @@
 //! Grants per queue pattern: exact names, `prefix*` and `*`; the right token on the wrong
 //! queue; a batch or a stream that names one queue outside the grants is refused whole; an
 //! Ack with a lease stolen from another team's worker is refused (unary and on the stream)
-//! and changes nothing; ListQueues shows only the queues the principal may view.
+//! and changes nothing; ListQueues and ListWorkers show only the queues the principal may
+//! view.
 
 use std::time::Duration;
 
@@ -234,4 +235,69 @@ async fn a_worker_may_not_lease_or_settle_another_teams_jobs() {
         Ok(Some(Out::Settled(settled))) => assert_eq!(settled.code, 0, "{}", settled.message),
         other => panic!("expected the owner's ack settled, got {other:?}"),
     }
+}
+
+/// ListWorkers without a queue shows only the queues the caller may view: a stream on a
+/// viewable and a hidden queue shows the viewable one (and its leases only), a stream on
+/// hidden queues only is left out; a queue filter outside the grants is refused, and so is
+/// a caller who may view no queue.
+#[tokio::test]
+async fn list_workers_shows_only_the_queues_the_caller_may_view() {
+    let ops = Who::new("ops", &[(&["*"], &["producer", "worker"])]);
+    let billing = Who::new("billing-viewer", &[(&["billing-*"], &["viewer"])]);
+    let s = Secured::start(&[&ops, &billing]).await;
+    let mut o = s.as_(&ops);
+    for (q, id) in [("billing-eu", "b1"), ("secret", "s1")] {
+        o.jobs
+            .enqueue(pb::EnqueueRequest {
+                job: Some(job(q, id)),
+            })
+            .await
+            .expect("enqueue");
+    }
+    let mut mixed = o
+        .subscribe(&["billing-eu", "secret"], 2)
+        .await
+        .expect("subscribe");
+    mixed.lease().await;
+    mixed.lease().await;
+    let _hidden = o.subscribe(&["secret"], 1).await.expect("subscribe");
+
+    let mut b = s.as_(&billing);
+    let r = b
+        .queues
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .expect("billing views some queues")
+        .into_inner();
+    assert_eq!(r.streams.len(), 1, "{r:?}");
+    let w = &r.streams[0];
+    assert_eq!(w.queues, ["billing-eu"]);
+    assert_eq!(w.held_leases, 1);
+    let leased: Vec<&str> = w.leases.iter().map(|l| l.job_id.as_str()).collect();
+    assert_eq!(leased, ["b1"]);
+    let r = b
+        .queues
+        .list_workers(pb::ListWorkersRequest {
+            queue: "billing-eu".into(),
+        })
+        .await
+        .expect("a viewable queue")
+        .into_inner();
+    assert_eq!(r.streams.len(), 1);
+    let st = b
+        .queues
+        .list_workers(pb::ListWorkersRequest {
+            queue: "secret".into(),
+        })
+        .await
+        .expect_err("not billing's to view");
+    denied(&st, "secret", "viewer or admin");
+    let st = o
+        .queues
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .expect_err("ops views no queue");
+    assert_eq!(st.code(), Code::PermissionDenied);
+    assert!(st.message().contains("viewer or admin"), "{}", st.message());
 }

@@ -16,6 +16,9 @@ const TABLE: &[(&str, &[&str])] = &[
     ("Enqueue", &["producer"]),
     ("EnqueueBatch", &["producer"]),
     ("GetJob", &["producer", "viewer", "admin"]),
+    // Issue 15: listing a queue's jobs is a viewer's read (a producer reads its own jobs by
+    // id), as is listing the worker streams.
+    ("ListJobs", &["viewer", "admin"]),
     ("Subscribe", &["worker"]),
     ("Ack", &["worker"]),
     ("Fail", &["worker"]),
@@ -32,6 +35,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("UpdateQueueConfig", &["admin"]),
     ("PurgeQueue", &["admin"]),
     ("DeleteQueue", &["admin"]),
+    ("ListWorkers", &["viewer", "admin"]),
 ];
 
 /// The codes an allowed call may end with: OK, or NOT_FOUND for the calls that name a job
@@ -69,6 +73,20 @@ pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Stat
                 queue: s(q),
                 job_id: s("nope"),
             })
+            .await
+            .map(drop),
+        "ListJobs" => c
+            .jobs
+            .list_jobs(pb::ListJobsRequest {
+                queue: s(q),
+                state: pb::JobState::Waiting as i32,
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "ListWorkers" => c
+            .queues
+            .list_workers(pb::ListWorkersRequest { queue: s(q) })
             .await
             .map(drop),
         "Subscribe" => c.subscribe(&[q], 1).await.map(drop),

@@ -11,10 +11,11 @@ use crate::refusal::snapshot;
 use crate::roles::call;
 use crate::secured::*;
 
-const RPCS: [&str; 19] = [
+const RPCS: [&str; 21] = [
     "Enqueue",
     "EnqueueBatch",
     "GetJob",
+    "ListJobs",
     "Subscribe",
     "Ack",
     "Fail",
@@ -31,6 +32,7 @@ const RPCS: [&str; 19] = [
     "UpdateQueueConfig",
     "PurgeQueue",
     "DeleteQueue",
+    "ListWorkers",
 ];
 
 #[tokio::test]

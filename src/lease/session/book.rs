@@ -96,6 +96,32 @@ impl<L: Lease> Book<L> {
         self.held.len()
     }
 
+    /// Free credits, counting those reserved by a lease call in flight.
+    pub(crate) fn free_credits(&self) -> i64 {
+        self.free + self.reserved
+    }
+
+    /// How many leases it holds per queue.
+    pub(crate) fn held_per_queue(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut per = std::collections::BTreeMap::new();
+        for (q, _) in self.held.keys() {
+            *per.entry(q.to_string()).or_insert(0) += 1;
+        }
+        per
+    }
+
+    /// The first `max` held leases as (queue, job id), sorted.
+    pub(crate) fn held_ids(&self, max: usize) -> Vec<(String, String)> {
+        let mut ids: Vec<(String, String)> = self
+            .held
+            .iter()
+            .map(|((q, _), h)| (q.to_string(), h.id.clone()))
+            .collect();
+        ids.sort();
+        ids.truncate(max);
+        ids
+    }
+
     /// Leases in the outbox.
     pub(crate) fn outbox_len(&self) -> usize {
         self.outbox.len()

@@ -9,6 +9,7 @@ package jobwirev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -443,12 +444,224 @@ func (x *GetJobResponse) GetJob() *Job {
 	return nil
 }
 
+// Selects jobs in ListJobs; every set field must match, an empty filter matches all.
+type ListJobsFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exact job name (up to 128 bytes).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// At or after this time, over the time that orders the state's index: the ready time
+	// for WAITING (when it became ready), the due time for DELAYED, the lease deadline for
+	// ACTIVE, the finish time for COMPLETED, the death time for DEAD.
+	After *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	// Before this time (the same time as `after`).
+	Before        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsFilter) Reset() {
+	*x = ListJobsFilter{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsFilter) ProtoMessage() {}
+
+func (x *ListJobsFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsFilter.ProtoReflect.Descriptor instead.
+func (*ListJobsFilter) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListJobsFilter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListJobsFilter) GetAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ListJobsFilter) GetBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+// Request of ListJobs.
+type ListJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The state to list: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD (UNSPECIFIED is refused).
+	State JobState `protobuf:"varint,2,opt,name=state,proto3,enum=jobwire.v1.JobState" json:"state,omitempty"`
+	// 1 to 1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token (with the same queue and state); empty for
+	// the first page.
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Optional filter.
+	Filter        *ListJobsFilter `protobuf:"bytes,5,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListJobsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *ListJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetFilter() *ListJobsFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+// Response of ListJobs.
+type ListJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs of this page, in the state's order. Without their payload (empty; GetJob has
+	// it) and with only the last failed attempt in `errors` (its details cut to 2 KiB, as in
+	// a Lease; GetJob has the history); every other field is set as GetJob sets it.
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty when there are no more pages. A page may hold fewer than page_size jobs (even
+	// none) when the filter skips many, or when the job records read for it reached 1 MiB.
+	// The token names the last job listed, so a walk under concurrent changes neither lists
+	// a job twice nor skips one that stayed in the state and in its place; a job that leaves
+	// the state during the walk is not listed after it left, one that enters it is listed if
+	// it sorts after the token, and one that moves within the order (an ACTIVE job whose
+	// lease is renewed, a job leased, failed and ready again) may be listed again.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListJobsResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_jobwire_v1_job_service_proto protoreflect.FileDescriptor
 
 const file_jobwire_v1_job_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1cjobwire/v1/job_service.proto\x12\n" +
-	"jobwire.v1\x1a\x14jobwire/v1/job.proto\"7\n" +
+	"jobwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"7\n" +
 	"\x0eEnqueueRequest\x12%\n" +
 	"\x03job\x18\x01 \x01(\v2\x13.jobwire.v1.JobSpecR\x03job\"N\n" +
 	"\x0fEnqueueResponse\x12!\n" +
@@ -470,12 +683,27 @@ const file_jobwire_v1_job_service_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"3\n" +
 	"\x0eGetJobResponse\x12!\n" +
-	"\x03job\x18\x01 \x01(\v2\x0f.jobwire.v1.JobR\x03job2\xe4\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x0f.jobwire.v1.JobR\x03job\"\x8a\x01\n" +
+	"\x0eListJobsFilter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05after\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05after\x122\n" +
+	"\x06before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06before\"\xc3\x01\n" +
+	"\x0fListJobsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12*\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x14.jobwire.v1.JobStateR\x05state\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x122\n" +
+	"\x06filter\x18\x05 \x01(\v2\x1a.jobwire.v1.ListJobsFilterR\x06filter\"_\n" +
+	"\x10ListJobsResponse\x12#\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x0f.jobwire.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xab\x02\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\aEnqueue\x12\x1a.jobwire.v1.EnqueueRequest\x1a\x1b.jobwire.v1.EnqueueResponse\x12Q\n" +
 	"\fEnqueueBatch\x12\x1f.jobwire.v1.EnqueueBatchRequest\x1a .jobwire.v1.EnqueueBatchResponse\x12?\n" +
-	"\x06GetJob\x12\x19.jobwire.v1.GetJobRequest\x1a\x1a.jobwire.v1.GetJobResponseB\xaa\x01\n" +
+	"\x06GetJob\x12\x19.jobwire.v1.GetJobRequest\x1a\x1a.jobwire.v1.GetJobResponse\x12E\n" +
+	"\bListJobs\x12\x1b.jobwire.v1.ListJobsRequest\x1a\x1c.jobwire.v1.ListJobsResponseB\xaa\x01\n" +
 	"\x0ecom.jobwire.v1B\x0fJobServiceProtoP\x01Z>github.com/jobwire/jobwire/clients/go/gen/jobwire/v1;jobwirev1\xa2\x02\x03JXX\xaa\x02\n" +
 	"Jobwire.V1\xca\x02\n" +
 	"Jobwire\\V1\xe2\x02\x16Jobwire\\V1\\GPBMetadata\xea\x02\vJobwire::V1b\x06proto3"
@@ -492,38 +720,50 @@ func file_jobwire_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_jobwire_v1_job_service_proto_rawDescData
 }
 
-var file_jobwire_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_jobwire_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_jobwire_v1_job_service_proto_goTypes = []any{
-	(*EnqueueRequest)(nil),       // 0: jobwire.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),      // 1: jobwire.v1.EnqueueResponse
-	(*EnqueueBatchRequest)(nil),  // 2: jobwire.v1.EnqueueBatchRequest
-	(*ItemError)(nil),            // 3: jobwire.v1.ItemError
-	(*EnqueueResult)(nil),        // 4: jobwire.v1.EnqueueResult
-	(*EnqueueBatchResponse)(nil), // 5: jobwire.v1.EnqueueBatchResponse
-	(*GetJobRequest)(nil),        // 6: jobwire.v1.GetJobRequest
-	(*GetJobResponse)(nil),       // 7: jobwire.v1.GetJobResponse
-	(*JobSpec)(nil),              // 8: jobwire.v1.JobSpec
-	(*Job)(nil),                  // 9: jobwire.v1.Job
+	(*EnqueueRequest)(nil),        // 0: jobwire.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 1: jobwire.v1.EnqueueResponse
+	(*EnqueueBatchRequest)(nil),   // 2: jobwire.v1.EnqueueBatchRequest
+	(*ItemError)(nil),             // 3: jobwire.v1.ItemError
+	(*EnqueueResult)(nil),         // 4: jobwire.v1.EnqueueResult
+	(*EnqueueBatchResponse)(nil),  // 5: jobwire.v1.EnqueueBatchResponse
+	(*GetJobRequest)(nil),         // 6: jobwire.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 7: jobwire.v1.GetJobResponse
+	(*ListJobsFilter)(nil),        // 8: jobwire.v1.ListJobsFilter
+	(*ListJobsRequest)(nil),       // 9: jobwire.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 10: jobwire.v1.ListJobsResponse
+	(*JobSpec)(nil),               // 11: jobwire.v1.JobSpec
+	(*Job)(nil),                   // 12: jobwire.v1.Job
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(JobState)(0),                 // 14: jobwire.v1.JobState
 }
 var file_jobwire_v1_job_service_proto_depIdxs = []int32{
-	8,  // 0: jobwire.v1.EnqueueRequest.job:type_name -> jobwire.v1.JobSpec
-	9,  // 1: jobwire.v1.EnqueueResponse.job:type_name -> jobwire.v1.Job
-	8,  // 2: jobwire.v1.EnqueueBatchRequest.jobs:type_name -> jobwire.v1.JobSpec
-	9,  // 3: jobwire.v1.EnqueueResult.job:type_name -> jobwire.v1.Job
+	11, // 0: jobwire.v1.EnqueueRequest.job:type_name -> jobwire.v1.JobSpec
+	12, // 1: jobwire.v1.EnqueueResponse.job:type_name -> jobwire.v1.Job
+	11, // 2: jobwire.v1.EnqueueBatchRequest.jobs:type_name -> jobwire.v1.JobSpec
+	12, // 3: jobwire.v1.EnqueueResult.job:type_name -> jobwire.v1.Job
 	3,  // 4: jobwire.v1.EnqueueResult.error:type_name -> jobwire.v1.ItemError
 	4,  // 5: jobwire.v1.EnqueueBatchResponse.results:type_name -> jobwire.v1.EnqueueResult
-	9,  // 6: jobwire.v1.GetJobResponse.job:type_name -> jobwire.v1.Job
-	0,  // 7: jobwire.v1.JobService.Enqueue:input_type -> jobwire.v1.EnqueueRequest
-	2,  // 8: jobwire.v1.JobService.EnqueueBatch:input_type -> jobwire.v1.EnqueueBatchRequest
-	6,  // 9: jobwire.v1.JobService.GetJob:input_type -> jobwire.v1.GetJobRequest
-	1,  // 10: jobwire.v1.JobService.Enqueue:output_type -> jobwire.v1.EnqueueResponse
-	5,  // 11: jobwire.v1.JobService.EnqueueBatch:output_type -> jobwire.v1.EnqueueBatchResponse
-	7,  // 12: jobwire.v1.JobService.GetJob:output_type -> jobwire.v1.GetJobResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	12, // 6: jobwire.v1.GetJobResponse.job:type_name -> jobwire.v1.Job
+	13, // 7: jobwire.v1.ListJobsFilter.after:type_name -> google.protobuf.Timestamp
+	13, // 8: jobwire.v1.ListJobsFilter.before:type_name -> google.protobuf.Timestamp
+	14, // 9: jobwire.v1.ListJobsRequest.state:type_name -> jobwire.v1.JobState
+	8,  // 10: jobwire.v1.ListJobsRequest.filter:type_name -> jobwire.v1.ListJobsFilter
+	12, // 11: jobwire.v1.ListJobsResponse.jobs:type_name -> jobwire.v1.Job
+	0,  // 12: jobwire.v1.JobService.Enqueue:input_type -> jobwire.v1.EnqueueRequest
+	2,  // 13: jobwire.v1.JobService.EnqueueBatch:input_type -> jobwire.v1.EnqueueBatchRequest
+	6,  // 14: jobwire.v1.JobService.GetJob:input_type -> jobwire.v1.GetJobRequest
+	9,  // 15: jobwire.v1.JobService.ListJobs:input_type -> jobwire.v1.ListJobsRequest
+	1,  // 16: jobwire.v1.JobService.Enqueue:output_type -> jobwire.v1.EnqueueResponse
+	5,  // 17: jobwire.v1.JobService.EnqueueBatch:output_type -> jobwire.v1.EnqueueBatchResponse
+	7,  // 18: jobwire.v1.JobService.GetJob:output_type -> jobwire.v1.GetJobResponse
+	10, // 19: jobwire.v1.JobService.ListJobs:output_type -> jobwire.v1.ListJobsResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_job_service_proto_init() }
@@ -538,7 +778,7 @@ func file_jobwire_v1_job_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwire_v1_job_service_proto_rawDesc), len(file_jobwire_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

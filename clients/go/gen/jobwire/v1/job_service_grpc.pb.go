@@ -22,6 +22,7 @@ const (
 	JobService_Enqueue_FullMethodName      = "/jobwire.v1.JobService/Enqueue"
 	JobService_EnqueueBatch_FullMethodName = "/jobwire.v1.JobService/EnqueueBatch"
 	JobService_GetJob_FullMethodName       = "/jobwire.v1.JobService/GetJob"
+	JobService_ListJobs_FullMethodName     = "/jobwire.v1.JobService/ListJobs"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -38,6 +39,13 @@ type JobServiceClient interface {
 	EnqueueBatch(ctx context.Context, in *EnqueueBatchRequest, opts ...grpc.CallOption) (*EnqueueBatchResponse, error)
 	// Reads one job.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
+	// Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+	// state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+	// then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+	// time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 }
 
 type jobServiceClient struct {
@@ -78,6 +86,16 @@ func (c *jobServiceClient) GetJob(ctx context.Context, in *GetJobRequest, opts .
 	return out, nil
 }
 
+func (c *jobServiceClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -92,6 +110,13 @@ type JobServiceServer interface {
 	EnqueueBatch(context.Context, *EnqueueBatchRequest) (*EnqueueBatchResponse, error)
 	// Reads one job.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
+	// Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+	// state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+	// then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+	// time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -110,6 +135,9 @@ func (UnimplementedJobServiceServer) EnqueueBatch(context.Context, *EnqueueBatch
 }
 func (UnimplementedJobServiceServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -186,6 +214,24 @@ func _JobService_GetJob_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -204,6 +250,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetJob",
 			Handler:    _JobService_GetJob_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _JobService_ListJobs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1170,12 +1171,361 @@ func (x *DeleteQueueResponse) GetDead() uint64 {
 	return 0
 }
 
+// Request of ListWorkers.
+type ListWorkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the streams that lease from this queue; empty: every stream whose queues the
+	// caller may view.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListWorkersRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+// A lease held by a worker stream.
+type HeldLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldLease) Reset() {
+	*x = HeldLease{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldLease) ProtoMessage() {}
+
+func (x *HeldLease) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldLease.ProtoReflect.Descriptor instead.
+func (*HeldLease) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HeldLease) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *HeldLease) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// One worker stream (a Subscribe call) on one replica.
+type WorkerStream struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica serving the stream (its --replica-id).
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The stream's id, unique across replicas: "<replica_id>/<n>".
+	StreamId string `protobuf:"bytes,2,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	// The worker id from its OpenStream (or the one the server made up).
+	WorkerId string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The queues it leases from (only those the caller may view).
+	Queues []string `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	// Free credits: how many more jobs the server may lease to it now.
+	Credits uint32 `protobuf:"varint,5,opt,name=credits,proto3" json:"credits,omitempty"`
+	// Leases it holds (on the queues listed in `queues`).
+	HeldLeases uint32 `protobuf:"varint,6,opt,name=held_leases,json=heldLeases,proto3" json:"held_leases,omitempty"`
+	// The leases it holds, at most 100 (held_leases counts them all).
+	Leases []*HeldLease `protobuf:"bytes,7,rep,name=leases,proto3" json:"leases,omitempty"`
+	// When the stream opened.
+	ConnectTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=connect_time,json=connectTime,proto3" json:"connect_time,omitempty"`
+	// When the worker last sent a message on the stream (any message: a heartbeat, an ack).
+	LastHeardTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_heard_time,json=lastHeardTime,proto3" json:"last_heard_time,omitempty"`
+	// The worker asked to drain, or the replica is shutting down: it gets no more leases.
+	Draining      bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStream) Reset() {
+	*x = WorkerStream{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStream) ProtoMessage() {}
+
+func (x *WorkerStream) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStream.ProtoReflect.Descriptor instead.
+func (*WorkerStream) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WorkerStream) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *WorkerStream) GetStreamId() string {
+	if x != nil {
+		return x.StreamId
+	}
+	return ""
+}
+
+func (x *WorkerStream) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerStream) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *WorkerStream) GetCredits() uint32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
+}
+
+func (x *WorkerStream) GetHeldLeases() uint32 {
+	if x != nil {
+		return x.HeldLeases
+	}
+	return 0
+}
+
+func (x *WorkerStream) GetLeases() []*HeldLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *WorkerStream) GetConnectTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectTime
+	}
+	return nil
+}
+
+func (x *WorkerStream) GetLastHeardTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeardTime
+	}
+	return nil
+}
+
+func (x *WorkerStream) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+// A replica (a jobwire server process) that reported its streams.
+type Replica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its id: --replica-id (env JOBWIRE_REPLICA_ID), else the hostname and a random suffix.
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// When its streams were taken: now for the replica that answered, else the time of its
+	// last snapshot in Redis.
+	SnapshotTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=snapshot_time,json=snapshotTime,proto3" json:"snapshot_time,omitempty"`
+	// This is the replica that answered the call (its streams are live, not a snapshot).
+	Answered      bool `protobuf:"varint,3,opt,name=answered,proto3" json:"answered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replica) Reset() {
+	*x = Replica{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replica) ProtoMessage() {}
+
+func (x *Replica) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replica.ProtoReflect.Descriptor instead.
+func (*Replica) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Replica) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *Replica) GetSnapshotTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SnapshotTime
+	}
+	return nil
+}
+
+func (x *Replica) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
+}
+
+// Response of ListWorkers.
+type ListWorkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The streams, by replica id, then by the time they opened.
+	Streams []*WorkerStream `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	// Every replica that reported, sorted by id (also those with no stream listed).
+	Replicas      []*Replica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListWorkersResponse) GetStreams() []*WorkerStream {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+func (x *ListWorkersResponse) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
 var File_jobwire_v1_queue_service_proto protoreflect.FileDescriptor
 
 const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1ejobwire/v1/queue_service.proto\x12\n" +
-	"jobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x14jobwire/v1/job.proto\"P\n" +
+	"jobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"P\n" +
 	"\tRateLimit\x12\x10\n" +
 	"\x03max\x18\x01 \x01(\rR\x03max\x121\n" +
 	"\x06period\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06period\"\xfe\x01\n" +
@@ -1251,7 +1601,34 @@ const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"\adelayed\x18\x02 \x01(\x04R\adelayed\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\x04R\x06active\x12\x1c\n" +
 	"\tcompleted\x18\x04 \x01(\x04R\tcompleted\x12\x12\n" +
-	"\x04dead\x18\x05 \x01(\x04R\x04dead2\xa6\x05\n" +
+	"\x04dead\x18\x05 \x01(\x04R\x04dead\"*\n" +
+	"\x12ListWorkersRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"8\n" +
+	"\tHeldLease\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"\x88\x03\n" +
+	"\fWorkerStream\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x1b\n" +
+	"\tstream_id\x18\x02 \x01(\tR\bstreamId\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06queues\x18\x04 \x03(\tR\x06queues\x12\x18\n" +
+	"\acredits\x18\x05 \x01(\rR\acredits\x12\x1f\n" +
+	"\vheld_leases\x18\x06 \x01(\rR\n" +
+	"heldLeases\x12-\n" +
+	"\x06leases\x18\a \x03(\v2\x15.jobwire.v1.HeldLeaseR\x06leases\x12=\n" +
+	"\fconnect_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x12B\n" +
+	"\x0flast_heard_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeardTime\x12\x1a\n" +
+	"\bdraining\x18\n" +
+	" \x01(\bR\bdraining\"\x85\x01\n" +
+	"\aReplica\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12?\n" +
+	"\rsnapshot_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fsnapshotTime\x12\x1a\n" +
+	"\banswered\x18\x03 \x01(\bR\banswered\"z\n" +
+	"\x13ListWorkersResponse\x122\n" +
+	"\astreams\x18\x01 \x03(\v2\x18.jobwire.v1.WorkerStreamR\astreams\x12/\n" +
+	"\breplicas\x18\x02 \x03(\v2\x13.jobwire.v1.ReplicaR\breplicas2\xf6\x05\n" +
 	"\fQueueService\x12K\n" +
 	"\n" +
 	"ListQueues\x12\x1d.jobwire.v1.ListQueuesRequest\x1a\x1e.jobwire.v1.ListQueuesResponse\x12T\n" +
@@ -1263,7 +1640,8 @@ const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"\x11UpdateQueueConfig\x12$.jobwire.v1.UpdateQueueConfigRequest\x1a%.jobwire.v1.UpdateQueueConfigResponse\x12K\n" +
 	"\n" +
 	"PurgeQueue\x12\x1d.jobwire.v1.PurgeQueueRequest\x1a\x1e.jobwire.v1.PurgeQueueResponse\x12N\n" +
-	"\vDeleteQueue\x12\x1e.jobwire.v1.DeleteQueueRequest\x1a\x1f.jobwire.v1.DeleteQueueResponseB\xac\x01\n" +
+	"\vDeleteQueue\x12\x1e.jobwire.v1.DeleteQueueRequest\x1a\x1f.jobwire.v1.DeleteQueueResponse\x12N\n" +
+	"\vListWorkers\x12\x1e.jobwire.v1.ListWorkersRequest\x1a\x1f.jobwire.v1.ListWorkersResponseB\xac\x01\n" +
 	"\x0ecom.jobwire.v1B\x11QueueServiceProtoP\x01Z>github.com/jobwire/jobwire/clients/go/gen/jobwire/v1;jobwirev1\xa2\x02\x03JXX\xaa\x02\n" +
 	"Jobwire.V1\xca\x02\n" +
 	"Jobwire\\V1\xe2\x02\x16Jobwire\\V1\\GPBMetadata\xea\x02\vJobwire::V1b\x06proto3"
@@ -1280,7 +1658,7 @@ func file_jobwire_v1_queue_service_proto_rawDescGZIP() []byte {
 	return file_jobwire_v1_queue_service_proto_rawDescData
 }
 
-var file_jobwire_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_jobwire_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_jobwire_v1_queue_service_proto_goTypes = []any{
 	(*RateLimit)(nil),                 // 0: jobwire.v1.RateLimit
 	(*Retention)(nil),                 // 1: jobwire.v1.Retention
@@ -1302,48 +1680,62 @@ var file_jobwire_v1_queue_service_proto_goTypes = []any{
 	(*PurgeQueueResponse)(nil),        // 17: jobwire.v1.PurgeQueueResponse
 	(*DeleteQueueRequest)(nil),        // 18: jobwire.v1.DeleteQueueRequest
 	(*DeleteQueueResponse)(nil),       // 19: jobwire.v1.DeleteQueueResponse
-	(*durationpb.Duration)(nil),       // 20: google.protobuf.Duration
-	(*Backoff)(nil),                   // 21: jobwire.v1.Backoff
-	(*fieldmaskpb.FieldMask)(nil),     // 22: google.protobuf.FieldMask
+	(*ListWorkersRequest)(nil),        // 20: jobwire.v1.ListWorkersRequest
+	(*HeldLease)(nil),                 // 21: jobwire.v1.HeldLease
+	(*WorkerStream)(nil),              // 22: jobwire.v1.WorkerStream
+	(*Replica)(nil),                   // 23: jobwire.v1.Replica
+	(*ListWorkersResponse)(nil),       // 24: jobwire.v1.ListWorkersResponse
+	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
+	(*Backoff)(nil),                   // 26: jobwire.v1.Backoff
+	(*fieldmaskpb.FieldMask)(nil),     // 27: google.protobuf.FieldMask
+	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
 }
 var file_jobwire_v1_queue_service_proto_depIdxs = []int32{
-	20, // 0: jobwire.v1.RateLimit.period:type_name -> google.protobuf.Duration
-	20, // 1: jobwire.v1.Retention.completed_max_age:type_name -> google.protobuf.Duration
-	20, // 2: jobwire.v1.Retention.dead_max_age:type_name -> google.protobuf.Duration
-	21, // 3: jobwire.v1.QueueConfig.default_backoff:type_name -> jobwire.v1.Backoff
-	20, // 4: jobwire.v1.QueueConfig.default_timeout:type_name -> google.protobuf.Duration
+	25, // 0: jobwire.v1.RateLimit.period:type_name -> google.protobuf.Duration
+	25, // 1: jobwire.v1.Retention.completed_max_age:type_name -> google.protobuf.Duration
+	25, // 2: jobwire.v1.Retention.dead_max_age:type_name -> google.protobuf.Duration
+	26, // 3: jobwire.v1.QueueConfig.default_backoff:type_name -> jobwire.v1.Backoff
+	25, // 4: jobwire.v1.QueueConfig.default_timeout:type_name -> google.protobuf.Duration
 	1,  // 5: jobwire.v1.QueueConfig.retention:type_name -> jobwire.v1.Retention
 	0,  // 6: jobwire.v1.QueueConfig.rate_limit:type_name -> jobwire.v1.RateLimit
-	20, // 7: jobwire.v1.QueueStats.oldest_waiting_age:type_name -> google.protobuf.Duration
-	20, // 8: jobwire.v1.QueueStats.oldest_dead_age:type_name -> google.protobuf.Duration
+	25, // 7: jobwire.v1.QueueStats.oldest_waiting_age:type_name -> google.protobuf.Duration
+	25, // 8: jobwire.v1.QueueStats.oldest_dead_age:type_name -> google.protobuf.Duration
 	2,  // 9: jobwire.v1.QueueStats.config:type_name -> jobwire.v1.QueueConfig
 	3,  // 10: jobwire.v1.ListQueuesResponse.queues:type_name -> jobwire.v1.QueueStats
 	3,  // 11: jobwire.v1.GetQueueStatsResponse.stats:type_name -> jobwire.v1.QueueStats
 	2,  // 12: jobwire.v1.GetQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
 	2,  // 13: jobwire.v1.UpdateQueueConfigRequest.config:type_name -> jobwire.v1.QueueConfig
-	22, // 14: jobwire.v1.UpdateQueueConfigRequest.update_mask:type_name -> google.protobuf.FieldMask
+	27, // 14: jobwire.v1.UpdateQueueConfigRequest.update_mask:type_name -> google.protobuf.FieldMask
 	2,  // 15: jobwire.v1.UpdateQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
-	4,  // 16: jobwire.v1.QueueService.ListQueues:input_type -> jobwire.v1.ListQueuesRequest
-	6,  // 17: jobwire.v1.QueueService.GetQueueStats:input_type -> jobwire.v1.GetQueueStatsRequest
-	8,  // 18: jobwire.v1.QueueService.PauseQueue:input_type -> jobwire.v1.PauseQueueRequest
-	10, // 19: jobwire.v1.QueueService.ResumeQueue:input_type -> jobwire.v1.ResumeQueueRequest
-	12, // 20: jobwire.v1.QueueService.GetQueueConfig:input_type -> jobwire.v1.GetQueueConfigRequest
-	14, // 21: jobwire.v1.QueueService.UpdateQueueConfig:input_type -> jobwire.v1.UpdateQueueConfigRequest
-	16, // 22: jobwire.v1.QueueService.PurgeQueue:input_type -> jobwire.v1.PurgeQueueRequest
-	18, // 23: jobwire.v1.QueueService.DeleteQueue:input_type -> jobwire.v1.DeleteQueueRequest
-	5,  // 24: jobwire.v1.QueueService.ListQueues:output_type -> jobwire.v1.ListQueuesResponse
-	7,  // 25: jobwire.v1.QueueService.GetQueueStats:output_type -> jobwire.v1.GetQueueStatsResponse
-	9,  // 26: jobwire.v1.QueueService.PauseQueue:output_type -> jobwire.v1.PauseQueueResponse
-	11, // 27: jobwire.v1.QueueService.ResumeQueue:output_type -> jobwire.v1.ResumeQueueResponse
-	13, // 28: jobwire.v1.QueueService.GetQueueConfig:output_type -> jobwire.v1.GetQueueConfigResponse
-	15, // 29: jobwire.v1.QueueService.UpdateQueueConfig:output_type -> jobwire.v1.UpdateQueueConfigResponse
-	17, // 30: jobwire.v1.QueueService.PurgeQueue:output_type -> jobwire.v1.PurgeQueueResponse
-	19, // 31: jobwire.v1.QueueService.DeleteQueue:output_type -> jobwire.v1.DeleteQueueResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	21, // 16: jobwire.v1.WorkerStream.leases:type_name -> jobwire.v1.HeldLease
+	28, // 17: jobwire.v1.WorkerStream.connect_time:type_name -> google.protobuf.Timestamp
+	28, // 18: jobwire.v1.WorkerStream.last_heard_time:type_name -> google.protobuf.Timestamp
+	28, // 19: jobwire.v1.Replica.snapshot_time:type_name -> google.protobuf.Timestamp
+	22, // 20: jobwire.v1.ListWorkersResponse.streams:type_name -> jobwire.v1.WorkerStream
+	23, // 21: jobwire.v1.ListWorkersResponse.replicas:type_name -> jobwire.v1.Replica
+	4,  // 22: jobwire.v1.QueueService.ListQueues:input_type -> jobwire.v1.ListQueuesRequest
+	6,  // 23: jobwire.v1.QueueService.GetQueueStats:input_type -> jobwire.v1.GetQueueStatsRequest
+	8,  // 24: jobwire.v1.QueueService.PauseQueue:input_type -> jobwire.v1.PauseQueueRequest
+	10, // 25: jobwire.v1.QueueService.ResumeQueue:input_type -> jobwire.v1.ResumeQueueRequest
+	12, // 26: jobwire.v1.QueueService.GetQueueConfig:input_type -> jobwire.v1.GetQueueConfigRequest
+	14, // 27: jobwire.v1.QueueService.UpdateQueueConfig:input_type -> jobwire.v1.UpdateQueueConfigRequest
+	16, // 28: jobwire.v1.QueueService.PurgeQueue:input_type -> jobwire.v1.PurgeQueueRequest
+	18, // 29: jobwire.v1.QueueService.DeleteQueue:input_type -> jobwire.v1.DeleteQueueRequest
+	20, // 30: jobwire.v1.QueueService.ListWorkers:input_type -> jobwire.v1.ListWorkersRequest
+	5,  // 31: jobwire.v1.QueueService.ListQueues:output_type -> jobwire.v1.ListQueuesResponse
+	7,  // 32: jobwire.v1.QueueService.GetQueueStats:output_type -> jobwire.v1.GetQueueStatsResponse
+	9,  // 33: jobwire.v1.QueueService.PauseQueue:output_type -> jobwire.v1.PauseQueueResponse
+	11, // 34: jobwire.v1.QueueService.ResumeQueue:output_type -> jobwire.v1.ResumeQueueResponse
+	13, // 35: jobwire.v1.QueueService.GetQueueConfig:output_type -> jobwire.v1.GetQueueConfigResponse
+	15, // 36: jobwire.v1.QueueService.UpdateQueueConfig:output_type -> jobwire.v1.UpdateQueueConfigResponse
+	17, // 37: jobwire.v1.QueueService.PurgeQueue:output_type -> jobwire.v1.PurgeQueueResponse
+	19, // 38: jobwire.v1.QueueService.DeleteQueue:output_type -> jobwire.v1.DeleteQueueResponse
+	24, // 39: jobwire.v1.QueueService.ListWorkers:output_type -> jobwire.v1.ListWorkersResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_queue_service_proto_init() }
@@ -1360,7 +1752,7 @@ func file_jobwire_v1_queue_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwire_v1_queue_service_proto_rawDesc), len(file_jobwire_v1_queue_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	QueueService_UpdateQueueConfig_FullMethodName = "/jobwire.v1.QueueService/UpdateQueueConfig"
 	QueueService_PurgeQueue_FullMethodName        = "/jobwire.v1.QueueService/PurgeQueue"
 	QueueService_DeleteQueue_FullMethodName       = "/jobwire.v1.QueueService/DeleteQueue"
+	QueueService_ListWorkers_FullMethodName       = "/jobwire.v1.QueueService/ListWorkers"
 )
 
 // QueueServiceClient is the client API for QueueService service.
@@ -54,6 +55,11 @@ type QueueServiceClient interface {
 	// server's queues (see the server's --max-queues). FAILED_PRECONDITION while jobs are
 	// leased unless `force`; NOT_FOUND for an unknown queue.
 	DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error)
+	// Lists the worker streams of every replica on the same Redis. The answering replica
+	// reports its own streams live; every other replica's come from the snapshot it writes to
+	// Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+	// a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 }
 
 type queueServiceClient struct {
@@ -144,6 +150,16 @@ func (c *queueServiceClient) DeleteQueue(ctx context.Context, in *DeleteQueueReq
 	return out, nil
 }
 
+func (c *queueServiceClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, QueueService_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueueServiceServer is the server API for QueueService service.
 // All implementations must embed UnimplementedQueueServiceServer
 // for forward compatibility.
@@ -169,6 +185,11 @@ type QueueServiceServer interface {
 	// server's queues (see the server's --max-queues). FAILED_PRECONDITION while jobs are
 	// leased unless `force`; NOT_FOUND for an unknown queue.
 	DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error)
+	// Lists the worker streams of every replica on the same Redis. The answering replica
+	// reports its own streams live; every other replica's come from the snapshot it writes to
+	// Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+	// a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	mustEmbedUnimplementedQueueServiceServer()
 }
 
@@ -202,6 +223,9 @@ func (UnimplementedQueueServiceServer) PurgeQueue(context.Context, *PurgeQueueRe
 }
 func (UnimplementedQueueServiceServer) DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteQueue not implemented")
+}
+func (UnimplementedQueueServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
 }
 func (UnimplementedQueueServiceServer) mustEmbedUnimplementedQueueServiceServer() {}
 func (UnimplementedQueueServiceServer) testEmbeddedByValue()                      {}
@@ -368,6 +392,24 @@ func _QueueService_DeleteQueue_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueueService_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QueueService_ServiceDesc is the grpc.ServiceDesc for QueueService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,6 +448,10 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteQueue",
 			Handler:    _QueueService_DeleteQueue_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _QueueService_ListWorkers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -18,7 +18,8 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Job, JobSpec } from "./job.js";
+import { Timestamp } from "../../google/protobuf/timestamp.js";
+import { Job, JobSpec, JobState } from "./job.js";
 
 /** Request of Enqueue. */
 export interface EnqueueRequest {
@@ -82,6 +83,59 @@ export interface GetJobRequest {
 export interface GetJobResponse {
   /** The job. */
   job?: Job | undefined;
+}
+
+/** Selects jobs in ListJobs; every set field must match, an empty filter matches all. */
+export interface ListJobsFilter {
+  /** Exact job name (up to 128 bytes). */
+  name: string;
+  /**
+   * At or after this time, over the time that orders the state's index: the ready time
+   * for WAITING (when it became ready), the due time for DELAYED, the lease deadline for
+   * ACTIVE, the finish time for COMPLETED, the death time for DEAD.
+   */
+  after?:
+    | Date
+    | undefined;
+  /** Before this time (the same time as `after`). */
+  before?: Date | undefined;
+}
+
+/** Request of ListJobs. */
+export interface ListJobsRequest {
+  /** The queue. */
+  queue: string;
+  /** The state to list: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD (UNSPECIFIED is refused). */
+  state: JobState;
+  /** 1 to 1000; 0 means 100. */
+  pageSize: number;
+  /**
+   * From a previous response's next_page_token (with the same queue and state); empty for
+   * the first page.
+   */
+  pageToken: string;
+  /** Optional filter. */
+  filter?: ListJobsFilter | undefined;
+}
+
+/** Response of ListJobs. */
+export interface ListJobsResponse {
+  /**
+   * The jobs of this page, in the state's order. Without their payload (empty; GetJob has
+   * it) and with only the last failed attempt in `errors` (its details cut to 2 KiB, as in
+   * a Lease; GetJob has the history); every other field is set as GetJob sets it.
+   */
+  jobs: Job[];
+  /**
+   * Empty when there are no more pages. A page may hold fewer than page_size jobs (even
+   * none) when the filter skips many, or when the job records read for it reached 1 MiB.
+   * The token names the last job listed, so a walk under concurrent changes neither lists
+   * a job twice nor skips one that stayed in the state and in its place; a job that leaves
+   * the state during the walk is not listed after it left, one that enters it is listed if
+   * it sorts after the token, and one that moves within the order (an ACTIVE job whose
+   * lease is renewed, a job leased, failed and ready again) may be listed again.
+   */
+  nextPageToken: string;
 }
 
 function createBaseEnqueueRequest(): EnqueueRequest {
@@ -598,6 +652,257 @@ export const GetJobResponse: MessageFns<GetJobResponse> = {
   },
 };
 
+function createBaseListJobsFilter(): ListJobsFilter {
+  return { name: "", after: undefined, before: undefined };
+}
+
+export const ListJobsFilter: MessageFns<ListJobsFilter> = {
+  encode(message: ListJobsFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.after !== undefined) {
+      Timestamp.encode(toTimestamp(message.after), writer.uint32(18).fork()).join();
+    }
+    if (message.before !== undefined) {
+      Timestamp.encode(toTimestamp(message.before), writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListJobsFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListJobsFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.after = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.before = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ListJobsFilter>): ListJobsFilter {
+    return ListJobsFilter.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListJobsFilter>): ListJobsFilter {
+    const message = createBaseListJobsFilter();
+    message.name = object.name ?? "";
+    message.after = object.after ?? undefined;
+    message.before = object.before ?? undefined;
+    return message;
+  },
+};
+
+function createBaseListJobsRequest(): ListJobsRequest {
+  return { queue: "", state: 0, pageSize: 0, pageToken: "", filter: undefined };
+}
+
+export const ListJobsRequest: MessageFns<ListJobsRequest> = {
+  encode(message: ListJobsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.state !== 0) {
+      writer.uint32(16).int32(message.state);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(24).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(34).string(message.pageToken);
+    }
+    if (message.filter !== undefined) {
+      ListJobsFilter.encode(message.filter, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListJobsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListJobsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.filter = ListJobsFilter.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ListJobsRequest>): ListJobsRequest {
+    return ListJobsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListJobsRequest>): ListJobsRequest {
+    const message = createBaseListJobsRequest();
+    message.queue = object.queue ?? "";
+    message.state = object.state ?? 0;
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    message.filter = (object.filter !== undefined && object.filter !== null)
+      ? ListJobsFilter.fromPartial(object.filter)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListJobsResponse(): ListJobsResponse {
+  return { jobs: [], nextPageToken: "" };
+}
+
+export const ListJobsResponse: MessageFns<ListJobsResponse> = {
+  encode(message: ListJobsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.jobs) {
+      Job.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListJobsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListJobsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jobs.push(Job.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ListJobsResponse>): ListJobsResponse {
+    return ListJobsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListJobsResponse>): ListJobsResponse {
+    const message = createBaseListJobsResponse();
+    message.jobs = object.jobs?.map((e) => Job.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
 /** Producers create and read jobs. */
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
@@ -636,6 +941,23 @@ export const JobServiceService = {
     responseSerialize: (value: GetJobResponse): Buffer => Buffer.from(GetJobResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetJobResponse => GetJobResponse.decode(value),
   },
+  /**
+   * Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+   * state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+   * then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+   * time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+   * timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+   * unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+   */
+  listJobs: {
+    path: "/jobwire.v1.JobService/ListJobs" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListJobsRequest): Buffer => Buffer.from(ListJobsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListJobsRequest => ListJobsRequest.decode(value),
+    responseSerialize: (value: ListJobsResponse): Buffer => Buffer.from(ListJobsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListJobsResponse => ListJobsResponse.decode(value),
+  },
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
@@ -649,6 +971,15 @@ export interface JobServiceServer extends UntypedServiceImplementation {
   enqueueBatch: handleUnaryCall<EnqueueBatchRequest, EnqueueBatchResponse>;
   /** Reads one job. */
   getJob: handleUnaryCall<GetJobRequest, GetJobResponse>;
+  /**
+   * Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+   * state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+   * then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+   * time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+   * timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+   * unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+   */
+  listJobs: handleUnaryCall<ListJobsRequest, ListJobsResponse>;
 }
 
 export interface JobServiceClient extends Client {
@@ -704,6 +1035,29 @@ export interface JobServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetJobResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+   * state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+   * then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+   * time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+   * timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+   * unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+   */
+  listJobs(
+    request: ListJobsRequest,
+    callback: (error: ServiceError | null, response: ListJobsResponse) => void,
+  ): ClientUnaryCall;
+  listJobs(
+    request: ListJobsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListJobsResponse) => void,
+  ): ClientUnaryCall;
+  listJobs(
+    request: ListJobsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListJobsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const JobServiceClient = makeGenericClientConstructor(JobServiceService, "jobwire.v1.JobService") as unknown as {
@@ -720,6 +1074,18 @@ type DeepPartial<T> = T extends Builtin ? T
   : T extends { $case: string } ? { [K in keyof Omit<T, "$case">]?: DeepPartial<T[K]> } & { $case: T["$case"] }
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
 
 interface MessageFns<T> {
   encode(message: T, writer?: BinaryWriter): BinaryWriter;

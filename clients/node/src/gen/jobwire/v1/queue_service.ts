@@ -20,6 +20,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration.js";
 import { FieldMask } from "../../google/protobuf/field_mask.js";
+import { Timestamp } from "../../google/protobuf/timestamp.js";
 import { Backoff } from "./job.js";
 
 /**
@@ -218,6 +219,74 @@ export interface DeleteQueueResponse {
   completed: number;
   /** Dead-letter entries deleted. */
   dead: number;
+}
+
+/** Request of ListWorkers. */
+export interface ListWorkersRequest {
+  /**
+   * Only the streams that lease from this queue; empty: every stream whose queues the
+   * caller may view.
+   */
+  queue: string;
+}
+
+/** A lease held by a worker stream. */
+export interface HeldLease {
+  /** The job's queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+}
+
+/** One worker stream (a Subscribe call) on one replica. */
+export interface WorkerStream {
+  /** The replica serving the stream (its --replica-id). */
+  replicaId: string;
+  /** The stream's id, unique across replicas: "<replica_id>/<n>". */
+  streamId: string;
+  /** The worker id from its OpenStream (or the one the server made up). */
+  workerId: string;
+  /** The queues it leases from (only those the caller may view). */
+  queues: string[];
+  /** Free credits: how many more jobs the server may lease to it now. */
+  credits: number;
+  /** Leases it holds (on the queues listed in `queues`). */
+  heldLeases: number;
+  /** The leases it holds, at most 100 (held_leases counts them all). */
+  leases: HeldLease[];
+  /** When the stream opened. */
+  connectTime?:
+    | Date
+    | undefined;
+  /** When the worker last sent a message on the stream (any message: a heartbeat, an ack). */
+  lastHeardTime?:
+    | Date
+    | undefined;
+  /** The worker asked to drain, or the replica is shutting down: it gets no more leases. */
+  draining: boolean;
+}
+
+/** A replica (a jobwire server process) that reported its streams. */
+export interface Replica {
+  /** Its id: --replica-id (env JOBWIRE_REPLICA_ID), else the hostname and a random suffix. */
+  replicaId: string;
+  /**
+   * When its streams were taken: now for the replica that answered, else the time of its
+   * last snapshot in Redis.
+   */
+  snapshotTime?:
+    | Date
+    | undefined;
+  /** This is the replica that answered the call (its streams are live, not a snapshot). */
+  answered: boolean;
+}
+
+/** Response of ListWorkers. */
+export interface ListWorkersResponse {
+  /** The streams, by replica id, then by the time they opened. */
+  streams: WorkerStream[];
+  /** Every replica that reported, sorted by id (also those with no stream listed). */
+  replicas: Replica[];
 }
 
 function createBaseRateLimit(): RateLimit {
@@ -1667,6 +1736,448 @@ export const DeleteQueueResponse: MessageFns<DeleteQueueResponse> = {
   },
 };
 
+function createBaseListWorkersRequest(): ListWorkersRequest {
+  return { queue: "" };
+}
+
+export const ListWorkersRequest: MessageFns<ListWorkersRequest> = {
+  encode(message: ListWorkersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWorkersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWorkersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ListWorkersRequest>): ListWorkersRequest {
+    return ListWorkersRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListWorkersRequest>): ListWorkersRequest {
+    const message = createBaseListWorkersRequest();
+    message.queue = object.queue ?? "";
+    return message;
+  },
+};
+
+function createBaseHeldLease(): HeldLease {
+  return { queue: "", jobId: "" };
+}
+
+export const HeldLease: MessageFns<HeldLease> = {
+  encode(message: HeldLease, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HeldLease {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHeldLease();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<HeldLease>): HeldLease {
+    return HeldLease.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<HeldLease>): HeldLease {
+    const message = createBaseHeldLease();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    return message;
+  },
+};
+
+function createBaseWorkerStream(): WorkerStream {
+  return {
+    replicaId: "",
+    streamId: "",
+    workerId: "",
+    queues: [],
+    credits: 0,
+    heldLeases: 0,
+    leases: [],
+    connectTime: undefined,
+    lastHeardTime: undefined,
+    draining: false,
+  };
+}
+
+export const WorkerStream: MessageFns<WorkerStream> = {
+  encode(message: WorkerStream, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.replicaId !== "") {
+      writer.uint32(10).string(message.replicaId);
+    }
+    if (message.streamId !== "") {
+      writer.uint32(18).string(message.streamId);
+    }
+    if (message.workerId !== "") {
+      writer.uint32(26).string(message.workerId);
+    }
+    for (const v of message.queues) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(40).uint32(message.credits);
+    }
+    if (message.heldLeases !== 0) {
+      writer.uint32(48).uint32(message.heldLeases);
+    }
+    for (const v of message.leases) {
+      HeldLease.encode(v!, writer.uint32(58).fork()).join();
+    }
+    if (message.connectTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.connectTime), writer.uint32(66).fork()).join();
+    }
+    if (message.lastHeardTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.lastHeardTime), writer.uint32(74).fork()).join();
+    }
+    if (message.draining !== false) {
+      writer.uint32(80).bool(message.draining);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkerStream {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkerStream();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.replicaId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.streamId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.queues.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.credits = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.heldLeases = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.leases.push(HeldLease.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.connectTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.lastHeardTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.draining = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<WorkerStream>): WorkerStream {
+    return WorkerStream.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WorkerStream>): WorkerStream {
+    const message = createBaseWorkerStream();
+    message.replicaId = object.replicaId ?? "";
+    message.streamId = object.streamId ?? "";
+    message.workerId = object.workerId ?? "";
+    message.queues = object.queues?.map((e) => e) || [];
+    message.credits = object.credits ?? 0;
+    message.heldLeases = object.heldLeases ?? 0;
+    message.leases = object.leases?.map((e) => HeldLease.fromPartial(e)) || [];
+    message.connectTime = object.connectTime ?? undefined;
+    message.lastHeardTime = object.lastHeardTime ?? undefined;
+    message.draining = object.draining ?? false;
+    return message;
+  },
+};
+
+function createBaseReplica(): Replica {
+  return { replicaId: "", snapshotTime: undefined, answered: false };
+}
+
+export const Replica: MessageFns<Replica> = {
+  encode(message: Replica, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.replicaId !== "") {
+      writer.uint32(10).string(message.replicaId);
+    }
+    if (message.snapshotTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.snapshotTime), writer.uint32(18).fork()).join();
+    }
+    if (message.answered !== false) {
+      writer.uint32(24).bool(message.answered);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Replica {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplica();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.replicaId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.snapshotTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.answered = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<Replica>): Replica {
+    return Replica.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Replica>): Replica {
+    const message = createBaseReplica();
+    message.replicaId = object.replicaId ?? "";
+    message.snapshotTime = object.snapshotTime ?? undefined;
+    message.answered = object.answered ?? false;
+    return message;
+  },
+};
+
+function createBaseListWorkersResponse(): ListWorkersResponse {
+  return { streams: [], replicas: [] };
+}
+
+export const ListWorkersResponse: MessageFns<ListWorkersResponse> = {
+  encode(message: ListWorkersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.streams) {
+      WorkerStream.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.replicas) {
+      Replica.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWorkersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWorkersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.streams.push(WorkerStream.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.replicas.push(Replica.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ListWorkersResponse>): ListWorkersResponse {
+    return ListWorkersResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListWorkersResponse>): ListWorkersResponse {
+    const message = createBaseListWorkersResponse();
+    message.streams = object.streams?.map((e) => WorkerStream.fromPartial(e)) || [];
+    message.replicas = object.replicas?.map((e) => Replica.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * Operators list, inspect, pause, configure and purge queues. A queue's config lives in Redis,
  * so every replica sees one truth.
@@ -1762,6 +2273,21 @@ export const QueueServiceService = {
     responseSerialize: (value: DeleteQueueResponse): Buffer => Buffer.from(DeleteQueueResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteQueueResponse => DeleteQueueResponse.decode(value),
   },
+  /**
+   * Lists the worker streams of every replica on the same Redis. The answering replica
+   * reports its own streams live; every other replica's come from the snapshot it writes to
+   * Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+   * a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+   */
+  listWorkers: {
+    path: "/jobwire.v1.QueueService/ListWorkers" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListWorkersRequest): Buffer => Buffer.from(ListWorkersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListWorkersRequest => ListWorkersRequest.decode(value),
+    responseSerialize: (value: ListWorkersResponse): Buffer => Buffer.from(ListWorkersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListWorkersResponse => ListWorkersResponse.decode(value),
+  },
 } as const;
 
 export interface QueueServiceServer extends UntypedServiceImplementation {
@@ -1785,6 +2311,13 @@ export interface QueueServiceServer extends UntypedServiceImplementation {
    * leased unless `force`; NOT_FOUND for an unknown queue.
    */
   deleteQueue: handleUnaryCall<DeleteQueueRequest, DeleteQueueResponse>;
+  /**
+   * Lists the worker streams of every replica on the same Redis. The answering replica
+   * reports its own streams live; every other replica's come from the snapshot it writes to
+   * Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+   * a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+   */
+  listWorkers: handleUnaryCall<ListWorkersRequest, ListWorkersResponse>;
 }
 
 export interface QueueServiceClient extends Client {
@@ -1920,6 +2453,27 @@ export interface QueueServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteQueueResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Lists the worker streams of every replica on the same Redis. The answering replica
+   * reports its own streams live; every other replica's come from the snapshot it writes to
+   * Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+   * a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+   */
+  listWorkers(
+    request: ListWorkersRequest,
+    callback: (error: ServiceError | null, response: ListWorkersResponse) => void,
+  ): ClientUnaryCall;
+  listWorkers(
+    request: ListWorkersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListWorkersResponse) => void,
+  ): ClientUnaryCall;
+  listWorkers(
+    request: ListWorkersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListWorkersResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const QueueServiceClient = makeGenericClientConstructor(
@@ -1939,6 +2493,18 @@ type DeepPartial<T> = T extends Builtin ? T
   : T extends { $case: string } ? { [K in keyof Omit<T, "$case">]?: DeepPartial<T[K]> } & { $case: T["$case"] }
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
 
 function longToNumber(int64: { toString(): string }): number {
   const num = globalThis.Number(int64.toString());

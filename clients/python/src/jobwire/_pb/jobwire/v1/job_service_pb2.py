@@ -22,32 +22,39 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from jobwire._pb.jobwire.v1 import job_pb2 as jobwire_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobwire/v1/job_service.proto\x12\njobwire.v1\x1a\x14jobwire/v1/job.proto\"7\n\x0e\x45nqueueRequest\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x13.jobwire.v1.JobSpecR\x03job\"N\n\x0f\x45nqueueResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\">\n\x13\x45nqueueBatchRequest\x12\'\n\x04jobs\x18\x01 \x03(\x0b\x32\x13.jobwire.v1.JobSpecR\x04jobs\"O\n\tItemError\x12\x12\n\x04\x63ode\x18\x01 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x14\n\x05\x66ield\x18\x03 \x01(\tR\x05\x66ield\"y\n\rEnqueueResult\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.jobwire.v1.ItemErrorR\x05\x65rror\"K\n\x14\x45nqueueBatchResponse\x12\x33\n\x07results\x18\x01 \x03(\x0b\x32\x19.jobwire.v1.EnqueueResultR\x07results\"<\n\rGetJobRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\"3\n\x0eGetJobResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job2\xe4\x01\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.jobwire.v1.EnqueueRequest\x1a\x1b.jobwire.v1.EnqueueResponse\x12Q\n\x0c\x45nqueueBatch\x12\x1f.jobwire.v1.EnqueueBatchRequest\x1a .jobwire.v1.EnqueueBatchResponse\x12?\n\x06GetJob\x12\x19.jobwire.v1.GetJobRequest\x1a\x1a.jobwire.v1.GetJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobwire/v1/job_service.proto\x12\njobwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"7\n\x0e\x45nqueueRequest\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x13.jobwire.v1.JobSpecR\x03job\"N\n\x0f\x45nqueueResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\">\n\x13\x45nqueueBatchRequest\x12\'\n\x04jobs\x18\x01 \x03(\x0b\x32\x13.jobwire.v1.JobSpecR\x04jobs\"O\n\tItemError\x12\x12\n\x04\x63ode\x18\x01 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x14\n\x05\x66ield\x18\x03 \x01(\tR\x05\x66ield\"y\n\rEnqueueResult\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x63reated\x18\x02 \x01(\x08R\x07\x63reated\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.jobwire.v1.ItemErrorR\x05\x65rror\"K\n\x14\x45nqueueBatchResponse\x12\x33\n\x07results\x18\x01 \x03(\x0b\x32\x19.jobwire.v1.EnqueueResultR\x07results\"<\n\rGetJobRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\"3\n\x0eGetJobResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\"\x8a\x01\n\x0eListJobsFilter\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x30\n\x05\x61\x66ter\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x05\x61\x66ter\x12\x32\n\x06\x62\x65\x66ore\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x06\x62\x65\x66ore\"\xc3\x01\n\x0fListJobsRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x14.jobwire.v1.JobStateR\x05state\x12\x1b\n\tpage_size\x18\x03 \x01(\x05R\x08pageSize\x12\x1d\n\npage_token\x18\x04 \x01(\tR\tpageToken\x12\x32\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x1a.jobwire.v1.ListJobsFilterR\x06\x66ilter\"_\n\x10ListJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.jobwire.v1.JobR\x04jobs\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xab\x02\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.jobwire.v1.EnqueueRequest\x1a\x1b.jobwire.v1.EnqueueResponse\x12Q\n\x0c\x45nqueueBatch\x12\x1f.jobwire.v1.EnqueueBatchRequest\x1a .jobwire.v1.EnqueueBatchResponse\x12?\n\x06GetJob\x12\x19.jobwire.v1.GetJobRequest\x1a\x1a.jobwire.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.jobwire.v1.ListJobsRequest\x1a\x1c.jobwire.v1.ListJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jobwire.v1.job_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENQUEUEREQUEST']._serialized_start=66
-  _globals['_ENQUEUEREQUEST']._serialized_end=121
-  _globals['_ENQUEUERESPONSE']._serialized_start=123
-  _globals['_ENQUEUERESPONSE']._serialized_end=201
-  _globals['_ENQUEUEBATCHREQUEST']._serialized_start=203
-  _globals['_ENQUEUEBATCHREQUEST']._serialized_end=265
-  _globals['_ITEMERROR']._serialized_start=267
-  _globals['_ITEMERROR']._serialized_end=346
-  _globals['_ENQUEUERESULT']._serialized_start=348
-  _globals['_ENQUEUERESULT']._serialized_end=469
-  _globals['_ENQUEUEBATCHRESPONSE']._serialized_start=471
-  _globals['_ENQUEUEBATCHRESPONSE']._serialized_end=546
-  _globals['_GETJOBREQUEST']._serialized_start=548
-  _globals['_GETJOBREQUEST']._serialized_end=608
-  _globals['_GETJOBRESPONSE']._serialized_start=610
-  _globals['_GETJOBRESPONSE']._serialized_end=661
-  _globals['_JOBSERVICE']._serialized_start=664
-  _globals['_JOBSERVICE']._serialized_end=892
+  _globals['_ENQUEUEREQUEST']._serialized_start=99
+  _globals['_ENQUEUEREQUEST']._serialized_end=154
+  _globals['_ENQUEUERESPONSE']._serialized_start=156
+  _globals['_ENQUEUERESPONSE']._serialized_end=234
+  _globals['_ENQUEUEBATCHREQUEST']._serialized_start=236
+  _globals['_ENQUEUEBATCHREQUEST']._serialized_end=298
+  _globals['_ITEMERROR']._serialized_start=300
+  _globals['_ITEMERROR']._serialized_end=379
+  _globals['_ENQUEUERESULT']._serialized_start=381
+  _globals['_ENQUEUERESULT']._serialized_end=502
+  _globals['_ENQUEUEBATCHRESPONSE']._serialized_start=504
+  _globals['_ENQUEUEBATCHRESPONSE']._serialized_end=579
+  _globals['_GETJOBREQUEST']._serialized_start=581
+  _globals['_GETJOBREQUEST']._serialized_end=641
+  _globals['_GETJOBRESPONSE']._serialized_start=643
+  _globals['_GETJOBRESPONSE']._serialized_end=694
+  _globals['_LISTJOBSFILTER']._serialized_start=697
+  _globals['_LISTJOBSFILTER']._serialized_end=835
+  _globals['_LISTJOBSREQUEST']._serialized_start=838
+  _globals['_LISTJOBSREQUEST']._serialized_end=1033
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1035
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1130
+  _globals['_JOBSERVICE']._serialized_start=1133
+  _globals['_JOBSERVICE']._serialized_end=1432
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from jobwire._pb.jobwire.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
@@ -232,3 +233,120 @@ class GetJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetJobResponse: _TypeAlias = GetJobResponse  # noqa: Y015
+
+@_typing.final
+class ListJobsFilter(_message.Message):
+    """Selects jobs in ListJobs; every set field must match, an empty filter matches all."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Exact job name (up to 128 bytes)."""
+    @_builtins.property
+    def after(self) -> _timestamp_pb2.Timestamp:
+        """At or after this time, over the time that orders the state's index: the ready time
+        for WAITING (when it became ready), the due time for DELAYED, the lease deadline for
+        ACTIVE, the finish time for COMPLETED, the death time for DEAD.
+        """
+
+    @_builtins.property
+    def before(self) -> _timestamp_pb2.Timestamp:
+        """Before this time (the same time as `after`)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        after: _timestamp_pb2.Timestamp | None = ...,
+        before: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsFilter: _TypeAlias = ListJobsFilter  # noqa: Y015
+
+@_typing.final
+class ListJobsRequest(_message.Message):
+    """Request of ListJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The queue."""
+    state: _job_pb2.JobState.ValueType
+    """The state to list: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD (UNSPECIFIED is refused)."""
+    page_size: _builtins.int
+    """1 to 1000; 0 means 100."""
+    page_token: _builtins.str
+    """From a previous response's next_page_token (with the same queue and state); empty for
+    the first page.
+    """
+    @_builtins.property
+    def filter(self) -> Global___ListJobsFilter:
+        """Optional filter."""
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        state: _job_pb2.JobState.ValueType = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: Global___ListJobsFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
+
+@_typing.final
+class ListJobsResponse(_message.Message):
+    """Response of ListJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there are no more pages. A page may hold fewer than page_size jobs (even
+    none) when the filter skips many, or when the job records read for it reached 1 MiB.
+    The token names the last job listed, so a walk under concurrent changes neither lists
+    a job twice nor skips one that stayed in the state and in its place; a job that leaves
+    the state during the walk is not listed after it left, one that enters it is listed if
+    it sorts after the token, and one that moves within the order (an ACTIVE job whose
+    lease is renewed, a job leased, failed and ready again) may be listed again.
+    """
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.Job]:
+        """The jobs of this page, in the state's order. Without their payload (empty; GetJob has
+        it) and with only the last failed attempt in `errors` (its details cut to 2 KiB, as in
+        a Lease; GetJob has the history); every other field is set as GetJob sets it.
+        """
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[_job_pb2.Job] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015

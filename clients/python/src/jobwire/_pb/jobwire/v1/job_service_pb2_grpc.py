@@ -50,6 +50,11 @@ class JobServiceStub:
                 request_serializer=jobwire_dot_v1_dot_job__service__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=jobwire_dot_v1_dot_job__service__pb2.GetJobResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/jobwire.v1.JobService/ListJobs',
+                request_serializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -79,6 +84,18 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+        state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+        then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+        time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+        timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+        unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +113,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=jobwire_dot_v1_dot_job__service__pb2.GetJobRequest.FromString,
                     response_serializer=jobwire_dot_v1_dot_job__service__pb2.GetJobResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +202,33 @@ class JobService:
             '/jobwire.v1.JobService/GetJob',
             jobwire_dot_v1_dot_job__service__pb2.GetJobRequest.SerializeToString,
             jobwire_dot_v1_dot_job__service__pb2.GetJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.JobService/ListJobs',
+            jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
+            jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

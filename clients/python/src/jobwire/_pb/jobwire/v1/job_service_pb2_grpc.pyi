@@ -42,6 +42,14 @@ class JobServiceStub:
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]
     """Reads one job."""
+    ListJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]
+    """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+    state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+    then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+    time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+    timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+    unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -57,6 +65,14 @@ class JobServiceAsyncStub(JobServiceStub):
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]  # type: ignore[assignment]
     """Reads one job."""
+    ListJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]  # type: ignore[assignment]
+    """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+    state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+    then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+    time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+    timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+    unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+    """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     """Producers create and read jobs."""
@@ -87,5 +103,19 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.GetJobResponse, _abc.Awaitable[_job_service_pb2.GetJobResponse]]:
         """Reads one job."""
+
+    @_abc_1.abstractmethod
+    def ListJobs(
+        self,
+        request: _job_service_pb2.ListJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListJobsResponse, _abc.Awaitable[_job_service_pb2.ListJobsResponse]]:
+        """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
+        state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
+        then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+        time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
+        timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
+        unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+        """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,56 +24,67 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from jobwire._pb.jobwire.v1 import job_pb2 as jobwire_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ejobwire/v1/queue_service.proto\x12\njobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x14jobwire/v1/job.proto\"P\n\tRateLimit\x12\x10\n\x03max\x18\x01 \x01(\rR\x03max\x12\x31\n\x06period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06period\"\xfe\x01\n\tRetention\x12*\n\x0ekeep_completed\x18\x01 \x01(\rH\x00R\rkeepCompleted\x88\x01\x01\x12\x45\n\x11\x63ompleted_max_age\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0f\x63ompletedMaxAge\x12 \n\tkeep_dead\x18\x03 \x01(\rH\x01R\x08keepDead\x88\x01\x01\x12;\n\x0c\x64\x65\x61\x64_max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\ndeadMaxAgeB\x11\n\x0f_keep_completedB\x0c\n\n_keep_dead\"\xfd\x02\n\x0bQueueConfig\x12\x35\n\x14\x64\x65\x66\x61ult_max_attempts\x18\x01 \x01(\rH\x00R\x12\x64\x65\x66\x61ultMaxAttempts\x88\x01\x01\x12<\n\x0f\x64\x65\x66\x61ult_backoff\x18\x02 \x01(\x0b\x32\x13.jobwire.v1.BackoffR\x0e\x64\x65\x66\x61ultBackoff\x12\x42\n\x0f\x64\x65\x66\x61ult_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0e\x64\x65\x66\x61ultTimeout\x12\x33\n\tretention\x18\x04 \x01(\x0b\x32\x15.jobwire.v1.RetentionR\tretention\x12\x34\n\nrate_limit\x18\x05 \x01(\x0b\x32\x15.jobwire.v1.RateLimitR\trateLimit\x12\"\n\nmax_active\x18\x06 \x01(\rH\x01R\tmaxActive\x88\x01\x01\x42\x17\n\x15_default_max_attemptsB\r\n\x0b_max_active\"\xa2\x03\n\nQueueStats\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n\x07waiting\x18\x02 \x01(\x04R\x07waiting\x12\x18\n\x07\x64\x65layed\x18\x03 \x01(\x04R\x07\x64\x65layed\x12\x16\n\x06\x61\x63tive\x18\x04 \x01(\x04R\x06\x61\x63tive\x12\x1c\n\tcompleted\x18\x05 \x01(\x04R\tcompleted\x12\x12\n\x04\x64\x65\x61\x64\x18\x06 \x01(\x04R\x04\x64\x65\x61\x64\x12G\n\x12oldest_waiting_age\x18\x07 \x01(\x0b\x32\x19.google.protobuf.DurationR\x10oldestWaitingAge\x12\x41\n\x0foldest_dead_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\roldestDeadAge\x12\x16\n\x06paused\x18\t \x01(\x08R\x06paused\x12+\n\x11workers_connected\x18\n \x01(\rR\x10workersConnected\x12/\n\x06\x63onfig\x18\x0b \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"\x13\n\x11ListQueuesRequest\"D\n\x12ListQueuesResponse\x12.\n\x06queues\x18\x01 \x03(\x0b\x32\x16.jobwire.v1.QueueStatsR\x06queues\",\n\x14GetQueueStatsRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"E\n\x15GetQueueStatsResponse\x12,\n\x05stats\x18\x01 \x01(\x0b\x32\x16.jobwire.v1.QueueStatsR\x05stats\")\n\x11PauseQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"\x14\n\x12PauseQueueResponse\"*\n\x12ResumeQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"\x15\n\x13ResumeQueueResponse\"-\n\x15GetQueueConfigRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"I\n\x16GetQueueConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"\x9e\x01\n\x18UpdateQueueConfigRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\x12;\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskR\nupdateMask\"L\n\x19UpdateQueueConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"y\n\x11PurgeQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12+\n\x11include_completed\x18\x02 \x01(\x08R\x10includeCompleted\x12!\n\x0cinclude_dead\x18\x03 \x01(\x08R\x0bincludeDead\".\n\x12PurgeQueueResponse\x12\x18\n\x07\x64\x65leted\x18\x01 \x01(\x04R\x07\x64\x65leted\"@\n\x12\x44\x65leteQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n\x05\x66orce\x18\x02 \x01(\x08R\x05\x66orce\"\x93\x01\n\x13\x44\x65leteQueueResponse\x12\x18\n\x07waiting\x18\x01 \x01(\x04R\x07waiting\x12\x18\n\x07\x64\x65layed\x18\x02 \x01(\x04R\x07\x64\x65layed\x12\x16\n\x06\x61\x63tive\x18\x03 \x01(\x04R\x06\x61\x63tive\x12\x1c\n\tcompleted\x18\x04 \x01(\x04R\tcompleted\x12\x12\n\x04\x64\x65\x61\x64\x18\x05 \x01(\x04R\x04\x64\x65\x61\x64\x32\xa6\x05\n\x0cQueueService\x12K\n\nListQueues\x12\x1d.jobwire.v1.ListQueuesRequest\x1a\x1e.jobwire.v1.ListQueuesResponse\x12T\n\rGetQueueStats\x12 .jobwire.v1.GetQueueStatsRequest\x1a!.jobwire.v1.GetQueueStatsResponse\x12K\n\nPauseQueue\x12\x1d.jobwire.v1.PauseQueueRequest\x1a\x1e.jobwire.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.jobwire.v1.ResumeQueueRequest\x1a\x1f.jobwire.v1.ResumeQueueResponse\x12W\n\x0eGetQueueConfig\x12!.jobwire.v1.GetQueueConfigRequest\x1a\".jobwire.v1.GetQueueConfigResponse\x12`\n\x11UpdateQueueConfig\x12$.jobwire.v1.UpdateQueueConfigRequest\x1a%.jobwire.v1.UpdateQueueConfigResponse\x12K\n\nPurgeQueue\x12\x1d.jobwire.v1.PurgeQueueRequest\x1a\x1e.jobwire.v1.PurgeQueueResponse\x12N\n\x0b\x44\x65leteQueue\x12\x1e.jobwire.v1.DeleteQueueRequest\x1a\x1f.jobwire.v1.DeleteQueueResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ejobwire/v1/queue_service.proto\x12\njobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"P\n\tRateLimit\x12\x10\n\x03max\x18\x01 \x01(\rR\x03max\x12\x31\n\x06period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06period\"\xfe\x01\n\tRetention\x12*\n\x0ekeep_completed\x18\x01 \x01(\rH\x00R\rkeepCompleted\x88\x01\x01\x12\x45\n\x11\x63ompleted_max_age\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0f\x63ompletedMaxAge\x12 \n\tkeep_dead\x18\x03 \x01(\rH\x01R\x08keepDead\x88\x01\x01\x12;\n\x0c\x64\x65\x61\x64_max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\ndeadMaxAgeB\x11\n\x0f_keep_completedB\x0c\n\n_keep_dead\"\xfd\x02\n\x0bQueueConfig\x12\x35\n\x14\x64\x65\x66\x61ult_max_attempts\x18\x01 \x01(\rH\x00R\x12\x64\x65\x66\x61ultMaxAttempts\x88\x01\x01\x12<\n\x0f\x64\x65\x66\x61ult_backoff\x18\x02 \x01(\x0b\x32\x13.jobwire.v1.BackoffR\x0e\x64\x65\x66\x61ultBackoff\x12\x42\n\x0f\x64\x65\x66\x61ult_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationR\x0e\x64\x65\x66\x61ultTimeout\x12\x33\n\tretention\x18\x04 \x01(\x0b\x32\x15.jobwire.v1.RetentionR\tretention\x12\x34\n\nrate_limit\x18\x05 \x01(\x0b\x32\x15.jobwire.v1.RateLimitR\trateLimit\x12\"\n\nmax_active\x18\x06 \x01(\rH\x01R\tmaxActive\x88\x01\x01\x42\x17\n\x15_default_max_attemptsB\r\n\x0b_max_active\"\xa2\x03\n\nQueueStats\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n\x07waiting\x18\x02 \x01(\x04R\x07waiting\x12\x18\n\x07\x64\x65layed\x18\x03 \x01(\x04R\x07\x64\x65layed\x12\x16\n\x06\x61\x63tive\x18\x04 \x01(\x04R\x06\x61\x63tive\x12\x1c\n\tcompleted\x18\x05 \x01(\x04R\tcompleted\x12\x12\n\x04\x64\x65\x61\x64\x18\x06 \x01(\x04R\x04\x64\x65\x61\x64\x12G\n\x12oldest_waiting_age\x18\x07 \x01(\x0b\x32\x19.google.protobuf.DurationR\x10oldestWaitingAge\x12\x41\n\x0foldest_dead_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationR\roldestDeadAge\x12\x16\n\x06paused\x18\t \x01(\x08R\x06paused\x12+\n\x11workers_connected\x18\n \x01(\rR\x10workersConnected\x12/\n\x06\x63onfig\x18\x0b \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"\x13\n\x11ListQueuesRequest\"D\n\x12ListQueuesResponse\x12.\n\x06queues\x18\x01 \x03(\x0b\x32\x16.jobwire.v1.QueueStatsR\x06queues\",\n\x14GetQueueStatsRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"E\n\x15GetQueueStatsResponse\x12,\n\x05stats\x18\x01 \x01(\x0b\x32\x16.jobwire.v1.QueueStatsR\x05stats\")\n\x11PauseQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"\x14\n\x12PauseQueueResponse\"*\n\x12ResumeQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"\x15\n\x13ResumeQueueResponse\"-\n\x15GetQueueConfigRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"I\n\x16GetQueueConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"\x9e\x01\n\x18UpdateQueueConfigRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\x12;\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskR\nupdateMask\"L\n\x19UpdateQueueConfigResponse\x12/\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.jobwire.v1.QueueConfigR\x06\x63onfig\"y\n\x11PurgeQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12+\n\x11include_completed\x18\x02 \x01(\x08R\x10includeCompleted\x12!\n\x0cinclude_dead\x18\x03 \x01(\x08R\x0bincludeDead\".\n\x12PurgeQueueResponse\x12\x18\n\x07\x64\x65leted\x18\x01 \x01(\x04R\x07\x64\x65leted\"@\n\x12\x44\x65leteQueueRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n\x05\x66orce\x18\x02 \x01(\x08R\x05\x66orce\"\x93\x01\n\x13\x44\x65leteQueueResponse\x12\x18\n\x07waiting\x18\x01 \x01(\x04R\x07waiting\x12\x18\n\x07\x64\x65layed\x18\x02 \x01(\x04R\x07\x64\x65layed\x12\x16\n\x06\x61\x63tive\x18\x03 \x01(\x04R\x06\x61\x63tive\x12\x1c\n\tcompleted\x18\x04 \x01(\x04R\tcompleted\x12\x12\n\x04\x64\x65\x61\x64\x18\x05 \x01(\x04R\x04\x64\x65\x61\x64\"*\n\x12ListWorkersRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\"8\n\tHeldLease\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\"\x88\x03\n\x0cWorkerStream\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12\x1b\n\tstream_id\x18\x02 \x01(\tR\x08streamId\x12\x1b\n\tworker_id\x18\x03 \x01(\tR\x08workerId\x12\x16\n\x06queues\x18\x04 \x03(\tR\x06queues\x12\x18\n\x07\x63redits\x18\x05 \x01(\rR\x07\x63redits\x12\x1f\n\x0bheld_leases\x18\x06 \x01(\rR\nheldLeases\x12-\n\x06leases\x18\x07 \x03(\x0b\x32\x15.jobwire.v1.HeldLeaseR\x06leases\x12=\n\x0c\x63onnect_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0b\x63onnectTime\x12\x42\n\x0flast_heard_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rlastHeardTime\x12\x1a\n\x08\x64raining\x18\n \x01(\x08R\x08\x64raining\"\x85\x01\n\x07Replica\x12\x1d\n\nreplica_id\x18\x01 \x01(\tR\treplicaId\x12?\n\rsnapshot_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x0csnapshotTime\x12\x1a\n\x08\x61nswered\x18\x03 \x01(\x08R\x08\x61nswered\"z\n\x13ListWorkersResponse\x12\x32\n\x07streams\x18\x01 \x03(\x0b\x32\x18.jobwire.v1.WorkerStreamR\x07streams\x12/\n\x08replicas\x18\x02 \x03(\x0b\x32\x13.jobwire.v1.ReplicaR\x08replicas2\xf6\x05\n\x0cQueueService\x12K\n\nListQueues\x12\x1d.jobwire.v1.ListQueuesRequest\x1a\x1e.jobwire.v1.ListQueuesResponse\x12T\n\rGetQueueStats\x12 .jobwire.v1.GetQueueStatsRequest\x1a!.jobwire.v1.GetQueueStatsResponse\x12K\n\nPauseQueue\x12\x1d.jobwire.v1.PauseQueueRequest\x1a\x1e.jobwire.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.jobwire.v1.ResumeQueueRequest\x1a\x1f.jobwire.v1.ResumeQueueResponse\x12W\n\x0eGetQueueConfig\x12!.jobwire.v1.GetQueueConfigRequest\x1a\".jobwire.v1.GetQueueConfigResponse\x12`\n\x11UpdateQueueConfig\x12$.jobwire.v1.UpdateQueueConfigRequest\x1a%.jobwire.v1.UpdateQueueConfigResponse\x12K\n\nPurgeQueue\x12\x1d.jobwire.v1.PurgeQueueRequest\x1a\x1e.jobwire.v1.PurgeQueueResponse\x12N\n\x0b\x44\x65leteQueue\x12\x1e.jobwire.v1.DeleteQueueRequest\x1a\x1f.jobwire.v1.DeleteQueueResponse\x12N\n\x0bListWorkers\x12\x1e.jobwire.v1.ListWorkersRequest\x1a\x1f.jobwire.v1.ListWorkersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jobwire.v1.queue_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RATELIMIT']._serialized_start=134
-  _globals['_RATELIMIT']._serialized_end=214
-  _globals['_RETENTION']._serialized_start=217
-  _globals['_RETENTION']._serialized_end=471
-  _globals['_QUEUECONFIG']._serialized_start=474
-  _globals['_QUEUECONFIG']._serialized_end=855
-  _globals['_QUEUESTATS']._serialized_start=858
-  _globals['_QUEUESTATS']._serialized_end=1276
-  _globals['_LISTQUEUESREQUEST']._serialized_start=1278
-  _globals['_LISTQUEUESREQUEST']._serialized_end=1297
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=1299
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=1367
-  _globals['_GETQUEUESTATSREQUEST']._serialized_start=1369
-  _globals['_GETQUEUESTATSREQUEST']._serialized_end=1413
-  _globals['_GETQUEUESTATSRESPONSE']._serialized_start=1415
-  _globals['_GETQUEUESTATSRESPONSE']._serialized_end=1484
-  _globals['_PAUSEQUEUEREQUEST']._serialized_start=1486
-  _globals['_PAUSEQUEUEREQUEST']._serialized_end=1527
-  _globals['_PAUSEQUEUERESPONSE']._serialized_start=1529
-  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1549
-  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1551
-  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1593
-  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1595
-  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1616
-  _globals['_GETQUEUECONFIGREQUEST']._serialized_start=1618
-  _globals['_GETQUEUECONFIGREQUEST']._serialized_end=1663
-  _globals['_GETQUEUECONFIGRESPONSE']._serialized_start=1665
-  _globals['_GETQUEUECONFIGRESPONSE']._serialized_end=1738
-  _globals['_UPDATEQUEUECONFIGREQUEST']._serialized_start=1741
-  _globals['_UPDATEQUEUECONFIGREQUEST']._serialized_end=1899
-  _globals['_UPDATEQUEUECONFIGRESPONSE']._serialized_start=1901
-  _globals['_UPDATEQUEUECONFIGRESPONSE']._serialized_end=1977
-  _globals['_PURGEQUEUEREQUEST']._serialized_start=1979
-  _globals['_PURGEQUEUEREQUEST']._serialized_end=2100
-  _globals['_PURGEQUEUERESPONSE']._serialized_start=2102
-  _globals['_PURGEQUEUERESPONSE']._serialized_end=2148
-  _globals['_DELETEQUEUEREQUEST']._serialized_start=2150
-  _globals['_DELETEQUEUEREQUEST']._serialized_end=2214
-  _globals['_DELETEQUEUERESPONSE']._serialized_start=2217
-  _globals['_DELETEQUEUERESPONSE']._serialized_end=2364
-  _globals['_QUEUESERVICE']._serialized_start=2367
-  _globals['_QUEUESERVICE']._serialized_end=3045
+  _globals['_RATELIMIT']._serialized_start=167
+  _globals['_RATELIMIT']._serialized_end=247
+  _globals['_RETENTION']._serialized_start=250
+  _globals['_RETENTION']._serialized_end=504
+  _globals['_QUEUECONFIG']._serialized_start=507
+  _globals['_QUEUECONFIG']._serialized_end=888
+  _globals['_QUEUESTATS']._serialized_start=891
+  _globals['_QUEUESTATS']._serialized_end=1309
+  _globals['_LISTQUEUESREQUEST']._serialized_start=1311
+  _globals['_LISTQUEUESREQUEST']._serialized_end=1330
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=1332
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=1400
+  _globals['_GETQUEUESTATSREQUEST']._serialized_start=1402
+  _globals['_GETQUEUESTATSREQUEST']._serialized_end=1446
+  _globals['_GETQUEUESTATSRESPONSE']._serialized_start=1448
+  _globals['_GETQUEUESTATSRESPONSE']._serialized_end=1517
+  _globals['_PAUSEQUEUEREQUEST']._serialized_start=1519
+  _globals['_PAUSEQUEUEREQUEST']._serialized_end=1560
+  _globals['_PAUSEQUEUERESPONSE']._serialized_start=1562
+  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1582
+  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1584
+  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1626
+  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1628
+  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1649
+  _globals['_GETQUEUECONFIGREQUEST']._serialized_start=1651
+  _globals['_GETQUEUECONFIGREQUEST']._serialized_end=1696
+  _globals['_GETQUEUECONFIGRESPONSE']._serialized_start=1698
+  _globals['_GETQUEUECONFIGRESPONSE']._serialized_end=1771
+  _globals['_UPDATEQUEUECONFIGREQUEST']._serialized_start=1774
+  _globals['_UPDATEQUEUECONFIGREQUEST']._serialized_end=1932
+  _globals['_UPDATEQUEUECONFIGRESPONSE']._serialized_start=1934
+  _globals['_UPDATEQUEUECONFIGRESPONSE']._serialized_end=2010
+  _globals['_PURGEQUEUEREQUEST']._serialized_start=2012
+  _globals['_PURGEQUEUEREQUEST']._serialized_end=2133
+  _globals['_PURGEQUEUERESPONSE']._serialized_start=2135
+  _globals['_PURGEQUEUERESPONSE']._serialized_end=2181
+  _globals['_DELETEQUEUEREQUEST']._serialized_start=2183
+  _globals['_DELETEQUEUEREQUEST']._serialized_end=2247
+  _globals['_DELETEQUEUERESPONSE']._serialized_start=2250
+  _globals['_DELETEQUEUERESPONSE']._serialized_end=2397
+  _globals['_LISTWORKERSREQUEST']._serialized_start=2399
+  _globals['_LISTWORKERSREQUEST']._serialized_end=2441
+  _globals['_HELDLEASE']._serialized_start=2443
+  _globals['_HELDLEASE']._serialized_end=2499
+  _globals['_WORKERSTREAM']._serialized_start=2502
+  _globals['_WORKERSTREAM']._serialized_end=2894
+  _globals['_REPLICA']._serialized_start=2897
+  _globals['_REPLICA']._serialized_end=3030
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=3032
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=3154
+  _globals['_QUEUESERVICE']._serialized_start=3157
+  _globals['_QUEUESERVICE']._serialized_end=3915
 # @@protoc_insertion_point(module_scope)

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from jobwire._pb.jobwire.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
@@ -607,3 +608,183 @@ class DeleteQueueResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteQueueResponse: _TypeAlias = DeleteQueueResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    """Request of ListWorkers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Only the streams that lease from this queue; empty: every stream whose queues the
+    caller may view.
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class HeldLease(_message.Message):
+    """A lease held by a worker stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The job's queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeldLease: _TypeAlias = HeldLease  # noqa: Y015
+
+@_typing.final
+class WorkerStream(_message.Message):
+    """One worker stream (a Subscribe call) on one replica."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    CREDITS_FIELD_NUMBER: _builtins.int
+    HELD_LEASES_FIELD_NUMBER: _builtins.int
+    LEASES_FIELD_NUMBER: _builtins.int
+    CONNECT_TIME_FIELD_NUMBER: _builtins.int
+    LAST_HEARD_TIME_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    """The replica serving the stream (its --replica-id)."""
+    stream_id: _builtins.str
+    """The stream's id, unique across replicas: "<replica_id>/<n>"."""
+    worker_id: _builtins.str
+    """The worker id from its OpenStream (or the one the server made up)."""
+    credits: _builtins.int
+    """Free credits: how many more jobs the server may lease to it now."""
+    held_leases: _builtins.int
+    """Leases it holds (on the queues listed in `queues`)."""
+    draining: _builtins.bool
+    """The worker asked to drain, or the replica is shutting down: it gets no more leases."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The queues it leases from (only those the caller may view)."""
+
+    @_builtins.property
+    def leases(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeldLease]:
+        """The leases it holds, at most 100 (held_leases counts them all)."""
+
+    @_builtins.property
+    def connect_time(self) -> _timestamp_pb2.Timestamp:
+        """When the stream opened."""
+
+    @_builtins.property
+    def last_heard_time(self) -> _timestamp_pb2.Timestamp:
+        """When the worker last sent a message on the stream (any message: a heartbeat, an ack)."""
+
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        stream_id: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        credits: _builtins.int = ...,
+        held_leases: _builtins.int = ...,
+        leases: _abc.Iterable[Global___HeldLease] | None = ...,
+        connect_time: _timestamp_pb2.Timestamp | None = ...,
+        last_heard_time: _timestamp_pb2.Timestamp | None = ...,
+        draining: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["connect_time", b"connect_time", "last_heard_time", b"last_heard_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connect_time", b"connect_time", "credits", b"credits", "draining", b"draining", "held_leases", b"held_leases", "last_heard_time", b"last_heard_time", "leases", b"leases", "queues", b"queues", "replica_id", b"replica_id", "stream_id", b"stream_id", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerStream: _TypeAlias = WorkerStream  # noqa: Y015
+
+@_typing.final
+class Replica(_message.Message):
+    """A replica (a jobwire server process) that reported its streams."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_TIME_FIELD_NUMBER: _builtins.int
+    ANSWERED_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    """Its id: --replica-id (env JOBWIRE_REPLICA_ID), else the hostname and a random suffix."""
+    answered: _builtins.bool
+    """This is the replica that answered the call (its streams are live, not a snapshot)."""
+    @_builtins.property
+    def snapshot_time(self) -> _timestamp_pb2.Timestamp:
+        """When its streams were taken: now for the replica that answered, else the time of its
+        last snapshot in Redis.
+        """
+
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        snapshot_time: _timestamp_pb2.Timestamp | None = ...,
+        answered: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_time", b"snapshot_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered", b"answered", "replica_id", b"replica_id", "snapshot_time", b"snapshot_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Replica: _TypeAlias = Replica  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    """Response of ListWorkers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAMS_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerStream]:
+        """The streams, by replica id, then by the time they opened."""
+
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___Replica]:
+        """Every replica that reported, sorted by id (also those with no stream listed)."""
+
+    def __init__(
+        self,
+        *,
+        streams: _abc.Iterable[Global___WorkerStream] | None = ...,
+        replicas: _abc.Iterable[Global___Replica] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicas", b"replicas", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015

@@ -76,6 +76,11 @@ class QueueServiceStub:
                 request_serializer=jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueRequest.SerializeToString,
                 response_deserializer=jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueResponse.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/jobwire.v1.QueueService/ListWorkers',
+                request_serializer=jobwire_dot_v1_dot_queue__service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_queue__service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -141,6 +146,16 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """Lists the worker streams of every replica on the same Redis. The answering replica
+        reports its own streams live; every other replica's come from the snapshot it writes to
+        Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+        a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +198,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.DeleteQueue,
                     request_deserializer=jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueRequest.FromString,
                     response_serializer=jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=jobwire_dot_v1_dot_queue__service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_queue__service__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -403,6 +423,33 @@ class QueueService:
             '/jobwire.v1.QueueService/DeleteQueue',
             jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueRequest.SerializeToString,
             jobwire_dot_v1_dot_queue__service__pb2.DeleteQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.QueueService/ListWorkers',
+            jobwire_dot_v1_dot_queue__service__pb2.ListWorkersRequest.SerializeToString,
+            jobwire_dot_v1_dot_queue__service__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

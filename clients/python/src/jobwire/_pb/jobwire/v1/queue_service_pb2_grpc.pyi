@@ -54,6 +54,12 @@ class QueueServiceStub:
     server's queues (see the server's --max-queues). FAILED_PRECONDITION while jobs are
     leased unless `force`; NOT_FOUND for an unknown queue.
     """
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.ListWorkersRequest, _queue_service_pb2.ListWorkersResponse]
+    """Lists the worker streams of every replica on the same Redis. The answering replica
+    reports its own streams live; every other replica's come from the snapshot it writes to
+    Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+    a clean shutdown is listed until its snapshot expires, 15 s after its last write).
+    """
 
 @_typing.type_check_only
 class QueueServiceAsyncStub(QueueServiceStub):
@@ -80,6 +86,12 @@ class QueueServiceAsyncStub(QueueServiceStub):
     """Deletes the queue: every job in every state, its config, and its place among the
     server's queues (see the server's --max-queues). FAILED_PRECONDITION while jobs are
     leased unless `force`; NOT_FOUND for an unknown queue.
+    """
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.ListWorkersRequest, _queue_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """Lists the worker streams of every replica on the same Redis. The answering replica
+    reports its own streams live; every other replica's come from the snapshot it writes to
+    Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+    a clean shutdown is listed until its snapshot expires, 15 s after its last write).
     """
 
 class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -152,6 +164,18 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """Deletes the queue: every job in every state, its config, and its place among the
         server's queues (see the server's --max-queues). FAILED_PRECONDITION while jobs are
         leased unless `force`; NOT_FOUND for an unknown queue.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _queue_service_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_service_pb2.ListWorkersResponse, _abc.Awaitable[_queue_service_pb2.ListWorkersResponse]]:
+        """Lists the worker streams of every replica on the same Redis. The answering replica
+        reports its own streams live; every other replica's come from the snapshot it writes to
+        Redis every 5 s, so they may be up to one interval old (a replica that stopped without
+        a clean shutdown is listed until its snapshot expires, 15 s after its last write).
         """
 
 def add_QueueServiceServicer_to_server(servicer: QueueServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
