@@ -46,8 +46,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load a running server and report throughput, latency and CPU per job.
     Bench(crate::bench::BenchArgs),
-    /// Bearer tokens for the auth file (`token new`).
-    Token(crate::auth::cli::TokenArgs),
+    /// The operator commands (`queues`, `jobs`, `dlq`, `token`): gRPC clients of a
+    /// running server (see docs/cli.md).
+    #[command(flatten)]
+    Operator(crate::cli::Command),
 }
 
 /// `appendfsync` policy for the embedded Redis: the durability/throughput trade-off.

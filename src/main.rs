@@ -39,15 +39,6 @@ async fn main() -> anyhow::Result<()> {
             jobwire::run(cfg, grpc, http, signal).await
         }
         Command::Bench(args) => jobwire::bench::run(args).await,
-        Command::Token(args) => match jobwire::auth::cli::run(&args) {
-            Ok(out) => {
-                print!("{out}");
-                Ok(())
-            }
-            Err(e) => {
-                eprintln!("jobwire token: {e}");
-                std::process::exit(64);
-            }
-        },
+        Command::Operator(cmd) => std::process::exit(jobwire::cli::run(cmd).await),
     }
 }

@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::token::Token;
+use crate::auth::token::Token;
 
 /// `jobwire token ...`.
 #[derive(Debug, Args)]
@@ -118,7 +118,7 @@ mod tests {
                 ),
                 FileFormat::Toml => entry,
             };
-            let policy = super::super::file::parse(std::path::Path::new(file), &file_text)
+            let policy = crate::auth::file::parse(std::path::Path::new(file), &file_text)
                 .unwrap_or_else(|e| panic!("{file}: {e}\n{file_text}"));
             let p = policy
                 .by_token(&token.id, &token.secret_hash())

@@ -1,0 +1,140 @@
+//! Errors of the CLI and the exit codes scripts can test: 0 ok, 1 error, 2 usage (clap's own
+//! usage errors exit 2 too), 3 not found.
+//!
+//! A server error prints as one line: the gRPC code in UPPER_SNAKE, the message, and the
+//! field violations of a `google.rpc.BadRequest` detail when the server attached one, e.g.
+//! `jobwire: INVALID_ARGUMENT: bad page_size (page_size: 1 to 1000)`.
+
+use std::fmt;
+
+use tonic_types::StatusExt;
+
+/// Success.
+pub const OK: i32 = 0;
+/// Any failure that is not one of the others (server errors, connection failures).
+pub const ERROR: i32 = 1;
+/// Bad usage: a flag clap refused, or local input that cannot be used (an unparsable time,
+/// an unreadable file, a prompt that cannot be asked).
+pub const USAGE: i32 = 2;
+/// The server answered NOT_FOUND (an unknown queue or job).
+pub const NOT_FOUND: i32 = 3;
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad local input or usage (exit 2); the message names the flag or argument.
+    Usage(String),
+    /// The server refused the call (exit 3 for NOT_FOUND, else 1).
+    Status(tonic::Status),
+    /// Anything else: cannot connect, cannot write the output (exit 1).
+    Other(String),
+}
+
+impl CliError {
+    /// A usage error.
+    pub fn usage(msg: impl Into<String>) -> CliError {
+        CliError::Usage(msg.into())
+    }
+
+    /// The exit code of this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => USAGE,
+            CliError::Status(s) if s.code() == tonic::Code::NotFound => NOT_FOUND,
+            CliError::Status(_) | CliError::Other(_) => ERROR,
+        }
+    }
+}
+
+impl From<jobwire_client::Error> for CliError {
+    fn from(e: jobwire_client::Error) -> CliError {
+        match e {
+            jobwire_client::Error::Status(s) => CliError::Status(s),
+            jobwire_client::Error::InvalidArgument(m) => CliError::Usage(m),
+            other => CliError::Other(other.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Usage(m) | CliError::Other(m) => f.write_str(&one_line(m)),
+            CliError::Status(s) => {
+                write!(f, "{}: {}", code_name(s.code()), one_line(s.message()))?;
+                let details = s.get_error_details();
+                if let Some(br) = details.bad_request() {
+                    let v: Vec<String> = br
+                        .field_violations
+                        .iter()
+                        .map(|v| format!("{}: {}", v.field, one_line(&v.description)))
+                        .collect();
+                    if !v.is_empty() {
+                        write!(f, " ({})", v.join("; "))?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `s` with line breaks replaced by spaces, so an error is one line.
+fn one_line(s: &str) -> String {
+    s.split(['\n', '\r'])
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The canonical name of a gRPC code (`NOT_FOUND`), as grpcurl and the gRPC docs print it.
+pub fn code_name(c: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match c {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn a_status_is_one_line_with_code_message_and_violations() {
+        let mut d = ErrorDetails::new();
+        d.add_bad_request_violation("filter.dead_after", "must be before dead_before");
+        let s = tonic::Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            "bad filter\nsecond line",
+            d,
+        );
+        let e = CliError::Status(s);
+        assert_eq!(
+            e.to_string(),
+            "INVALID_ARGUMENT: bad filter second line (filter.dead_after: must be before dead_before)"
+        );
+        assert_eq!(e.exit_code(), ERROR);
+        assert_eq!(
+            CliError::Status(tonic::Status::not_found("no job")).exit_code(),
+            NOT_FOUND
+        );
+        assert_eq!(CliError::usage("--dead-after: bad").exit_code(), USAGE);
+    }
+}

@@ -1,0 +1,230 @@
+//! `jobwire jobs get|enqueue`, and the job rendering `dlq show` shares.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use jobwire_client::pb;
+use serde::Serialize;
+
+use super::global::GlobalArgs;
+use super::output::print;
+use super::table::{pairs, Table};
+use super::time::{duration_to_pb, human};
+use super::view::JobView;
+use super::CliError;
+
+/// `jobwire jobs ...`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: JobsCommand,
+}
+
+/// Subcommands of `jobwire jobs`.
+#[derive(Debug, Subcommand)]
+enum JobsCommand {
+    /// One job in any state, with its error history (producer, viewer).
+    Get {
+        /// The queue.
+        queue: String,
+        /// The job's id.
+        job_id: String,
+    },
+    /// Enqueue a job (producer).
+    Enqueue(Enqueue),
+}
+
+/// `jobwire jobs enqueue <queue> <name> [PAYLOAD | --file F | -]`.
+#[derive(Debug, Args)]
+struct Enqueue {
+    /// The queue.
+    queue: String,
+    /// The job's name (its type, e.g. send-welcome-email).
+    name: String,
+    /// The payload as text; `-` reads it from stdin. None (and no --file): empty.
+    #[arg(conflicts_with = "file")]
+    payload: Option<String>,
+    /// Read the payload from this file (bytes as they are).
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The job's id (the idempotency key: an existing id returns that job, created false).
+    #[arg(long)]
+    id: Option<String>,
+    /// Wait this long before the first attempt (e.g. 10m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    delay: Option<Duration>,
+    /// Higher runs first (-1000 to 1000).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
+    /// Runs allowed (1 to 1000; default: the queue's).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// The payload's MIME type. Default: application/json when the payload parses as JSON,
+    /// else none.
+    #[arg(long)]
+    content_type: Option<String>,
+    /// A metadata pair KEY=VALUE (repeatable).
+    #[arg(long = "metadata", value_name = "KEY=VALUE")]
+    metadata: Vec<String>,
+}
+
+/// Runs `jobwire jobs ...`.
+pub async fn run(a: JobsArgs) -> Result<(), CliError> {
+    let out = a.global.output;
+    match a.command {
+        JobsCommand::Get { queue, job_id } => {
+            let c = a.global.connect().await?;
+            let job = JobView::from(&c.get_job(&queue, &job_id).await?);
+            print(out, &job, job_text)
+        }
+        JobsCommand::Enqueue(e) => {
+            // Local input first: a bad file or pair fails before connecting.
+            let spec = spec(e)?;
+            let c = a.global.connect().await?;
+            let r = c.enqueue_spec(spec).await?;
+            let v = Enqueued {
+                created: r.created,
+                job: JobView::from(&r.job),
+            };
+            print(out, &v, |v| {
+                format!(
+                    "{} job {} ({}) on queue {}: {}.\n",
+                    if v.created {
+                        "Enqueued"
+                    } else {
+                        "Already there:"
+                    },
+                    v.job.job_id,
+                    v.job.name,
+                    v.job.queue,
+                    v.job.state
+                )
+            })
+        }
+    }
+}
+
+/// `jobs enqueue` as JSON.
+#[derive(Serialize)]
+struct Enqueued {
+    /// False when the id existed: nothing changed, `job` is the existing job.
+    created: bool,
+    job: JobView,
+}
+
+fn spec(e: Enqueue) -> Result<pb::JobSpec, CliError> {
+    let payload: Vec<u8> = match (&e.payload, &e.file) {
+        (Some(p), _) if p == "-" => {
+            let mut b = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut b)
+                .map_err(|err| CliError::usage(format!("payload -: cannot read stdin: {err}")))?;
+            b
+        }
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(f)) => std::fs::read(f)
+            .map_err(|err| CliError::usage(format!("--file {}: cannot read: {err}", f.display())))?,
+        (None, None) => Vec::new(),
+    };
+    let mut metadata = HashMap::new();
+    for m in &e.metadata {
+        let Some((k, v)) = m.split_once('=') else {
+            return Err(CliError::usage(format!(
+                "--metadata {m:?}: expected KEY=VALUE"
+            )));
+        };
+        metadata.insert(k.to_owned(), v.to_owned());
+    }
+    let content_type = match e.content_type {
+        Some(ct) => ct,
+        None if !payload.is_empty() && serde_json::from_slice::<serde_json::Value>(&payload).is_ok() => {
+            "application/json".into()
+        }
+        None => String::new(),
+    };
+    Ok(pb::JobSpec {
+        queue: e.queue,
+        job_id: e.id.unwrap_or_default(),
+        name: e.name,
+        payload,
+        content_type,
+        metadata,
+        delay: e.delay.map(duration_to_pb),
+        priority: e.priority,
+        max_attempts: e.max_attempts,
+        backoff: None,
+        timeout: None,
+    })
+}
+
+fn opt(s: &Option<String>) -> String {
+    s.clone().unwrap_or_else(|| "-".into())
+}
+
+/// A job for people: its fields as key-value lines, then its failed attempts as a table.
+pub(super) fn job_text(j: &JobView) -> String {
+    let payload = match j.payload_encoding {
+        "utf8" => j.payload.clone(),
+        _ => format!("(base64) {}", j.payload),
+    };
+    let mut rows = vec![
+        ("queue", j.queue.clone()),
+        ("job_id", j.job_id.clone()),
+        ("name", j.name.clone()),
+        ("state", j.state.clone()),
+    ];
+    if let Some(r) = &j.dead_reason {
+        rows.push(("dead_reason", r.clone()));
+    }
+    rows.extend([
+        (
+            "attempts",
+            format!("{} of {}", j.attempts_made, j.max_attempts),
+        ),
+        ("replays", j.replays.to_string()),
+        ("priority", j.priority.to_string()),
+        ("created", opt(&j.create_time)),
+        ("ready", opt(&j.ready_time)),
+        ("leased", opt(&j.lease_time)),
+        ("finished", opt(&j.finish_time)),
+        (
+            "timeout",
+            j.timeout.map(human).unwrap_or_else(|| "-".into()),
+        ),
+        (
+            "backoff",
+            super::queues::backoff_text(j.backoff.as_ref()),
+        ),
+        ("content_type", j.content_type.clone()),
+        ("payload", payload),
+    ]);
+    let meta: Vec<String> = j.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    rows.push(("metadata", meta.join(" ")));
+    let mut s = pairs(&rows);
+    if !j.errors.is_empty() {
+        s.push('\n');
+        let mut t = Table::new(&["ATTEMPT", "FAILED_AT", "ERROR_TYPE", "DISPOSITION", "MESSAGE"]);
+        for e in &j.errors {
+            t.row(vec![
+                e.attempt.to_string(),
+                opt(&e.fail_time),
+                e.error_type.clone(),
+                opt(&e.disposition),
+                e.message.clone(),
+            ]);
+        }
+        s.push_str(&t.render());
+        if j.errors_dropped > 0 {
+            s.push_str(&format!(
+                "({} older failed attempts dropped from the history)\n",
+                j.errors_dropped
+            ));
+        }
+    }
+    s
+}
