@@ -10,6 +10,7 @@
 //!   call of the four jobwire services (health and reflection stay open), and every handler
 //!   asks [`Auth::check`] with the queue(s) of its request. The policy reloads on change.
 //! - [`audit`]: one structured line and a counter per admin action.
+//!
 //! `jobwire token new` (which makes tokens and auth-file entries) lives in `crate::cli::token`.
 //!
 //! Without `--auth-file` every caller is the principal `anonymous` and may call everything.

@@ -104,7 +104,11 @@ pub async fn run(
             .filter(|id| seen.insert(id.clone()))
             .collect()
     };
-    let what = if ids.len() == 1 { "dead job" } else { "dead jobs" };
+    let what = if ids.len() == 1 {
+        "dead job"
+    } else {
+        "dead jobs"
+    };
     if dry_run {
         let d = DryRun {
             queue: queue.clone(),
@@ -199,13 +203,17 @@ pub async fn run(
             replayed,
             skipped,
             ..
-        } => format!("Replayed {replayed} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"),
+        } => format!(
+            "Replayed {replayed} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"
+        ),
         Done::Deleted {
             queue,
             deleted,
             skipped,
             ..
-        } => format!("Deleted {deleted} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"),
+        } => format!(
+            "Deleted {deleted} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"
+        ),
     })
 }
 

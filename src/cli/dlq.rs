@@ -12,7 +12,7 @@ use super::global::GlobalArgs;
 use super::jobs::job_text;
 use super::output::print;
 use super::table::Table;
-use super::time::{parse_time, to_pb};
+use super::time::{human, parse_time, to_pb};
 use super::view::JobView;
 use super::CliError;
 
@@ -139,6 +139,21 @@ struct DeadList {
     dead_letters: Vec<JobView>,
     /// Pass as --page-token for more; empty when there are no more.
     next_page_token: String,
+    /// When the list was read (for the table's ages; not printed).
+    #[serde(skip)]
+    now: SystemTime,
+}
+
+impl DeadList {
+    /// How long ago `j` died, for people (`3m12s ago`).
+    fn died_ago(&self, j: &JobView) -> String {
+        j.finish_time
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .and_then(|t| self.now.duration_since(t).ok())
+            .map(|d| format!("{} ago", human(d.as_secs_f64())))
+            .unwrap_or_else(|| "-".into())
+    }
 }
 
 /// Runs `jobwire dlq ...`.
@@ -174,6 +189,7 @@ pub async fn run(a: DlqArgs) -> Result<(), CliError> {
             let list = DeadList {
                 dead_letters: jobs,
                 next_page_token: token,
+                now: SystemTime::now(),
             };
             print(out, &list, dead_table)
         }
@@ -217,15 +233,7 @@ async fn bulk_run(
 }
 
 fn dead_table(l: &DeadList) -> String {
-    let mut t = Table::new(&[
-        "JOB_ID",
-        "NAME",
-        "REASON",
-        "ERROR_TYPE",
-        "ATTEMPTS",
-        "DIED",
-        "MESSAGE",
-    ]);
+    let mut t = Table::new(&["JOB_ID", "NAME", "REASON", "ERROR_TYPE", "DIED", "MESSAGE"]).flex(5);
     for j in &l.dead_letters {
         let last = j.errors.last();
         t.row(vec![
@@ -233,8 +241,7 @@ fn dead_table(l: &DeadList) -> String {
             j.name.clone(),
             j.dead_reason.clone().unwrap_or_default(),
             last.map(|e| e.error_type.clone()).unwrap_or_default(),
-            j.attempts_made.to_string(),
-            j.finish_time.clone().unwrap_or_default(),
+            l.died_ago(j),
             last.map(|e| e.message.clone()).unwrap_or_default(),
         ]);
     }

@@ -61,13 +61,16 @@ impl fmt::Display for CliError {
         match self {
             CliError::Usage(m) | CliError::Other(m) => f.write_str(&one_line(m)),
             CliError::Status(s) => {
-                write!(f, "{}: {}", code_name(s.code()), one_line(s.message()))?;
+                let msg = one_line(s.message());
+                write!(f, "{}: {msg}", code_name(s.code()))?;
                 let details = s.get_error_details();
                 if let Some(br) = details.bad_request() {
+                    // The server's message often is the violation already: print it once.
                     let v: Vec<String> = br
                         .field_violations
                         .iter()
                         .map(|v| format!("{}: {}", v.field, one_line(&v.description)))
+                        .filter(|v| !msg.contains(v.as_str()))
                         .collect();
                     if !v.is_empty() {
                         write!(f, " ({})", v.join("; "))?;
@@ -131,6 +134,18 @@ mod tests {
             "INVALID_ARGUMENT: bad filter second line (filter.dead_after: must be before dead_before)"
         );
         assert_eq!(e.exit_code(), ERROR);
+        let mut d = ErrorDetails::new();
+        d.add_bad_request_violation("job.priority", "is 5000, must be in [-1000, 1000]");
+        let s = tonic::Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            "invalid job.priority: is 5000, must be in [-1000, 1000]",
+            d,
+        );
+        assert_eq!(
+            CliError::Status(s).to_string(),
+            "INVALID_ARGUMENT: invalid job.priority: is 5000, must be in [-1000, 1000]",
+            "a violation the message already says is not repeated"
+        );
         assert_eq!(
             CliError::Status(tonic::Status::not_found("no job")).exit_code(),
             NOT_FOUND

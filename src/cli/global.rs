@@ -70,7 +70,13 @@ pub struct GlobalArgs {
     pub tls_server_name: Option<String>,
 
     /// Output format.
-    #[arg(short = 'o', long = "output", global = true, value_enum, default_value = "table")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        global = true,
+        value_enum,
+        default_value = "table"
+    )]
     pub output: Format,
 }
 
@@ -95,14 +101,12 @@ impl GlobalArgs {
                 server_name: self.tls_server_name.clone(),
             }),
             // https:// without --tls-ca: the system's roots.
-            None if self.server.starts_with("https://") || cert_pem.is_some() => {
-                Some(TlsOptions {
-                    ca_pem: None,
-                    cert_pem,
-                    key_pem,
-                    server_name: self.tls_server_name.clone(),
-                })
-            }
+            None if self.server.starts_with("https://") || cert_pem.is_some() => Some(TlsOptions {
+                ca_pem: None,
+                cert_pem,
+                key_pem,
+                server_name: self.tls_server_name.clone(),
+            }),
             None => None,
         };
         if let Some(t) = &self.token {

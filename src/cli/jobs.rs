@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::global::GlobalArgs;
 use super::output::print;
-use super::table::{pairs, Table};
+use super::table::{fit, pairs, WIDTH};
 use super::time::{duration_to_pb, human};
 use super::view::JobView;
 use super::CliError;
@@ -127,8 +127,9 @@ fn spec(e: Enqueue) -> Result<pb::JobSpec, CliError> {
             b
         }
         (Some(p), _) => p.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f)
-            .map_err(|err| CliError::usage(format!("--file {}: cannot read: {err}", f.display())))?,
+        (None, Some(f)) => std::fs::read(f).map_err(|err| {
+            CliError::usage(format!("--file {}: cannot read: {err}", f.display()))
+        })?,
         (None, None) => Vec::new(),
     };
     let mut metadata = HashMap::new();
@@ -142,7 +143,9 @@ fn spec(e: Enqueue) -> Result<pb::JobSpec, CliError> {
     }
     let content_type = match e.content_type {
         Some(ct) => ct,
-        None if !payload.is_empty() && serde_json::from_slice::<serde_json::Value>(&payload).is_ok() => {
+        None if !payload.is_empty()
+            && serde_json::from_slice::<serde_json::Value>(&payload).is_ok() =>
+        {
             "application/json".into()
         }
         None => String::new(),
@@ -196,32 +199,44 @@ pub(super) fn job_text(j: &JobView) -> String {
             "timeout",
             j.timeout.map(human).unwrap_or_else(|| "-".into()),
         ),
-        (
-            "backoff",
-            super::queues::backoff_text(j.backoff.as_ref()),
-        ),
+        ("backoff", super::queues::backoff_text(j.backoff.as_ref())),
         ("content_type", j.content_type.clone()),
         ("payload", payload),
     ]);
     let meta: Vec<String> = j.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    rows.push(("metadata", meta.join(" ")));
+    rows.push((
+        "metadata",
+        if meta.is_empty() {
+            "-".into()
+        } else {
+            meta.join(" ")
+        },
+    ));
     let mut s = pairs(&rows);
     if !j.errors.is_empty() {
-        s.push('\n');
-        let mut t = Table::new(&["ATTEMPT", "FAILED_AT", "ERROR_TYPE", "DISPOSITION", "MESSAGE"]);
+        s.push_str("\nerrors (oldest first):\n");
         for e in &j.errors {
-            t.row(vec![
-                e.attempt.to_string(),
+            let head = format!(
+                "  attempt {}  {}  {} ({})  worker {}",
+                e.attempt,
                 opt(&e.fail_time),
-                e.error_type.clone(),
+                e.error_type,
                 opt(&e.disposition),
-                e.message.clone(),
-            ]);
+                e.worker_id
+            );
+            s.push_str(&fit(&head, WIDTH));
+            s.push('\n');
+            let msg: String = e
+                .message
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            s.push_str(&fit(&format!("    {msg}"), WIDTH));
+            s.push('\n');
         }
-        s.push_str(&t.render());
         if j.errors_dropped > 0 {
             s.push_str(&format!(
-                "({} older failed attempts dropped from the history)\n",
+                "  ({} failed attempts between the first and these were dropped from the history)\n",
                 j.errors_dropped
             ));
         }

@@ -16,7 +16,7 @@ pub fn confirm(question: &str, yes: bool) -> Result<(), CliError> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Err(CliError::usage(format!(
-            "stdin is not a terminal, so this cannot be confirmed: {question} Add --yes to confirm (nothing was changed)"
+            "cannot ask {question:?}: stdin is not a terminal; add --yes to confirm (nothing was changed)"
         )));
     }
     let mut err = std::io::stderr().lock();

@@ -215,7 +215,10 @@ pub async fn run(a: QueuesArgs) -> Result<(), CliError> {
             if include_dead {
                 what.push_str(", dead-letter entries");
             }
-            prompt::confirm(&format!("Delete every one of the {what} of queue {queue}?"), yes)?;
+            prompt::confirm(
+                &format!("Delete every one of the {what} of queue {queue}?"),
+                yes,
+            )?;
             let deleted = c
                 .purge_queue(&queue, include_completed, include_dead)
                 .await?;
@@ -295,7 +298,10 @@ async fn config_set(c: &Client, s: ConfigSet, out: Format) -> Result<(), CliErro
         || s.dead_max_age.is_some();
     let rate_given = s.rate_limit_max.is_some() || s.rate_limit_period.is_some();
     let given = [
-        (ConfigField::DefaultMaxAttempts, s.default_max_attempts.is_some()),
+        (
+            ConfigField::DefaultMaxAttempts,
+            s.default_max_attempts.is_some(),
+        ),
         (ConfigField::DefaultBackoff, backoff_given),
         (ConfigField::DefaultTimeout, s.default_timeout.is_some()),
         (ConfigField::Retention, retention_given),
@@ -406,10 +412,28 @@ pub(super) fn backoff_text(b: Option<&BackoffView>) -> String {
     }
 }
 
+/// An age for people, `-` when there is nothing to be old.
+fn age(count: u64, secs: f64) -> String {
+    if count == 0 {
+        "-".into()
+    } else {
+        human(secs)
+    }
+}
+
 fn queue_table(qs: &[QueueStatsView]) -> String {
     let mut t = Table::new(&[
-        "QUEUE", "WAITING", "DELAYED", "ACTIVE", "COMPLETED", "DEAD", "OLDEST", "PAUSED", "WORKERS",
-    ]);
+        "QUEUE",
+        "WAITING",
+        "DELAYED",
+        "ACTIVE",
+        "COMPLETED",
+        "DEAD",
+        "OLDEST",
+        "PAUSED",
+        "WORKERS",
+    ])
+    .flex(0);
     for q in qs {
         t.row(vec![
             q.queue.clone(),
@@ -418,11 +442,7 @@ fn queue_table(qs: &[QueueStatsView]) -> String {
             q.active.to_string(),
             q.completed.to_string(),
             q.dead.to_string(),
-            if q.waiting == 0 {
-                "-".into()
-            } else {
-                human(q.oldest_waiting_age)
-            },
+            age(q.waiting, q.oldest_waiting_age),
             if q.paused { "yes" } else { "no" }.into(),
             q.workers_connected.to_string(),
         ]);
@@ -439,8 +459,8 @@ fn stats_pairs(s: &QueueStatsView) -> String {
         ("active", s.active.to_string()),
         ("completed", s.completed.to_string()),
         ("dead", s.dead.to_string()),
-        ("oldest waiting", human(s.oldest_waiting_age)),
-        ("oldest dead", human(s.oldest_dead_age)),
+        ("oldest_waiting_age", age(s.waiting, s.oldest_waiting_age)),
+        ("oldest_dead_age", age(s.dead, s.oldest_dead_age)),
         ("workers", s.workers_connected.to_string()),
     ];
     rows.extend(config_rows(&s.config));
@@ -453,19 +473,13 @@ fn config_rows(c: &QueueConfigView) -> Vec<(&'static str, String)> {
         ("default_max_attempts", dash(c.default_max_attempts)),
         ("default_backoff", backoff_text(c.default_backoff.as_ref())),
         ("default_timeout", dur(c.default_timeout)),
+        ("keep_completed", dash(r.and_then(|r| r.keep_completed))),
         (
-            "retention",
-            match r {
-                None => "-".into(),
-                Some(r) => format!(
-                    "keep_completed {}, completed_max_age {}, keep_dead {}, dead_max_age {}",
-                    dash(r.keep_completed),
-                    dur(r.completed_max_age),
-                    dash(r.keep_dead),
-                    dur(r.dead_max_age)
-                ),
-            },
+            "completed_max_age",
+            dur(r.and_then(|r| r.completed_max_age)),
         ),
+        ("keep_dead", dash(r.and_then(|r| r.keep_dead))),
+        ("dead_max_age", dur(r.and_then(|r| r.dead_max_age))),
         (
             "rate_limit",
             match &c.rate_limit {

@@ -1,7 +1,8 @@
 //! Plain tables in the style of `kubectl get`: a header row in capitals, columns separated by
 //! two spaces, no borders, every line at most [`WIDTH`] display columns. When the columns do
-//! not fit, the widest column gives up width first (never below [`MIN_COL`]), and a cell
-//! longer than its column ends in "…". Control characters in cells (newlines of an error
+//! not fit, the column marked flexible (a free-text one such as an error message) gives up
+//! width first, down to [`MIN_FLEX`], then the widest column (never below [`MIN_COL`]); a
+//! cell longer than its column ends in "…". Control characters in cells (newlines of an error
 //! message) print as spaces, so one row is one line.
 //!
 //! (comfy-table was the library candidate; its dynamic arrangement wraps cells onto more
@@ -13,6 +14,8 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 pub const WIDTH: usize = 100;
 /// A column is never squeezed below this many display columns.
 pub const MIN_COL: usize = 6;
+/// The flexible column shrinks alone down to this width.
+pub const MIN_FLEX: usize = 20;
 const GAP: &str = "  ";
 
 /// A table: a header and rows of cells.
@@ -20,6 +23,7 @@ const GAP: &str = "  ";
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
+    flex: Option<usize>,
 }
 
 impl Table {
@@ -28,7 +32,14 @@ impl Table {
         Table {
             header: header.iter().map(|h| (*h).to_owned()).collect(),
             rows: Vec::new(),
+            flex: None,
         }
+    }
+
+    /// Marks column `i` as the one that gives up width first.
+    pub fn flex(mut self, i: usize) -> Table {
+        self.flex = Some(i);
+        self
     }
 
     /// Adds a row (missing cells are empty, extra ones dropped).
@@ -52,6 +63,13 @@ impl Table {
             .collect();
         let budget = WIDTH.saturating_sub(GAP.len() * n.saturating_sub(1));
         while widths.iter().sum::<usize>() > budget {
+            if let Some(f) = self
+                .flex
+                .filter(|f| widths.get(*f).is_some_and(|w| *w > MIN_FLEX))
+            {
+                widths[f] -= 1;
+                continue;
+            }
             let Some((i, w)) = widths
                 .iter()
                 .enumerate()
@@ -133,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_wide_table_fits_100_columns_with_ellipses() {
-        let mut t = Table::new(&["JOB_ID", "NAME", "MESSAGE"]);
+        let mut t = Table::new(&["JOB_ID", "NAME", "MESSAGE"]).flex(2);
         t.row(vec![
             "0193a7c4-1d2e-7f00-8000-0123456789ab".into(),
             "send-welcome-email".into(),
@@ -149,13 +167,22 @@ mod tests {
         assert!(lines[1].ends_with('…'), "{}", lines[1]);
         assert!(lines[1].starts_with("0193a7c4-1d2e-7f00-8000-0123456789ab  send-welcome-email"));
         assert!(lines[0].starts_with("JOB_ID"));
+        assert!(
+            lines[1].width() == WIDTH,
+            "only the flexible column was cut"
+        );
         assert!(lines[2].ends_with("ok"));
     }
 
     #[test]
     fn many_wide_columns_share_the_width() {
         let mut t = Table::new(&["A", "B", "C", "D"]);
-        t.row(vec!["é".repeat(80), "b".repeat(80), "c".repeat(10), "d".into()]);
+        t.row(vec![
+            "é".repeat(80),
+            "b".repeat(80),
+            "c".repeat(10),
+            "d".into(),
+        ]);
         for line in t.render().lines() {
             assert!(line.width() <= WIDTH, "{line}");
         }

@@ -75,8 +75,11 @@ pub fn human(secs: f64) -> String {
     let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
     match (d, h, m) {
         (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) if s == 0 => format!("{m}m"),
         (0, 0, _) => format!("{m}m{s}s"),
+        (0, _, 0) => format!("{h}h"),
         (0, _, _) => format!("{h}h{m}m"),
+        (_, 0, _) => format!("{d}d"),
         _ => format!("{d}d{h}h"),
     }
 }
@@ -107,5 +110,8 @@ mod tests {
         assert_eq!(human(192.0), "3m12s");
         assert_eq!(human(5.0 * 3600.0 + 240.0), "5h4m");
         assert_eq!(human(2.0 * 86_400.0 + 3.0 * 3600.0), "2d3h");
+        assert_eq!(human(30.0 * 86_400.0), "30d");
+        assert_eq!(human(3600.0), "1h");
+        assert_eq!(human(120.0), "2m");
     }
 }

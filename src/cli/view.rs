@@ -124,7 +124,9 @@ pub struct RateLimitView {
 
 /// `pb` enum name -> lowercase without the prefix (`JOB_STATE_DEAD` -> `dead`).
 fn enum_name(full: &str, prefix: &str) -> String {
-    full.strip_prefix(prefix).unwrap_or(full).to_ascii_lowercase()
+    full.strip_prefix(prefix)
+        .unwrap_or(full)
+        .to_ascii_lowercase()
 }
 
 /// The state of a job as printed.
@@ -192,7 +194,11 @@ impl From<&pb::Job> for JobView {
             payload_encoding,
             payload,
             content_type: j.content_type.clone(),
-            metadata: j.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            metadata: j
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             priority: j.priority,
             max_attempts: j.max_attempts,
             attempts_made: j.attempts_made,
@@ -245,7 +251,7 @@ impl From<&pb::QueueStats> for QueueStatsView {
             oldest_dead_age: seconds(s.oldest_dead_age.as_ref()).unwrap_or(0.0),
             paused: s.paused,
             workers_connected: s.workers_connected,
-            config: QueueConfigView::from(&s.config.clone().unwrap_or_default()),
+            config: QueueConfigView::from(&s.config.unwrap_or_default()),
         }
     }
 }
