@@ -8,7 +8,7 @@ import (
 	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
 )
 
-// Thin wrappers of DeadLetterService and QueueService. The full request messages are in the
+// Thin wrappers of DeadLetterService, QueueService and JobService.ListJobs. The full request messages are in the
 // generated package (the Dead and Queues fields of Client call them directly).
 
 // ListDeadLetters lists a queue's dead jobs, oldest death first: every page (100 jobs per
@@ -29,6 +29,17 @@ func (c *Client) ListDeadLetters(ctx context.Context, queue string, filter *pb.D
 			return out, nil
 		}
 	}
+}
+
+// ListJobs reads one page of a queue's jobs in state (WAITING, DELAYED, ACTIVE, COMPLETED or
+// DEAD), in that state's order: waiting in lease order, delayed by due time, active by lease
+// deadline, completed by finish time, dead by death time. Jobs come without their payload
+// (GetJob has it). pageSize 0 is the server's default (100); pass the response's
+// NextPageToken for the next page, until it is empty. filter may be nil (all).
+func (c *Client) ListJobs(ctx context.Context, queue string, state pb.JobState, pageSize int32, pageToken string, filter *pb.ListJobsFilter) (*pb.ListJobsResponse, error) {
+	return c.Jobs.ListJobs(ctx, &pb.ListJobsRequest{
+		Queue: queue, State: state, PageSize: pageSize, PageToken: pageToken, Filter: filter,
+	})
 }
 
 // GetDeadLetter reads one dead job.
@@ -53,6 +64,13 @@ func (c *Client) DeleteDeadLetters(ctx context.Context, queue string, jobIDs []s
 func (c *Client) ListQueues(ctx context.Context) ([]*pb.QueueStats, error) {
 	resp, err := c.Queues.ListQueues(ctx, &pb.ListQueuesRequest{})
 	return resp.GetQueues(), err
+}
+
+// ListWorkers lists every replica's worker streams (replica, stream id, worker id, queues,
+// free credits, held leases, connected since, last heard); queue non-empty: only the streams
+// that lease from it. Other replicas' streams are up to one report interval (5 s) old.
+func (c *Client) ListWorkers(ctx context.Context, queue string) (*pb.ListWorkersResponse, error) {
+	return c.Queues.ListWorkers(ctx, &pb.ListWorkersRequest{Queue: queue})
 }
 
 // QueueStats reads a queue's counts per state, ages, limits and whether it is paused.

@@ -265,3 +265,58 @@ func (quotaExceeded) ErrorType() string { return "quota_exceeded" }
 type net429 struct{}
 
 func (*net429) Error() string { return "429 too many requests" }
+
+func TestListJobsPagesAndListWorkersShowsTheStream(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	for _, e := range []struct {
+		id  string
+		pri int32
+	}{{"a", 0}, {"b", 0}, {"hi", 5}} {
+		if _, err := c.Enqueue(ctx, "listing", "x", []byte("payload"), jobwire.JobID(e.id), jobwire.Priority(e.pri)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Lease order over two pages: the priority-5 job first, then FIFO; no payloads.
+	first, err := c.ListJobs(ctx, "listing", pb.JobState_JOB_STATE_WAITING, 2, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.GetJobs()) != 2 || first.GetJobs()[0].GetJobId() != "hi" || first.GetJobs()[1].GetJobId() != "a" ||
+		len(first.GetJobs()[0].GetPayload()) != 0 || first.GetNextPageToken() == "" {
+		t.Fatalf("page 1: %v", first)
+	}
+	second, err := c.ListJobs(ctx, "listing", pb.JobState_JOB_STATE_WAITING, 2, first.GetNextPageToken(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.GetJobs()) != 1 || second.GetJobs()[0].GetJobId() != "b" {
+		t.Fatalf("page 2: %v", second)
+	}
+	named, err := c.ListJobs(ctx, "listing", pb.JobState_JOB_STATE_WAITING, 0, "", &pb.ListJobsFilter{Name: "other"})
+	if err != nil || len(named.GetJobs()) != 0 {
+		t.Fatalf("filtered by another name: %v %v", named, err)
+	}
+	if _, err := c.ListJobs(ctx, "listing", pb.JobState_JOB_STATE_UNSPECIFIED, 0, "", nil); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no state: %v, want INVALID_ARGUMENT", err)
+	}
+
+	w := jobwire.NewWorker(c, jobwire.WorkerOptions{Queues: []string{"idle-q"}, Concurrency: 3, WorkerID: "go-lister", DisableSignalHandling: true})
+	runWorker(t, w)
+	var stream *pb.WorkerStream
+	eventually(t, 10*time.Second, "the worker's stream listed", func() bool {
+		r, err := c.ListWorkers(ctx, "idle-q")
+		if err != nil {
+			t.Fatalf("ListWorkers: %v", err)
+		}
+		if len(r.GetStreams()) == 1 {
+			stream = r.GetStreams()[0]
+		}
+		return stream != nil
+	})
+	if stream.GetWorkerId() != "go-lister" || stream.GetCredits() != 3 || stream.GetHeldLeases() != 0 ||
+		len(stream.GetQueues()) != 1 || stream.GetQueues()[0] != "idle-q" || stream.GetReplicaId() == "" {
+		t.Fatalf("stream: %v", stream)
+	}
+}

@@ -9,9 +9,9 @@ import { DeadLetters, Queues } from "./admin.js";
 import { call, DEFAULT_RETRY, openChannel, type CallSettings, type ChannelSettings, type RetryPolicy, type UnaryMethod } from "./channel.js";
 import { encodePayload, msToDuration, type Payload } from "./convert.js";
 import { DeadLetterServiceClient } from "./gen/jobwire/v1/dead_letter_service.js";
-import { Backoff as PbBackoff, BackoffKind, Job, JobSpec } from "./gen/jobwire/v1/job.js";
-import { JobServiceClient } from "./gen/jobwire/v1/job_service.js";
-import { QueueServiceClient } from "./gen/jobwire/v1/queue_service.js";
+import { Backoff as PbBackoff, BackoffKind, Job, JobSpec, JobState } from "./gen/jobwire/v1/job.js";
+import { JobServiceClient, ListJobsFilter, type ListJobsResponse } from "./gen/jobwire/v1/job_service.js";
+import { QueueServiceClient, type ListWorkersResponse } from "./gen/jobwire/v1/queue_service.js";
 import { WorkerServiceClient } from "./gen/jobwire/v1/worker_service.js";
 import { consoleLogger, type Logger } from "./logger.js";
 
@@ -199,6 +199,38 @@ export class Client {
     const res = await this.unary(this.stubs.jobs.getJob.bind(this.stubs.jobs), { queue, jobId }, true, s);
     if (res.job === undefined) throw new Error("GetJob answered without a job");
     return res.job;
+  }
+
+  /**
+   * One page of `queue`'s jobs in `state` (WAITING, DELAYED, ACTIVE, COMPLETED or DEAD), in
+   * that state's order: waiting in lease order, delayed by due time, active by lease deadline,
+   * completed by finish time, dead by death time. Jobs come without their payload
+   * ({@link Client.getJob} has it). `pageSize` 1 to 1000 (default 100); pass the response's
+   * `nextPageToken` for the next page, until it is empty. `filter`: the job name and an
+   * `after` / `before` time range over that same time.
+   */
+  listJobs(
+    queue: string,
+    state: JobState,
+    o: { pageSize?: number; pageToken?: string; filter?: Partial<ListJobsFilter> } & CallSettings = {},
+  ): Promise<ListJobsResponse> {
+    const req = {
+      queue,
+      state,
+      pageSize: o.pageSize ?? 0,
+      pageToken: o.pageToken ?? "",
+      filter: o.filter === undefined ? undefined : ListJobsFilter.fromPartial(o.filter),
+    };
+    return this.unary(this.stubs.jobs.listJobs.bind(this.stubs.jobs), req, true, o);
+  }
+
+  /**
+   * Every replica's worker streams (replica, stream id, worker id, queues, free credits, held
+   * leases, connected since, last heard); with `queue`, only the streams that lease from it.
+   * Other replicas' streams are up to one report interval (5 s) old.
+   */
+  listWorkers(queue = "", s: CallSettings = {}): Promise<ListWorkersResponse> {
+    return this.unary(this.stubs.queues.listWorkers.bind(this.stubs.queues), { queue }, true, s);
   }
 
   /** Resolves once the channel is connected; rejects after `timeoutMs` (default 10 s). */

@@ -1,9 +1,9 @@
 /** The producer Client against a real jobwire: enqueue options, dedupe, batches, reads, admin wrappers. */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { Client, pb, status } from "../src/index.js";
+import { Client, Worker, pb, status } from "../src/index.js";
 import type { JobwireServer } from "../src/testing/index.js";
-import { serverAndClient, uniqueQueue } from "./helpers.js";
+import { eventually, serverAndClient, testLogger, uniqueQueue } from "./helpers.js";
 
 describe("Client", () => {
   let server: JobwireServer;
@@ -95,6 +95,40 @@ describe("Client", () => {
     assert.equal(stats.waiting + stats.delayed, 0);
     const del = await client.queues.delete(queue);
     assert.equal(del.waiting, 0);
+  });
+
+  it("lists a state's jobs page by page (listJobs) and the worker streams (listWorkers)", async () => {
+    const queue = uniqueQueue("listing");
+    for (const [jobId, priority] of [["a", 0], ["b", 0], ["hi", 5]] as const) {
+      await client.enqueue(queue, "x", "payload", { jobId, priority });
+    }
+    // Lease order over two pages: the priority-5 job first, then FIFO; no payloads.
+    const first = await client.listJobs(queue, pb.JobState.JOB_STATE_WAITING, { pageSize: 2 });
+    assert.deepEqual(first.jobs.map((j) => j.jobId), ["hi", "a"]);
+    assert.equal(first.jobs[0]?.payload.length, 0);
+    const second = await client.listJobs(queue, pb.JobState.JOB_STATE_WAITING, { pageSize: 2, pageToken: first.nextPageToken });
+    assert.deepEqual(second.jobs.map((j) => j.jobId), ["b"]);
+    const named = await client.listJobs(queue, pb.JobState.JOB_STATE_WAITING, { filter: { name: "other" } });
+    assert.equal(named.jobs.length, 0);
+    await assert.rejects(
+      client.listJobs(queue, pb.JobState.JOB_STATE_UNSPECIFIED),
+      (e: { code: status }) => e.code === status.INVALID_ARGUMENT,
+    );
+
+    const idle = uniqueQueue("idle");
+    const worker = new Worker(client, { queues: [idle], concurrency: 3, workerId: "node-lister", handleSignals: false, logger: testLogger }).handle(
+      "x",
+      () => undefined,
+    );
+    const running = worker.run();
+    const stream = await eventually("the worker's stream listed", async () => (await client.listWorkers(idle)).streams[0]);
+    assert.equal(stream.workerId, "node-lister");
+    assert.deepEqual(stream.queues, [idle]);
+    assert.equal(stream.credits, 3);
+    assert.equal(stream.heldLeases, 0);
+    assert.ok(stream.replicaId !== "" && stream.streamId.startsWith(`${stream.replicaId}/`));
+    await worker.close();
+    await running;
   });
 
   it("retries an idempotent call while the server is unreachable, then fails UNAVAILABLE", async () => {

@@ -161,6 +161,50 @@ async def test_queue_and_dead_letter_wrappers(client: jobwire.Client, queue: str
     assert await client.queues.purge(queue) == 1
 
 
+async def test_list_jobs_pages_and_list_workers_shows_the_stream(client: jobwire.Client, queue: str) -> None:
+    for job_id, priority in [("a", 0), ("b", 0), ("hi", 5)]:
+        await client.enqueue(queue, "x", b"payload", job_id=job_id, priority=priority)
+    # Lease order over two pages: the priority-5 job first, then FIFO; no payloads.
+    first = await client.list_jobs(queue, pb.JOB_STATE_WAITING, page_size=2)
+    assert [j.job_id for j in first.jobs] == ["hi", "a"]
+    assert first.jobs[0].payload == b""
+    token = first.next_page_token
+    second = await client.list_jobs(queue, pb.JOB_STATE_WAITING, page_size=2, page_token=token)
+    assert [j.job_id for j in second.jobs] == ["b"]
+    assert [j.job_id async for j in client.iterate_jobs(queue, pb.JOB_STATE_WAITING)] == ["hi", "a", "b"]
+    other = pb.ListJobsFilter(name="other")
+    assert (await client.list_jobs(queue, pb.JOB_STATE_WAITING, filter=other)).jobs == []
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.list_jobs(queue, pb.JOB_STATE_UNSPECIFIED)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    idle = f"{queue}-idle"
+    worker = jobwire.Worker(client, [idle], concurrency=3, worker_id="py-lister", handle_signals=False)
+
+    @worker.handler("x")
+    async def nothing(ctx: jobwire.JobContext) -> None:
+        return None
+
+    task = asyncio.create_task(worker.run())
+    try:
+        streams: list[pb.WorkerStream] = []
+
+        async def listed() -> bool:
+            streams[:] = (await client.list_workers(idle)).streams
+            return len(streams) == 1
+
+        deadline = asyncio.get_running_loop().time() + 15
+        while not await listed():
+            assert asyncio.get_running_loop().time() < deadline, "the worker's stream was never listed"
+            await asyncio.sleep(0.05)
+        s = streams[0]
+        assert (s.worker_id, list(s.queues), s.credits, s.held_leases) == ("py-lister", [idle], 3, 0)
+        assert s.stream_id.startswith(f"{s.replica_id}/")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
 def test_sync_client(server: JobwireServer, queue: str) -> None:
     with jobwire.sync.Client(server.target) as c:
         c.wait_ready()
@@ -168,6 +212,8 @@ def test_sync_client(server: JobwireServer, queue: str) -> None:
         assert json.loads(c.get_job(queue, "s1").payload) == [1, 2]
         assert c.queues.stats(queue).waiting == 1
         assert c.dead_letters.list(queue) == []
+        assert [j.job_id for j in c.list_jobs(queue, pb.JOB_STATE_WAITING).jobs] == ["s1"]
+        assert list(c.list_workers(queue).streams) == []
         with pytest.raises(grpc.RpcError) as err:
             c.get_job(queue, "missing")
         assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -164,6 +164,33 @@ impl Client {
         Ok(r.job.unwrap_or_default())
     }
 
+    /// One page of `queue`'s jobs in `state` (WAITING, DELAYED, ACTIVE, COMPLETED or DEAD),
+    /// in that state's order (waiting in lease order, delayed by due time, active by lease
+    /// deadline, completed by finish time, dead by death time), without payloads (`get_job`
+    /// has them); `page_size` 0: the server's default (100). Pass the response's
+    /// `next_page_token` for the next page; only an empty one ends the walk.
+    pub async fn list_jobs(
+        &self,
+        queue: &str,
+        state: pb::JobState,
+        page_size: i32,
+        page_token: &str,
+        filter: Option<pb::ListJobsFilter>,
+    ) -> Result<pb::ListJobsResponse, Error> {
+        let req = pb::ListJobsRequest {
+            queue: queue.into(),
+            state: state as i32,
+            page_size,
+            page_token: page_token.into(),
+            filter,
+        };
+        retry_unavailable(|| {
+            let (mut c, req) = (self.jobs(), req.clone());
+            async move { c.list_jobs(req).await }
+        })
+        .await
+    }
+
     /// One page of `queue`'s dead letters (newest first; `page_size` 0: the server's
     /// default). Pass the response's `next_page_token` for the next page.
     pub async fn list_dead_letters(
@@ -247,6 +274,18 @@ impl Client {
         })
         .await?;
         Ok(r.queues)
+    }
+
+    /// Every replica's worker streams (replica, stream id, worker id, queues, free credits,
+    /// held leases, connected since, last heard); `queue` non-empty: only the streams that
+    /// lease from it. Other replicas' streams are up to one report interval (5 s) old.
+    pub async fn list_workers(&self, queue: &str) -> Result<pb::ListWorkersResponse, Error> {
+        let queue = queue.to_owned();
+        retry_unavailable(|| {
+            let (mut c, queue) = (self.queues(), queue.clone());
+            async move { c.list_workers(pb::ListWorkersRequest { queue }).await }
+        })
+        .await
     }
 
     /// `queue`'s counts (waiting, delayed, active, completed, dead) and paused flag.

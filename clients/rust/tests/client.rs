@@ -124,3 +124,77 @@ async fn queue_wrappers_pause_configure_purge_and_delete() {
     );
     client.delete_queue(&q, true).await.expect("delete");
 }
+
+#[tokio::test]
+async fn list_jobs_pages_a_state_and_list_workers_shows_the_stream() {
+    let server = support::server(&[]).await;
+    let client = server.client().await.expect("connect");
+    let q = support::queue("listing");
+    for (id, priority) in [("a", 0), ("b", 0), ("hi", 5)] {
+        client
+            .enqueue(
+                &q,
+                "x",
+                b"payload".to_vec(),
+                EnqueueOptions {
+                    job_id: Some(id.into()),
+                    priority,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("enqueue");
+    }
+    // Lease order, two pages of two: the priority-5 job first, then FIFO.
+    let first = client
+        .list_jobs(&q, pb::JobState::Waiting, 2, "", None)
+        .await
+        .expect("page 1");
+    let ids: Vec<&str> = first.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(ids, ["hi", "a"]);
+    assert!(first.jobs[0].payload.is_empty(), "no payload in a listing");
+    let second = client
+        .list_jobs(&q, pb::JobState::Waiting, 2, &first.next_page_token, None)
+        .await
+        .expect("page 2");
+    assert_eq!(second.jobs.len(), 1);
+    assert_eq!(second.jobs[0].job_id, "b");
+    let named = client
+        .list_jobs(
+            &q,
+            pb::JobState::Waiting,
+            0,
+            "",
+            Some(pb::ListJobsFilter {
+                name: "other".into(),
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("filtered");
+    assert!(named.jobs.is_empty());
+    let bad = client
+        .list_jobs(&q, pb::JobState::Unspecified, 0, "", None)
+        .await
+        .expect_err("a state is required");
+    assert_eq!(bad.code(), Some(tonic::Code::InvalidArgument));
+
+    // A raw stream with 4 credits leases all three jobs: 3 held, 1 credit free.
+    let (_tx, mut leases) = client
+        .subscribe(std::slice::from_ref(&q), 4, "rust-lister")
+        .await
+        .expect("subscribe");
+    for _ in 0..3 {
+        match leases.next().await.expect("stream") {
+            Some(jobwire_client::StreamEvent::Lease(_)) => {}
+            other => panic!("expected a lease, got {other:?}"),
+        }
+    }
+    let workers = client.list_workers(&q).await.expect("list workers");
+    assert_eq!(workers.streams.len(), 1, "{workers:?}");
+    let w = &workers.streams[0];
+    assert_eq!(w.worker_id, "rust-lister");
+    assert_eq!(w.queues, std::slice::from_ref(&q));
+    assert_eq!((w.credits, w.held_leases), (1, 3));
+    assert_eq!(workers.replicas.iter().filter(|r| r.answered).count(), 1);
+}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -175,3 +175,53 @@ class Client:
             return await self.jobs.GetJob(request, timeout=self.timeout)
 
         return (await retry_unavailable(call, self.unavailable_tries)).job
+
+    async def list_jobs(
+        self,
+        queue: str,
+        state: pb.JobState.ValueType,
+        *,
+        page_size: int = 100,
+        page_token: str = "",
+        filter: pb.ListJobsFilter | None = None,
+    ) -> pb.ListJobsResponse:
+        """One page of ``queue``'s jobs in ``state`` (``jobwire.pb.JOB_STATE_WAITING``, ``DELAYED``,
+        ``ACTIVE``, ``COMPLETED`` or ``DEAD``), in that state's order: waiting in lease order,
+        delayed by due time, active by lease deadline, completed by finish time, dead by death
+        time. Jobs come without their payload (:meth:`get_job` has it). ``filter``: a
+        ``jobwire.pb.ListJobsFilter`` (name, ``after`` / ``before`` over that same time). Pass
+        ``next_page_token`` on until it is empty."""
+        request = pb.ListJobsRequest(
+            queue=queue, state=state, page_size=page_size, page_token=page_token, filter=filter
+        )
+
+        async def call() -> pb.ListJobsResponse:
+            return await self.jobs.ListJobs(request, timeout=self.timeout)
+
+        return await retry_unavailable(call, self.unavailable_tries)
+
+    async def iterate_jobs(
+        self, queue: str, state: pb.JobState.ValueType, *, filter: pb.ListJobsFilter | None = None
+    ) -> AsyncIterator[pb.Job]:
+        """Every job of ``queue`` in ``state`` (matching ``filter``), page after page."""
+        token = ""
+        while True:
+            page = await self.list_jobs(queue, state, page_size=1000, page_token=token, filter=filter)
+            for job in page.jobs:
+                yield job
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def list_workers(self, queue: str = "") -> pb.ListWorkersResponse:
+        """Every replica's worker streams (replica, stream id, worker id, queues, free credits,
+        held leases, connected since, last heard); with ``queue``, only the streams that lease
+        from it. Other replicas' streams are up to one report interval (5 s) old."""
+        request = pb.ListWorkersRequest(queue=queue)
+
+        stub: pb.QueueServiceAsyncStub = pb.QueueServiceStub(self.channel)
+
+        async def call() -> pb.ListWorkersResponse:
+            return await stub.ListWorkers(request, timeout=self.timeout)
+
+        return await retry_unavailable(call, self.unavailable_tries)

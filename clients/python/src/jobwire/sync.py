@@ -157,6 +157,24 @@ class Client:
         """See :meth:`jobwire.Client.get_job`."""
         return self._loop.run(self._client.get_job(queue, job_id))
 
+    def list_jobs(
+        self,
+        queue: str,
+        state: pb.JobState.ValueType,
+        *,
+        page_size: int = 100,
+        page_token: str = "",
+        filter: pb.ListJobsFilter | None = None,
+    ) -> pb.ListJobsResponse:
+        """See :meth:`jobwire.Client.list_jobs` (one page)."""
+        return self._loop.run(
+            self._client.list_jobs(queue, state, page_size=page_size, page_token=page_token, filter=filter)
+        )
+
+    def list_workers(self, queue: str = "") -> pb.ListWorkersResponse:
+        """See :meth:`jobwire.Client.list_workers`."""
+        return self._loop.run(self._client.list_workers(queue))
+
     @property
     def dead_letters(self) -> Any:
         """:class:`jobwire.client.DeadLetters`, each method blocking (``list`` reads every page)."""
