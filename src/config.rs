@@ -46,8 +46,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load a running server and report throughput, latency and CPU per job.
     Bench(crate::bench::BenchArgs),
-    /// The operator commands (`queues`, `jobs`, `dlq`, `token`): gRPC clients of a
-    /// running server (see docs/cli.md).
+    /// The operator commands (`queues`, `jobs`, `dlq`, `workers`, `token`): gRPC clients
+    /// of a running server (see docs/cli.md).
     #[command(flatten)]
     Operator(crate::cli::Command),
 }

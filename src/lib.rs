@@ -14,8 +14,8 @@
 //! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
 //!   `main` and for the tests.
 //! - [`bench`]: `jobwire bench`, a load generator and BullMQ-comparable report.
-//! - [`cli`]: the operator's commands (`queues`, `jobs`, `dlq`, `token`): gRPC clients of a
-//!   running server on the Rust SDK, never touching Redis.
+//! - [`cli`]: the operator's commands (`queues`, `jobs`, `dlq`, `workers`, `token`): gRPC
+//!   clients of a running server on the Rust SDK, never touching Redis.
 //! - [`config`], [`telemetry`], [`shutdown`], [`http`], [`redis_embedded`]: process plumbing.
 
 pub mod abuse;

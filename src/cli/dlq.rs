@@ -12,7 +12,7 @@ use super::global::GlobalArgs;
 use super::jobs::job_text;
 use super::output::print;
 use super::table::Table;
-use super::time::{human, parse_time, to_pb};
+use super::time::{parse_time, relative, to_pb};
 use super::view::JobView;
 use super::CliError;
 
@@ -147,12 +147,7 @@ struct DeadList {
 impl DeadList {
     /// How long ago `j` died, for people (`3m12s ago`).
     fn died_ago(&self, j: &JobView) -> String {
-        j.finish_time
-            .as_deref()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .and_then(|t| self.now.duration_since(t).ok())
-            .map(|d| format!("{} ago", human(d.as_secs_f64())))
-            .unwrap_or_else(|| "-".into())
+        relative(j.finish_time.as_deref(), self.now)
     }
 }
 

@@ -1,4 +1,5 @@
-//! `jobwire jobs get|enqueue`, and the job rendering `dlq show` shares.
+//! `jobwire jobs get|enqueue` (and `list`, in `jobs_list`), and the job rendering
+//! `dlq show` shares.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -37,6 +38,8 @@ enum JobsCommand {
     },
     /// Enqueue a job (producer).
     Enqueue(Enqueue),
+    /// A queue's jobs in one state, paged and filtered, without payloads (viewer).
+    List(super::jobs_list::List),
 }
 
 /// `jobwire jobs enqueue <queue> <name> [PAYLOAD | --file F | -]`.
@@ -82,6 +85,7 @@ pub async fn run(a: JobsArgs) -> Result<(), CliError> {
             let job = JobView::from(&c.get_job(&queue, &job_id).await?);
             print(out, &job, job_text)
         }
+        JobsCommand::List(l) => super::jobs_list::run(l, || a.global.connect(), out).await,
         JobsCommand::Enqueue(e) => {
             // Local input first: a bad file or pair fails before connecting.
             let spec = spec(e)?;

@@ -10,14 +10,15 @@
 //! - [`view`]: the JSON/YAML shapes (serde structs; the stable script interface).
 //! - [`table`], [`output`]: tables that fit 100 columns, and printing in the chosen format.
 //! - [`time`], [`prompt`]: RFC 3339 or relative times; confirmations on a terminal only.
-//! - [`queues`], [`jobs`], [`dlq`] (+ [`bulk`]), [`workers`], [`token`]: one file per
-//!   command group.
+//! - [`queues`], [`jobs`] (+ [`jobs_list`]), [`dlq`] (+ [`bulk`]), [`workers`], [`token`]:
+//!   one file per command group.
 
 pub mod bulk;
 pub mod dlq;
 pub mod exit;
 pub mod global;
 pub mod jobs;
+pub mod jobs_list;
 pub mod output;
 pub mod prompt;
 pub mod queues;
@@ -25,6 +26,7 @@ pub mod table;
 pub mod time;
 pub mod token;
 pub mod view;
+pub mod workers;
 
 use clap::Subcommand;
 
@@ -37,10 +39,12 @@ pub use global::GlobalArgs;
 pub enum Command {
     /// Queues: list, stats, pause, resume, purge, config, delete.
     Queues(queues::QueuesArgs),
-    /// Jobs: get one, enqueue one.
+    /// Jobs: get one, enqueue one, list a state's jobs.
     Jobs(jobs::JobsArgs),
     /// The dead-letter queue: list, show, replay, delete (by id or by filter).
     Dlq(dlq::DlqArgs),
+    /// Worker streams of every replica.
+    Workers(workers::WorkersArgs),
     /// Bearer tokens for the auth file (`token new`); needs no server.
     Token(token::TokenArgs),
 }
@@ -52,6 +56,7 @@ pub async fn run(command: Command) -> i32 {
         Command::Queues(a) => queues::run(a).await,
         Command::Jobs(a) => jobs::run(a).await,
         Command::Dlq(a) => dlq::run(a).await,
+        Command::Workers(a) => workers::run(a).await,
         Command::Token(a) => {
             // Unchanged from before the CLI: a bad --id exits 64 (EX_USAGE).
             return match token::run(&a) {

@@ -66,6 +66,18 @@ pub fn seconds(d: Option<&prost_types::Duration>) -> Option<f64> {
     d.map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 
+/// An RFC 3339 time (as [`rfc3339`] prints it) relative to `now`, for people: `3m12s ago`,
+/// `in 5m`; `-` for none.
+pub fn relative(t: Option<&str>, now: SystemTime) -> String {
+    let Some(t) = t.and_then(|t| humantime::parse_rfc3339(t).ok()) else {
+        return "-".into();
+    };
+    match now.duration_since(t) {
+        Ok(d) => format!("{} ago", human(d.as_secs_f64())),
+        Err(e) => format!("in {}", human(e.duration().as_secs_f64())),
+    }
+}
+
 /// A duration for people: `950ms`, `42s`, `3m12s`, `5h4m`, `2d3h`.
 pub fn human(secs: f64) -> String {
     if secs < 1.0 {
@@ -101,6 +113,15 @@ mod tests {
         let e = parse_time("--dead-before", "yesterday-ish", now).expect_err("bad");
         assert_eq!(e.exit_code(), super::super::exit::USAGE);
         assert!(e.to_string().starts_with("--dead-before \"yesterday-ish\""));
+    }
+
+    #[test]
+    fn relative_times_say_ago_or_in() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t = |secs: u64| rfc3339(Some(&to_pb(UNIX_EPOCH + Duration::from_secs(secs))));
+        assert_eq!(relative(t(1_800_000_000 - 90).as_deref(), now), "1m30s ago");
+        assert_eq!(relative(t(1_800_000_000 + 300).as_deref(), now), "in 5m");
+        assert_eq!(relative(None, now), "-");
     }
 
     #[test]

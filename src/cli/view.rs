@@ -122,6 +122,71 @@ pub struct RateLimitView {
     pub period: Option<f64>,
 }
 
+/// One worker stream on one replica (ListWorkers).
+#[derive(Debug, Serialize)]
+pub struct WorkerStreamView {
+    pub replica_id: String,
+    pub stream_id: String,
+    pub worker_id: String,
+    pub queues: Vec<String>,
+    pub credits: u32,
+    pub held_leases: u32,
+    /// At most 100 (held_leases counts them all).
+    pub leases: Vec<HeldLeaseView>,
+    pub connect_time: Option<String>,
+    pub last_heard_time: Option<String>,
+    pub draining: bool,
+}
+
+/// A lease a worker stream holds.
+#[derive(Debug, Serialize)]
+pub struct HeldLeaseView {
+    pub queue: String,
+    pub job_id: String,
+}
+
+/// A replica that reported its streams (ListWorkers).
+#[derive(Debug, Serialize)]
+pub struct ReplicaView {
+    pub replica_id: String,
+    pub snapshot_time: Option<String>,
+    pub answered: bool,
+}
+
+impl From<&pb::WorkerStream> for WorkerStreamView {
+    fn from(w: &pb::WorkerStream) -> WorkerStreamView {
+        WorkerStreamView {
+            replica_id: w.replica_id.clone(),
+            stream_id: w.stream_id.clone(),
+            worker_id: w.worker_id.clone(),
+            queues: w.queues.clone(),
+            credits: w.credits,
+            held_leases: w.held_leases,
+            leases: w
+                .leases
+                .iter()
+                .map(|l| HeldLeaseView {
+                    queue: l.queue.clone(),
+                    job_id: l.job_id.clone(),
+                })
+                .collect(),
+            connect_time: rfc3339(w.connect_time.as_ref()),
+            last_heard_time: rfc3339(w.last_heard_time.as_ref()),
+            draining: w.draining,
+        }
+    }
+}
+
+impl From<&pb::Replica> for ReplicaView {
+    fn from(r: &pb::Replica) -> ReplicaView {
+        ReplicaView {
+            replica_id: r.replica_id.clone(),
+            snapshot_time: rfc3339(r.snapshot_time.as_ref()),
+            answered: r.answered,
+        }
+    }
+}
+
 /// `pb` enum name -> lowercase without the prefix (`JOB_STATE_DEAD` -> `dead`).
 fn enum_name(full: &str, prefix: &str) -> String {
     full.strip_prefix(prefix)

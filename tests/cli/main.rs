@@ -11,6 +11,8 @@ mod harness;
 mod auth;
 mod dlq;
 mod jobs;
+mod lists;
 mod queues;
 mod readme;
+mod terminal;
 mod tls;

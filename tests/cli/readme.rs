@@ -51,7 +51,7 @@ fn the_readme_walkthrough_commands_parse() {
 #[test]
 fn docs_cli_md_names_every_operator_subcommand() {
     let cli = Cli::command();
-    for group in ["queues", "jobs", "dlq", "token"] {
+    for group in ["queues", "jobs", "dlq", "workers", "token"] {
         let g = cli
             .find_subcommand(group)
             .unwrap_or_else(|| panic!("no `jobwire {group}`"));
