@@ -62,6 +62,8 @@ struct DryRun {
     count: usize,
     /// The first of them (at most 10).
     first_job_ids: Vec<String>,
+    /// Ids given on the command line that are not dead (the action would skip them).
+    not_dead_job_ids: Vec<String>,
 }
 
 /// The outcome as JSON: `{queue, replayed, skipped, replayed_job_ids, skipped_job_ids}` or
@@ -95,7 +97,8 @@ pub async fn run(
     out: Format,
 ) -> Result<(), CliError> {
     let queue = sel.queue.clone();
-    let ids = if sel.job_ids.is_empty() {
+    let by_id = !sel.job_ids.is_empty();
+    let mut ids = if sel.job_ids.is_empty() {
         select(c, &sel).await?
     } else {
         let mut seen = std::collections::HashSet::new();
@@ -104,18 +107,32 @@ pub async fn run(
             .filter(|id| seen.insert(id.clone()))
             .collect()
     };
-    let what = if ids.len() == 1 {
-        "dead job"
-    } else {
-        "dead jobs"
-    };
     if dry_run {
+        // Given ids are checked one by one, so the count is what the action would do.
+        let mut not_dead = Vec::new();
+        if by_id {
+            let mut dead = Vec::new();
+            for id in ids {
+                match c.get_dead_letter(&queue, &id).await {
+                    Ok(_) => dead.push(id),
+                    Err(e) if e.code() == Some(tonic::Code::NotFound) => not_dead.push(id),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            ids = dead;
+        }
+        let what = if ids.len() == 1 {
+            "dead job"
+        } else {
+            "dead jobs"
+        };
         let d = DryRun {
             queue: queue.clone(),
             action: action.verb(),
             dry_run: true,
             count: ids.len(),
             first_job_ids: ids.iter().take(DRY_RUN_IDS).cloned().collect(),
+            not_dead_job_ids: not_dead,
         };
         return print(out, &d, |d| {
             let mut s = format!(
@@ -130,9 +147,20 @@ pub async fn run(
                 };
                 s.push_str(&format!("First: {}{more}\n", d.first_job_ids.join(", ")));
             }
+            if !d.not_dead_job_ids.is_empty() {
+                s.push_str(&format!(
+                    "Not dead (would be skipped): {}\n",
+                    d.not_dead_job_ids.join(", ")
+                ));
+            }
             s
         });
     }
+    let what = if ids.len() == 1 {
+        "dead job"
+    } else {
+        "dead jobs"
+    };
     if !ids.is_empty() {
         prompt::confirm(
             &format!(

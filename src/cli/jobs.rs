@@ -203,7 +203,10 @@ pub(super) fn job_text(j: &JobView) -> String {
             "timeout",
             j.timeout.map(human).unwrap_or_else(|| "-".into()),
         ),
-        ("backoff", super::queues::backoff_text(j.backoff.as_ref())),
+        (
+            "backoff",
+            super::queue_config::backoff_text(j.backoff.as_ref()),
+        ),
         ("content_type", j.content_type.clone()),
         ("payload", payload),
     ]);

@@ -5,33 +5,33 @@
 //! touches Redis. Data goes to stdout (`-o table|json|yaml`), messages, prompts and the
 //! progress bar to stderr.
 //!
-//! - [`global`]: the connection flags (`--server`, `--token`, `--tls-*`) and `-o`.
-//! - [`exit`]: errors and the exit codes scripts test (0 ok, 1 error, 2 usage, 3 not found).
-//! - [`view`]: the JSON/YAML shapes (serde structs; the stable script interface).
-//! - [`table`], [`output`]: tables that fit 100 columns, and printing in the chosen format.
-//! - [`time`], [`prompt`]: RFC 3339 or relative times; confirmations on a terminal only.
-//! - [`queues`], [`jobs`] (+ [`jobs_list`]), [`dlq`] (+ [`bulk`]), [`workers`], [`token`]:
-//!   one file per command group.
+//! - `global`: the connection flags (`--server`, `--token`, `--tls-*`) and `-o`.
+//! - `exit`: errors and the exit codes scripts test (0 ok, 1 error, 2 usage, 3 not found).
+//! - `view`: the JSON/YAML shapes (serde structs; the stable script interface).
+//! - `table`, `output`: tables that fit 100 columns, and printing in the chosen format.
+//! - `time`, `prompt`: RFC 3339 or relative times; confirmations on a terminal only.
+//! - `queues` (+ `queue_config`), `jobs` (+ `jobs_list`), `dlq` (+ `bulk`), `workers`,
+//!   `token`: one file per command group.
 
-pub mod bulk;
-pub mod dlq;
-pub mod exit;
-pub mod global;
-pub mod jobs;
-pub mod jobs_list;
-pub mod output;
-pub mod prompt;
-pub mod queues;
-pub mod table;
-pub mod time;
-pub mod token;
-pub mod view;
-pub mod workers;
+mod bulk;
+mod dlq;
+mod exit;
+mod global;
+mod jobs;
+mod jobs_list;
+mod output;
+mod prompt;
+mod queue_config;
+mod queues;
+mod table;
+mod time;
+mod token;
+mod view;
+mod workers;
 
 use clap::Subcommand;
 
-pub use exit::CliError;
-pub use global::GlobalArgs;
+use exit::CliError;
 
 /// The operator commands, flattened into the top-level `jobwire` command beside `serve`
 /// and `bench`.

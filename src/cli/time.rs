@@ -1,6 +1,7 @@
 //! Times and durations on the command line and in the output: flags take an RFC 3339 time
 //! (`2026-12-02T03:00:00Z`) or an age relative to now (`2h`, `30m`, `1day`: that long ago);
-//! output prints times as RFC 3339 UTC with milliseconds and durations as seconds.
+//! output prints times as RFC 3339 UTC with milliseconds and durations as seconds. Duration
+//! flags (`30s`, `1h`) are parsed by clap with humantime, so a bad one is clap's usage error.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,15 +23,6 @@ pub fn parse_time(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime
     Err(CliError::usage(format!(
         "{flag} {value:?}: not a time: give RFC 3339 UTC (2026-12-02T03:00:00Z) or an age such as 2h or 30m"
     )))
-}
-
-/// Parses a duration flag (`30s`, `1m30s`, `500ms`); errors (exit 2) name the flag.
-pub fn parse_duration(flag: &str, value: &str) -> Result<Duration, CliError> {
-    humantime::parse_duration(value).map_err(|e| {
-        CliError::usage(format!(
-            "{flag} {value:?}: not a duration ({e}); e.g. 30s, 5m, 1h"
-        ))
-    })
 }
 
 /// A protobuf timestamp from a `SystemTime` (times before 1970 become 1970).

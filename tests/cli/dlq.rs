@@ -283,6 +283,23 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
     let s = Server::start(&[]).await;
     let c = s.client().await;
     make_incident(&c, 2, 0).await;
+    // A dry run by id checks each id: the count is what the action would do.
+    let d = s
+        .jw(&[
+            "dlq",
+            "replay",
+            Q,
+            "welcome-000",
+            "nobody",
+            "--dry-run",
+            "-o",
+            "json",
+        ])
+        .ok_json();
+    assert_eq!(d["count"], 1);
+    assert_eq!(d["first_job_ids"], serde_json::json!(["welcome-000"]));
+    assert_eq!(d["not_dead_job_ids"], serde_json::json!(["nobody"]));
+    assert_eq!(stats(&c, Q).await.dead, 2);
     // An id that is not dead is skipped, not an error.
     let v = s
         .jw(&[
