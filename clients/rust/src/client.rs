@@ -191,7 +191,7 @@ impl Client {
         .await
     }
 
-    /// One page of `queue`'s dead letters (newest first; `page_size` 0: the server's
+    /// One page of `queue`'s dead letters (oldest death first; `page_size` 0: the server's
     /// default). Pass the response's `next_page_token` for the next page.
     pub async fn list_dead_letters(
         &self,
