@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use jobwire_client::{
-    pb, Client, Ctx, EnqueueOptions, Job, JobError, Payload, Worker, WorkerOptions,
+    pb, Client, Ctx, EnqueueOptions, Job, JobError, NewJob, Payload, Worker, WorkerOptions,
 };
 use unicode_width::UnicodeWidthStr;
 
@@ -349,4 +349,72 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
     let r = s.jw(&["dlq", "list", Q, "--dead-after", "last tuesday"]);
     r.code(2);
     assert!(r.stderr.contains("--dead-after"), "{}", r.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_replay_of_more_than_one_chunk_pages_and_replays_every_job() {
+    let s = Server::start(&[]).await;
+    let c = s.client().await;
+    let n = 1_100; // more than one ListDeadLetters page and one ReplayDeadLetters chunk
+    for start in (0..n).step_by(550) {
+        let jobs: Vec<NewJob> = (start..start + 550)
+            .map(|i| {
+                NewJob::new(
+                    "bulk",
+                    "doomed",
+                    Payload::bytes(Vec::new()),
+                    EnqueueOptions {
+                        job_id: Some(format!("b-{i:04}")),
+                        max_attempts: Some(1),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        for r in c.enqueue_batch(jobs).await.expect("batch") {
+            r.expect("item");
+        }
+    }
+    let mut w = Worker::new(
+        c.clone(),
+        WorkerOptions {
+            queues: vec!["bulk".into()],
+            concurrency: 100,
+            handle_signals: false,
+            grace: Duration::from_secs(5),
+            ..Default::default()
+        },
+    );
+    w.handle_bytes("doomed", |_job: Job<Vec<u8>>, _ctx: Ctx| async move {
+        Err(JobError::non_retryable("doomed"))
+    });
+    let stop = w.shutdown_token();
+    let run = tokio::spawn(w.run());
+    eventually("every job dead", || async {
+        stats(&c, "bulk").await.dead == n as u64
+    })
+    .await;
+    stop.cancel();
+    run.await.expect("join").expect("worker ran");
+
+    let d = s
+        .jw(&["dlq", "replay", "bulk", "--dry-run", "-o", "json"])
+        .ok_json();
+    assert_eq!(d["count"], n);
+    assert_eq!(d["first_job_ids"].as_array().expect("ids").len(), 10);
+    let v = s
+        .jw(&["dlq", "replay", "bulk", "--yes", "-o", "json"])
+        .ok_json();
+    assert_eq!(v["replayed"], n);
+    let mut ids: Vec<&str> = v["replayed_job_ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_str().expect("id"))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "every job once");
+    let st = stats(&c, "bulk").await;
+    assert_eq!((st.dead, st.waiting), (0, n as u64));
 }
