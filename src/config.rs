@@ -19,11 +19,13 @@ mod abuse;
 mod auth;
 mod replica;
 mod tls;
+mod ui;
 
 pub use abuse::AbuseArgs;
 pub use auth::AuthArgs;
 pub use replica::ReplicaArgs;
 pub use tls::TlsArgs;
+pub use ui::UiArgs;
 
 /// Largest value of `--max-payload-bytes` (64 MiB). The gRPC message limit follows the flag
 /// (`api::max_message_bytes`); Redis itself takes strings up to 512 MB, but one job this size
@@ -91,7 +93,7 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
 
-    /// Address of the HTTP port (/metrics, /healthz, /readyz).
+    /// Address of the HTTP port (/metrics, /healthz, /readyz, and /ui with --ui).
     #[arg(long, env = "JOBWIRE_HTTP_ADDR", default_value = "0.0.0.0:9090")]
     pub http_addr: SocketAddr,
 
@@ -220,6 +222,9 @@ pub struct ServeArgs {
     /// This replica's id and worker-stream reports (ListWorkers).
     #[command(flatten)]
     pub replica: ReplicaArgs,
+    /// The web dashboard (`--ui`).
+    #[command(flatten)]
+    pub ui: UiArgs,
 }
 
 impl ServeArgs {
@@ -264,6 +269,7 @@ impl ServeArgs {
             auth: AuthArgs::default(),
             abuse: AbuseArgs::default(),
             replica: ReplicaArgs::default(),
+            ui: UiArgs::default(),
         }
     }
 
@@ -350,6 +356,12 @@ impl ServeArgs {
         self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
         self.replica.validate()?;
+        self.ui.validate()?;
+        self.ui.check_bind(
+            self.auth.auth_file.is_some(),
+            self.auth.insecure,
+            self.http_addr,
+        )?;
         Ok(())
     }
 
@@ -426,6 +438,7 @@ impl ServeArgs {
             self.auth.effective(),
             self.abuse.effective(),
             self.replica.effective(),
+            self.ui.effective(),
         ];
         let lines = lines.into_iter().chain(more.into_iter().flatten());
         let mut out = String::from(if self.redis_url.is_none() {
@@ -471,6 +484,7 @@ impl fmt::Debug for ServeArgs {
             auth,
             abuse,
             replica,
+            ui,
         } = self;
         f.debug_struct("ServeArgs")
             .field("grpc_addr", grpc_addr)
@@ -500,6 +514,7 @@ impl fmt::Debug for ServeArgs {
             .field("auth", auth)
             .field("abuse", abuse)
             .field("replica", replica)
+            .field("ui", ui)
             .finish()
     }
 }

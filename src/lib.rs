@@ -13,6 +13,8 @@
 //!   per principal, connection age).
 //! - [`server`]: wiring of gRPC, HTTP, health and shutdown; [`run`] is the entry point for
 //!   `main` and for the tests.
+//! - [`ui`]: the web dashboard at `/ui` (`--ui`): a gRPC client of the four services in
+//!   process, with the visitor's token; never touches `store`.
 //! - [`bench`]: `jobwire bench`, a load generator and BullMQ-comparable report.
 //! - [`cli`]: the operator's commands (`queues`, `jobs`, `dlq`, `workers`, `token`): gRPC
 //!   clients of a running server on the Rust SDK, never touching Redis.
@@ -37,6 +39,7 @@ pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod transport;
+pub mod ui;
 
 pub use api::pb;
 pub use error::Error;

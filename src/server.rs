@@ -10,6 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
+use tonic::service::Routes;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -169,6 +170,49 @@ async fn metrics_setup(
     Ok((token, listener))
 }
 
+/// The four jobwire services, each behind the authentication interceptor of `auth`, as tonic
+/// [`Routes`]: the gRPC listener serves them (with health and reflection beside them), and
+/// the dashboard calls them in process (`crate::ui`), so both get the same authentication,
+/// authorization, validation and audit.
+pub fn api_routes(cfg: &ServeArgs, hub: &Hub, store: &Store, auth: &Auth) -> Routes {
+    let limits = ApiLimits {
+        max_payload_bytes: cfg.max_payload_bytes,
+        default_max_attempts: cfg.default_max_attempts,
+    };
+    let max_message = max_message_bytes(cfg.max_payload_bytes);
+    let authn = auth.interceptor();
+    Routes::new(InterceptedService::new(
+        pb::job_service_server::JobServiceServer::new(JobApi::new(
+            hub.clone(),
+            limits,
+            auth.clone(),
+        ))
+        .max_decoding_message_size(max_message),
+        authn.clone(),
+    ))
+    .add_service(InterceptedService::new(
+        pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
+            WorkerApi::new(hub.clone(), auth.clone())
+                .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse)),
+        )))
+        .max_decoding_message_size(max_message),
+        authn.clone(),
+    ))
+    .add_service(InterceptedService::new(
+        pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
+            store.clone(),
+            auth.clone(),
+        ))
+        .max_decoding_message_size(max_message),
+        authn.clone(),
+    ))
+    .add_service(InterceptedService::new(
+        pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone(), auth.clone()))
+            .max_decoding_message_size(max_message),
+        authn,
+    ))
+}
+
 /// Serves gRPC on `grpc` and HTTP on `http` over `store` until `shutdown` resolves, then
 /// drains: health NOT_SERVING, no new leases, `Draining` to every stream, up to
 /// `shutdown_grace` for acks, the remaining leases handed back to waiting, connections closed.
@@ -235,10 +279,6 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1().context("reflection v1")?;
     let reflection_v1alpha = reflection().build_v1alpha().context("reflection v1alpha")?;
 
-    let limits = ApiLimits {
-        max_payload_bytes: cfg.max_payload_bytes,
-        default_max_attempts: cfg.default_max_attempts,
-    };
     // Requests up to a full batch of max payloads; replies (a lease, GetJob, a page of dead
     // letters) are not capped by the server: clients size their own receive limit.
     let max_message = max_message_bytes(cfg.max_payload_bytes);
@@ -251,51 +291,19 @@ pub async fn serve(
     if cfg.auth.open_to_network(grpc_local) {
         tracing::warn!(grpc = %grpc_local, "INSECURE: no --auth-file and gRPC listens on a non-loopback address (--insecure): anyone who can reach it may enqueue, lease, replay, purge and delete jobs of every queue");
     }
-    let authn = auth.interceptor();
+    let api = api_routes(cfg, &hub, &store, &auth);
     let router = tonic::transport::Server::builder()
         .timeout(cfg.request_timeout)
         .layer(GrpcMetricsLayer)
         .layer(MessageSizeLayer { limit: max_message })
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)));
-    let router = crate::abuse::http2_limits(router, &cfg.abuse)
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        // The four jobwire services, each behind the authentication interceptor.
-        .add_service(InterceptedService::new(
-            pb::job_service_server::JobServiceServer::new(JobApi::new(
-                hub.clone(),
-                limits,
-                auth.clone(),
-            ))
-            .max_decoding_message_size(max_message),
-            authn.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
-                WorkerApi::new(hub.clone(), auth.clone())
-                    .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse)),
-            )))
-            .max_decoding_message_size(max_message),
-            authn.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
-                store.clone(),
-                auth.clone(),
-            ))
-            .max_decoding_message_size(max_message),
-            authn.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            pb::queue_service_server::QueueServiceServer::new(QueueApi::new(
-                hub.clone(),
-                auth.clone(),
-            ))
-            .max_decoding_message_size(max_message),
-            authn,
-        ));
+    let router = crate::abuse::http2_limits(router, &cfg.abuse).add_routes(
+        api.clone()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha),
+    );
     let tls = crate::transport::ServerTls::load(&cfg.tls).map_err(anyhow::Error::msg)?;
     // Ends the TLS reload watch when serving ends (or this future is dropped).
     let stop_reload = CancellationToken::new();
@@ -318,15 +326,33 @@ pub async fn serve(
             Box::pin(async move { scraper.render().await })
         }))
         .with_metrics_token(metrics_token);
+    // The dashboard, on the main HTTP port only (never on --metrics-addr's listener).
+    let ui = if cfg.ui.enabled {
+        let http_local = http_listener.local_addr()?;
+        if !auth.enabled() && !http_local.ip().is_loopback() {
+            tracing::warn!(http = %http_local, "INSECURE: --ui without --auth-file on a non-loopback address (--insecure): anyone who can reach it may pause, purge, replay and delete through the dashboard");
+        }
+        tracing::info!(read_only = cfg.ui.read_only, "serving the dashboard at /ui");
+        crate::ui::router(crate::ui::UiState::new(
+            crate::ui::Api::new(api, max_message),
+            auth.clone(),
+            &cfg.ui,
+        ))
+    } else {
+        axum::Router::new()
+    };
     let http_task = match metrics_listener {
         Some(l) => {
             let stop = stop_http.clone();
             let routes = http::metrics_router(http_state.clone());
             tokio::spawn(async move { http::serve_router(l, routes, stop).await });
-            let routes = http::health_router(http_state);
+            let routes = http::health_router(http_state).merge(ui);
             tokio::spawn(http::serve_router(http_listener, routes, stop_http.clone()))
         }
-        None => tokio::spawn(http::serve(http_listener, http_state, stop_http.clone())),
+        None => {
+            let routes = http::router(http_state).merge(ui);
+            tokio::spawn(http::serve_router(http_listener, routes, stop_http.clone()))
+        }
     };
 
     shutdown.await;

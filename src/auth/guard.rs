@@ -210,6 +210,17 @@ impl Auth {
         })
     }
 
+    /// Would `p` be allowed `rpc` on `queue`? The same decision as [`Auth::authorize`],
+    /// without its refusal or audit line: for a client (the dashboard) to hide what would be
+    /// refused. False when `p`'s credential was revoked meanwhile.
+    pub fn permits(&self, p: &Principal, rpc: Rpc, queue: &QueueName) -> bool {
+        if !self.enabled() {
+            return true;
+        }
+        self.with_entry(p, |e| e.roles_on(queue.as_str()).allows(rpc))
+            .unwrap_or(false)
+    }
+
     /// The principal of `req` (put there by the interceptor), authorized for `rpc` on every
     /// one of `queues`. Handlers call this first; it returns the principal for audit lines.
     pub fn check<T>(

@@ -88,6 +88,7 @@ pub fn leased(queue: &str, job_name: &str, wait_ms: u64) {
 pub fn completed(queue: &str, job_name: &str, run_ms: u64) {
     let name = labels::job_name(queue, job_name);
     counter!(JOBS_COMPLETED, "queue" => labels::queue(queue), "job_name" => name).increment(1);
+    super::history::record(queue, 1, 0);
     histogram!(JOB_RUN_SECONDS, "queue" => labels::queue(queue)).record(secs(run_ms));
 }
 
@@ -103,6 +104,9 @@ pub fn failed(
 ) {
     let name = labels::job_name(queue, job_name);
     counter!(JOB_FAILURES, "queue" => labels::queue(queue), "job_name" => name.clone(), "disposition" => disposition).increment(1);
+    if disposition != "rate_limited" {
+        super::history::record(queue, 0, 1);
+    }
     if let Some(ms) = run_ms {
         histogram!(JOB_RUN_SECONDS, "queue" => labels::queue(queue)).record(secs(ms));
     }

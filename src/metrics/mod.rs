@@ -10,6 +10,7 @@
 
 mod events;
 mod grpc;
+pub mod history;
 pub mod labels;
 mod scrape;
 

@@ -28,6 +28,7 @@ mod secured;
 mod audit;
 mod auth_startup;
 mod cert_principals;
+mod dashboard;
 #[allow(dead_code)] // each abuse test uses part of it
 mod h2raw;
 mod limits_age;

@@ -230,6 +230,17 @@ impl Secured {
     /// [`Secured::start`] with mTLS on (every client presents a certificate of the test
     /// CA); the harness channel presents `identity`.
     pub async fn start_tls(who: &[&Who], mtls: bool, identity: Option<ClientId>) -> Secured {
+        Secured::start_with(who, mtls, identity, |_| {}).await
+    }
+
+    /// [`Secured::start_tls`] with the server's settings changed by `tweak` first (e.g. the
+    /// dashboard turned on).
+    pub async fn start_with(
+        who: &[&Who],
+        mtls: bool,
+        identity: Option<ClientId>,
+        tweak: impl FnOnce(&mut jobwire::config::ServeArgs),
+    ) -> Secured {
         let dir = tempfile::tempdir().expect("tempdir");
         let auth_file = dir.path().join("auth.yaml");
         std::fs::write(&auth_file, auth_yaml(who)).expect("write auth file");
@@ -239,6 +250,7 @@ impl Secured {
         let ca = pki.ca_path();
         let mut cfg = tls_config(&redis.url, &server, mtls.then_some(ca.as_path()));
         cfg.auth.auth_file = Some(auth_file.clone());
+        tweak(&mut cfg);
         let client = identity.map(|id| pki.client("harness", id, Validity::Current));
         let app = start_server_with(cfg, &ca, client.as_ref()).await;
         Secured {

@@ -1,0 +1,193 @@
+//! Pieces the pages share: inline SVG sparklines, time and duration formatting, job state
+//! and dead-reason names, and URL path segments.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use maud::{html, Markup};
+
+use crate::pb;
+
+/// Sparkline width and height, in SVG user units (= CSS pixels).
+const SPARK_W: f64 = 120.0;
+const SPARK_H: f64 = 24.0;
+
+/// An inline SVG sparkline of `values` (oldest first), `class` added to `spark` for its
+/// colour (the stylesheet's). Its `<title>` says the total and the window.
+pub fn sparkline(values: &[u32], class: &str, what: &str) -> Markup {
+    let max = values.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let n = values.len().max(2) as f64 - 1.0;
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let x = i as f64 * SPARK_W / n;
+            let y = SPARK_H - 1.0 - (v as f64 / max) * (SPARK_H - 2.0);
+            format!("{x:.1},{y:.1}")
+        })
+        .collect();
+    let total: u64 = values.iter().map(|&v| v as u64).sum();
+    html! {
+        svg class={ "spark " (class) } viewBox={ "0 0 " (SPARK_W) " " (SPARK_H) }
+            width=(SPARK_W) height=(SPARK_H) role="img"
+            aria-label={ (total) " " (what) " in the last 10 minutes" } {
+            title { (total) " " (what) " in the last 10 minutes (10 s buckets, this replica)" }
+            polyline points=(points.join(" ")) fill="none" stroke="currentColor" stroke-width="1.5" {}
+        }
+    }
+}
+
+/// A timestamp as RFC 3339 UTC to the second, "" when unset.
+pub fn ts(t: Option<&prost_types::Timestamp>) -> String {
+    match t {
+        Some(t) if t.seconds > 0 || t.nanos > 0 => {
+            let at = UNIX_EPOCH + Duration::new(t.seconds.max(0) as u64, 0);
+            humantime::format_rfc3339_seconds(at).to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+/// A protobuf duration, short ("3m 12s"), "" when unset or zero.
+pub fn dur(d: Option<&prost_types::Duration>) -> String {
+    match d {
+        Some(d) if d.seconds > 0 || d.nanos > 0 => {
+            let ms = d.seconds.max(0) as u64 * 1000 + d.nanos.max(0) as u64 / 1_000_000;
+            // Seconds precision above a minute, ms below.
+            let shown = if ms >= 60_000 {
+                Duration::from_secs(ms / 1000)
+            } else {
+                Duration::from_millis(ms)
+            };
+            humantime::format_duration(shown).to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+/// A job state's short name: waiting, delayed, active, completed, dead.
+pub fn state_name(state: i32) -> &'static str {
+    match pb::JobState::try_from(state) {
+        Ok(pb::JobState::Waiting) => "waiting",
+        Ok(pb::JobState::Delayed) => "delayed",
+        Ok(pb::JobState::Active) => "active",
+        Ok(pb::JobState::Completed) => "completed",
+        Ok(pb::JobState::Dead) => "dead",
+        _ => "unknown",
+    }
+}
+
+/// A dead reason's short name (the filter's values): no_retry, attempts_exhausted,
+/// lease_expired, timed_out; "" when not dead.
+pub fn reason_name(reason: i32) -> &'static str {
+    match pb::DeadReason::try_from(reason) {
+        Ok(pb::DeadReason::NoRetry) => "no_retry",
+        Ok(pb::DeadReason::AttemptsExhausted) => "attempts_exhausted",
+        Ok(pb::DeadReason::LeaseExpired) => "lease_expired",
+        Ok(pb::DeadReason::TimedOut) => "timed_out",
+        _ => "",
+    }
+}
+
+/// Every dead reason, by short name.
+pub const REASONS: [(&str, pb::DeadReason); 4] = [
+    ("no_retry", pb::DeadReason::NoRetry),
+    ("attempts_exhausted", pb::DeadReason::AttemptsExhausted),
+    ("lease_expired", pb::DeadReason::LeaseExpired),
+    ("timed_out", pb::DeadReason::TimedOut),
+];
+
+/// `s` as one URL path segment: every byte but the unreserved ones percent-encoded (a job
+/// id may hold `/`, `?`, `#` or spaces).
+pub fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A query string from `pairs`, empty values left out.
+pub fn query(pairs: &[(&str, &str)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        if !v.is_empty() {
+            q.append_pair(k, v);
+        }
+    }
+    q.finish()
+}
+
+/// The path of a job's page.
+pub fn job_url(queue: &str, id: &str) -> String {
+    format!("/ui/queues/{}/jobs/{}", seg(queue), seg(id))
+}
+
+/// The path of a queue's page.
+pub fn queue_url(queue: &str) -> String {
+    format!("/ui/queues/{}", seg(queue))
+}
+
+/// The path of a queue's dead-letter page.
+pub fn dead_url(queue: &str) -> String {
+    format!("/ui/queues/{}/dead", seg(queue))
+}
+
+/// Parses a time from a form: RFC 3339 (`2026-12-02T03:50:00Z`), or the browser's
+/// `datetime-local` value (`2026-12-02T03:50`, taken as UTC). `Err` names `field`.
+pub fn parse_time(field: &str, s: &str) -> Result<Option<prost_types::Timestamp>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let full = if s.len() == 16 {
+        format!("{s}:00")
+    } else {
+        s.to_owned()
+    };
+    let t = humantime::parse_rfc3339_weak(&full).map_err(|e| {
+        format!("{field}: {e} (give a UTC time like 2026-12-02T03:50:00Z), got {s:?}")
+    })?;
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Ok(Some(prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_encode_everything_but_unreserved() {
+        assert_eq!(seg("a-b_c.d~9"), "a-b_c.d~9");
+        assert_eq!(seg("a/b c?#"), "a%2Fb%20c%3F%23");
+        assert_eq!(seg("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn times_parse_and_name_the_field() {
+        let t = parse_time("dead_after", "2026-12-02T03:50")
+            .expect("ok")
+            .expect("set");
+        assert_eq!(t.seconds, 1_796_183_400);
+        assert!(parse_time("dead_after", "").expect("ok").is_none());
+        let e = parse_time("dead_after", "yesterday").expect_err("bad");
+        assert!(e.starts_with("dead_after"), "{e}");
+    }
+
+    #[test]
+    fn sparkline_is_svg_with_a_point_per_value() {
+        let s = sparkline(&[0, 1, 2, 1], "ok", "completed").into_string();
+        assert!(s.starts_with("<svg class=\"spark ok\""), "{s}");
+        assert!(
+            s.contains(r#"points="0.0,23.0 40.0,12.0 80.0,1.0 120.0,12.0""#),
+            "{s}"
+        );
+        assert!(s.contains("4 completed"), "{s}");
+    }
+}
