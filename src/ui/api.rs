@@ -167,6 +167,40 @@ impl Caller {
             .ok_or_else(|| Status::internal("GetJob answered no job"))
     }
 
+    /// JobService.ListJobs: one page of the queue's jobs in `state` (without payloads).
+    pub async fn list_jobs(
+        &self,
+        queue: &str,
+        state: pb::JobState,
+        filter: pb::ListJobsFilter,
+        page_token: &str,
+        page_size: i32,
+    ) -> Result<pb::ListJobsResponse, Status> {
+        let r = self
+            .jobs()
+            .list_jobs(self.req(pb::ListJobsRequest {
+                queue: queue.into(),
+                state: state as i32,
+                page_size,
+                page_token: page_token.into(),
+                filter: Some(filter),
+            }))
+            .await?;
+        Ok(r.into_inner())
+    }
+
+    /// QueueService.ListWorkers: every replica's worker streams (on queues the caller may
+    /// view).
+    pub async fn list_workers(&self) -> Result<pb::ListWorkersResponse, Status> {
+        let r = self
+            .queues()
+            .list_workers(self.req(pb::ListWorkersRequest {
+                queue: String::new(),
+            }))
+            .await?;
+        Ok(r.into_inner())
+    }
+
     /// DeadLetterService.ListDeadLetters: one page.
     pub async fn list_dead(
         &self,

@@ -1,7 +1,9 @@
 //! `GET /ui/`: every queue the principal may see (ListQueues) with its counts, oldest
-//! waiting age, workers, paused flag, and sparklines of completed jobs and failed attempts
+//! waiting age, worker streams (ListWorkers, every replica), paused flag, and sparklines of completed jobs and failed attempts
 //! from this replica's in-process history. The table body refreshes itself every 5 s with
 //! htmx (the page works without it).
+
+use std::collections::HashMap;
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -19,6 +21,17 @@ pub async fn get(v: &Visitor) -> Response {
         Ok(q) => q,
         Err(s) => return v.failed(s),
     };
+    // Worker streams per queue across every replica (ListWorkers); this replica's count
+    // (GetQueueStats) when that is refused or fails.
+    let workers: Option<HashMap<String, usize>> = v.caller.list_workers().await.ok().map(|r| {
+        let mut per = HashMap::new();
+        for w in r.streams {
+            for q in w.queues {
+                *per.entry(q).or_insert(0) += 1;
+            }
+        }
+        per
+    });
     let body = html! {
         h1 { "Queues" }
         @if queues.is_empty() {
@@ -39,17 +52,17 @@ pub async fn get(v: &Visitor) -> Response {
                     th { "Failed / 10 min" }
                 }
             }
-            (rows(&queues))
+            (rows(&queues, workers.as_ref()))
         }
         p.hint {
-            "Counts are read from Redis; sparklines and workers are this replica's "
-            "(10 s buckets)."
+            "Counts are read from Redis, workers from every replica; the sparklines are "
+            "this replica's (10 s buckets)."
         }
     };
     v.page(StatusCode::OK, layout(v, "Queues", body))
 }
 
-fn rows(queues: &[pb::QueueStats]) -> Markup {
+fn rows(queues: &[pb::QueueStats], workers: Option<&HashMap<String, usize>>) -> Markup {
     html! {
         tbody #queues-body hx-get="/ui/" hx-trigger="every 5s" hx-select="#queues-body"
             hx-swap="outerHTML" {
@@ -66,7 +79,12 @@ fn rows(queues: &[pb::QueueStats]) -> Markup {
                         a href=(dead_url(&q.queue)) { (q.dead) }
                     }
                     td data-col="oldest_waiting" { (dur(q.oldest_waiting_age.as_ref())) }
-                    td.num data-col="workers" { (q.workers_connected) }
+                    td.num data-col="workers" {
+                        @match workers {
+                            Some(w) => (w.get(&q.queue).copied().unwrap_or(0)),
+                            None => (q.workers_connected),
+                        }
+                    }
                     td data-col="paused" {
                         @if q.paused { span.badge.paused { "paused" } } @else { "no" }
                     }

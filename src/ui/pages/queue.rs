@@ -91,27 +91,26 @@ enum Listing {
 async fn list(v: &Visitor, queue: &str, s: &Search<'_>) -> Result<JobPage, Listing> {
     let after = parse_time("after", s.after).map_err(Listing::Bad)?;
     let before = parse_time("before", s.before).map_err(Listing::Bad)?;
-    if s.state == "dead" {
-        let filter = pb::DeadLetterFilter {
-            job_name: s.name.to_owned(),
-            dead_after: after,
-            dead_before: before,
-            ..Default::default()
-        };
-        let r = v
-            .caller
-            .list_dead(queue, Some(filter), s.page, PAGE_SIZE)
-            .await
-            .map_err(Listing::Rpc)?;
-        return Ok(JobPage {
-            jobs: r.dead_letters,
-            next: r.next_page_token,
-        });
-    }
-    // Until JobService.ListJobs: only the dead jobs can be listed.
+    let state = match s.state {
+        "waiting" => pb::JobState::Waiting,
+        "delayed" => pb::JobState::Delayed,
+        "active" => pb::JobState::Active,
+        "completed" => pb::JobState::Completed,
+        _ => pb::JobState::Dead,
+    };
+    let filter = pb::ListJobsFilter {
+        name: s.name.to_owned(),
+        after,
+        before,
+    };
+    let r = v
+        .caller
+        .list_jobs(queue, state, filter, s.page, PAGE_SIZE)
+        .await
+        .map_err(Listing::Rpc)?;
     Ok(JobPage {
-        jobs: Vec::new(),
-        next: String::new(),
+        jobs: r.jobs,
+        next: r.next_page_token,
     })
 }
 

@@ -118,9 +118,37 @@ async fn every_page_renders_for_a_queue_with_jobs_in_each_state() {
     for part in [r#"id="config""#, r#"id="paused""#, r#"id="job-search""#] {
         assert!(p.body.contains(part), "{part}: {}", p.body);
     }
-    let p = b.get(&format!("/ui/queues/{q}?state=dead")).await;
-    assert!(p.body.contains(r#"<table id="jobs""#), "{}", p.body);
-    assert!(p.body.contains(r#"data-job-id="x1""#), "{}", p.body);
+    // The default state is waiting; each state lists exactly its job.
+    assert!(p.body.contains(r#"data-job-id="w1""#), "{}", p.body);
+    let ids = ["c1", "x1", "a1", "w1", "l1"];
+    for (st, id) in [
+        ("waiting", "w1"),
+        ("delayed", "l1"),
+        ("active", "a1"),
+        ("completed", "c1"),
+        ("dead", "x1"),
+    ] {
+        let p = b.get(&format!("/ui/queues/{q}?state={st}")).await;
+        assert_eq!(p.status, StatusCode::OK, "{st}: {}", p.body);
+        assert!(p.body.contains(r#"<table id="jobs""#), "{}", p.body);
+        for other in ids {
+            let row = format!(r#"data-job-id="{other}""#);
+            assert_eq!(
+                p.body.contains(&row),
+                other == id,
+                "{st} lists {other}? {}",
+                p.body
+            );
+        }
+    }
+    // Search: by name (none match), by id (straight to the job's page).
+    let p = b
+        .get(&format!("/ui/queues/{q}?state=waiting&name=nope"))
+        .await;
+    assert!(!p.body.contains(r#"data-job-id="w1""#), "{}", p.body);
+    let p = b.get(&format!("/ui/queues/{q}?id=w1")).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(p.location(), "/ui/queues/all/jobs/w1");
     let p = b.get(&format!("/ui/queues/{q}/dead")).await;
     assert_eq!(p.status, StatusCode::OK);
     assert!(p.body.contains(r#"id="dlq-filter""#) && p.body.contains(r#"<table id="dead""#));
@@ -128,6 +156,19 @@ async fn every_page_renders_for_a_queue_with_jobs_in_each_state() {
     let p = b.get("/ui/workers").await;
     assert_eq!(p.status, StatusCode::OK);
     assert!(p.body.contains(r#"<table id="workers""#), "{}", p.body);
+    // The stream that holds a1, with its held lease (streams the test closed may linger for
+    // a moment, so no exact count).
+    assert!(p.body.contains("data-stream-id="), "{}", p.body);
+    assert!(
+        p.body.contains(r#"data-col="held_leases">1<"#),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body.contains(r#"data-col="worker">security-test"#),
+        "{}",
+        p.body
+    );
 
     // Unknown job: 404 page; a bad filter: 400 naming the field; the assets are cached.
     assert_eq!(
