@@ -434,8 +434,9 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         if hub.is_draining() {
             return Err(Error::Unavailable("the server is shutting down".into()).into());
         }
-        tracing::info!(worker_id = %worker, principal = %principal.name, queues = ?queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
         let (session, out) = hub.open_session(queues, credits, worker);
+        // stream_id as ListWorkers shows it.
+        tracing::info!(worker_id = %session.worker_id, stream_id = %format!("{}/{}", hub.replica_id(), session.id), principal = %principal.name, queues = ?session.queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
         if let Some((at, grace)) = place.age_deadline() {
             tokio::spawn(hub.clone().retire_at(session.clone(), at, grace));
         }

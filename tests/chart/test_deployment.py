@@ -238,3 +238,9 @@ def test_binary_accepts_the_rendered_environment(rendered, serve_help, documente
     for name, entry in env_map(c).items():
         if name.startswith("JOBWIRE_") and "value" in entry and name != "JOBWIRE_REDIS_URL":
             assert name in printed, f"{name} is not a setting jobwire knows"
+
+
+def test_the_replica_id_is_the_pod_name(rendered):
+    """ListWorkers names each replica: the chart gives it the pod's name (downward API)."""
+    env = env_map(container(jobwire_deployment(rendered), "jobwire"))
+    assert env["JOBWIRE_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
