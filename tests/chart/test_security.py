@@ -205,11 +205,15 @@ def test_service_monitor_sends_the_metrics_token(rendered_all):
 
 def test_secure_example_limits_who_reaches_each_port(rendered_all):
     policy = one(rendered_all["secure"], "NetworkPolicy", "jobwire")
-    by_port = {rule["ports"][0]["port"]: rule["from"] for rule in policy["spec"]["ingress"]}
-    grpc, http = by_port["grpc"], by_port["http"]
+    by_port: dict[str, list] = {}
+    for rule in policy["spec"]["ingress"]:
+        by_port.setdefault(rule["ports"][0]["port"], []).append(rule["from"])
+    [grpc], [http, dashboard] = by_port["grpc"], by_port["http"]
     # One peer with both selectors: a labelled pod in a labelled namespace, not either alone.
     assert grpc == [{"namespaceSelector": {"matchLabels": {"jobwire-access": "true"}},
                      "podSelector": {"matchLabels": {"jobwire-client": "true"}}}]
     assert http[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
+    # The dashboard (ui.enabled): the HTTP port from the ingress controller's namespace too.
+    assert dashboard == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
     assert {"Ingress", "Egress"} <= set(policy["spec"]["policyTypes"])
     assert not of_kind(rendered_all["defaults"], "NetworkPolicy"), "off by default"
