@@ -32,7 +32,7 @@ class DeadLetters:
         page_token: str = "",
         filter: pb.DeadLetterFilter | None = None,
     ) -> pb.ListDeadLettersResponse:
-        """One page of dead jobs, newest first; ``next_page_token`` is empty on the last page."""
+        """One page of dead jobs, oldest death first; ``next_page_token`` is empty on the last page."""
         req = pb.ListDeadLettersRequest(
             queue=queue, page_size=page_size, page_token=page_token, filter=filter
         )
