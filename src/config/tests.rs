@@ -278,3 +278,52 @@ fn a_non_loopback_grpc_addr_needs_an_auth_file_or_insecure() {
     );
     assert!(printed.contains("JOBWIRE_INSECURE=true\n"), "{printed}");
 }
+
+#[test]
+fn ui_flags_parse_print_and_keep_an_open_dashboard_on_loopback() {
+    let a = serve(&[]).expect("parse");
+    assert!(!a.ui.enabled && !a.ui.read_only && !a.ui.cookie_secure);
+    assert_eq!(a.ui.session_idle, Duration::from_secs(30 * 60));
+    let a = serve(&[
+        "--ui",
+        "--ui-read-only",
+        "--ui-session-idle",
+        "5m",
+        "--http-addr",
+        "127.0.0.1:9090",
+    ])
+    .expect("parse");
+    assert!(a.ui.enabled && a.ui.read_only);
+    assert_eq!(a.ui.session_idle, Duration::from_secs(300));
+    a.validate().expect("loopback without an auth file is fine");
+    let printed = a.effective();
+    for line in [
+        "JOBWIRE_UI=true",
+        "JOBWIRE_UI_READ_ONLY=true",
+        "JOBWIRE_UI_SESSION_IDLE=5m",
+        "JOBWIRE_UI_SESSION_MAX=12h",
+        "JOBWIRE_UI_COOKIE_SECURE=false",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line} in {printed}");
+    }
+    // The default --http-addr is 0.0.0.0: an open dashboard there needs --insecure.
+    let e = serve(&["--ui"])
+        .expect("parse")
+        .validate()
+        .expect_err("refused");
+    assert!(e.contains("--ui") && e.contains("--auth-file"), "{e}");
+    serve(&["--ui", "--insecure"])
+        .expect("parse")
+        .validate()
+        .expect("said out loud");
+    serve(&["--ui", "--auth-file", "/etc/jobwire/auth.yaml"])
+        .expect("parse")
+        .ui
+        .check_bind(true, false, "0.0.0.0:9090".parse().expect("addr"))
+        .expect("an auth file makes it safe");
+    let e = serve(&["--ui-session-idle", "10s"])
+        .expect("parse")
+        .validate()
+        .expect_err("too short");
+    assert!(e.contains("--ui-session-idle"), "{e}");
+}
