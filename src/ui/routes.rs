@@ -142,7 +142,7 @@ async fn login_form(State(ui): State<UiState>, headers: HeaderMap) -> Response {
     }
     // Already logged in: straight to the overview.
     if let Some(id) = cookie_id(&headers) {
-        if ui.sessions().touch(&id).is_some() {
+        if ui.sessions().touch(&id, true).is_some() {
             return Redirect::to("/ui/").into_response();
         }
     }

@@ -106,8 +106,10 @@ impl Sessions {
         (id, s)
     }
 
-    /// The live session of `id`, marked as used now; an expired one is removed.
-    pub fn touch(&self, id: &str) -> Option<Session> {
+    /// The live session of `id`, marked as used now when `used` (a page the person asked
+    /// for, not the overview's automatic refresh, which must not keep an abandoned tab's
+    /// session alive); an expired one is removed.
+    pub fn touch(&self, id: &str, used: bool) -> Option<Session> {
         let now = Instant::now();
         let k = key(id);
         let mut map = self.lock();
@@ -116,7 +118,9 @@ impl Sessions {
             map.remove(&k);
             return None;
         }
-        s.last_seen = now;
+        if used {
+            s.last_seen = now;
+        }
         Some(s.clone())
     }
 
@@ -142,19 +146,19 @@ mod tests {
         let (id, sess) = s.create(Some("jw_a_b".into()));
         assert_eq!(id.len(), 43);
         assert!(!format!("{sess:?}").contains("jw_a_b"));
-        let again = s.touch(&id).expect("live");
+        let again = s.touch(&id, true).expect("live");
         assert_eq!(again.csrf, sess.csrf);
-        assert!(s.touch("not-a-session").is_none());
+        assert!(s.touch("not-a-session", true).is_none());
         s.end(&id);
-        assert!(s.touch(&id).is_none());
+        assert!(s.touch(&id, true).is_none());
 
         let idle = Sessions::new(Duration::ZERO, Duration::from_secs(3600));
         let (id, _) = idle.create(None);
-        assert!(idle.touch(&id).is_none(), "idle timeout");
+        assert!(idle.touch(&id, false).is_none(), "idle timeout");
         assert_eq!(idle.len(), 0);
         let max = Sessions::new(Duration::from_secs(60), Duration::ZERO);
         let (id, _) = max.create(None);
-        assert!(max.touch(&id).is_none(), "absolute timeout");
+        assert!(max.touch(&id, true).is_none(), "absolute timeout");
     }
 
     #[test]

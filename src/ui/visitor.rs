@@ -115,9 +115,11 @@ pub(super) fn to_login(ui: &UiState) -> Response {
 /// authenticates: the session ends) sends the browser to the login page.
 fn visitor(ui: &UiState, headers: &HeaderMap, create: bool) -> Result<Visitor, Refused> {
     let id = cookie_id(headers);
+    // htmx's polling (the overview's refresh) does not count as use of the session.
+    let used = !headers.contains_key("hx-request");
     let found = id
         .as_deref()
-        .and_then(|id| ui.sessions().touch(id).map(|s| (id.to_owned(), s)));
+        .and_then(|id| ui.sessions().touch(id, used).map(|s| (id.to_owned(), s)));
     let (session_id, session, set_cookie) = match found {
         Some((id, s)) => (id, s, None),
         None if !ui.auth_on() && create => {

@@ -145,7 +145,7 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
             (dq.hidden())
             table #dead {
                 thead { tr {
-                    @if act { th { span.sr { "Select" } } }
+                    th { span.sr { "Select" } }
                     th { "Job id" } th { "Name" } th { "Reason" } th { "Error type" }
                     th { "Last message" } th { "Died at" } th.num { "Attempts" }
                 } }
@@ -153,10 +153,8 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
                     @for j in &resp.dead_letters {
                         @let last = j.errors.last();
                         tr data-job-id=(j.job_id) {
-                            @if act {
-                                td { input type="checkbox" name="job_id" value=(j.job_id)
-                                    aria-label={ "select " (j.job_id) }; }
-                            }
+                            td { input type="checkbox" name="job_id" value=(j.job_id)
+                                disabled[!act] aria-label={ "select " (j.job_id) }; }
                             td { a href=(job_url(queue, &j.job_id)) { code { (j.job_id) } } }
                             td { (j.name) }
                             td { (reason_name(j.dead_reason)) }
