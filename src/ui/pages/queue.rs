@@ -117,7 +117,7 @@ async fn list(v: &Visitor, queue: &str, s: &Search<'_>) -> Result<JobPage, Listi
 fn state_line(v: &Visitor, s: &pb::QueueStats) -> Markup {
     let q = &s.queue;
     html! {
-        p.state {
+        div.state {
             "Leasing: "
             @if s.paused {
                 strong #paused data-paused="true" .badge.paused { "paused" }
