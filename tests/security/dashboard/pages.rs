@@ -74,6 +74,12 @@ async fn every_page_renders_for_a_queue_with_jobs_in_each_state() {
         "{}",
         p.body
     );
+    // The sparklines count this replica's events of the last 10 minutes: c1's ack, x1's
+    // failed attempt.
+    for label in ["1 completed", "1 failed attempts"] {
+        let attr = format!(r#"aria-label="{label} in the last 10 minutes""#);
+        assert!(p.body.contains(&attr), "{attr} in {}", p.body);
+    }
     for h in [
         ("content-security-policy", "script-src 'self'"),
         ("x-frame-options", "DENY"),
