@@ -3,9 +3,11 @@
 # redis-server (also run as a sentinel: `redis-server <conf> --sentinel`) and redis-tools
 # (redis-cli, which the cluster tests use to create a cluster), openssl (the demo's --secure
 # mode and the TLS tests make throwaway certificates), and a Python venv at .venv with the gRPC
-# client packages, grpcurl and the Python SDK (clients/python, installed editable: the sign-up
-# demo and tests/python use it);
-# with --test also Prometheus (promtool and the server, for the alert-rule tests).
+# client packages, grpcurl, Playwright and the Python SDK (clients/python, installed editable:
+# the sign-up demo, tests/python and tests/ui use it);
+# with --test also Prometheus (promtool and the server, for the alert-rule tests) and Debian's
+# Chromium (/usr/bin/chromium, which the dashboard's browser tests in tests/ui drive through
+# Playwright from the venv; Playwright's own browser download is never used).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,11 @@ if [ "${1:-}" = "--test" ] && { ! command -v promtool >/dev/null 2>&1 || ! comma
   # The package starts a system Prometheus on :9090; the tests run their own on free ports.
   (as_root systemctl disable --now prometheus || as_root service prometheus stop) >/dev/null 2>&1 || true
 fi
+if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/chromium ]; then
+  echo "setup: installing chromium (the dashboard's browser tests, tests/ui)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+fi
 if ! command -v openssl >/dev/null 2>&1; then
   echo "setup: installing openssl (throwaway certificates: demo --secure, the TLS tests)"
   as_root apt-get update -qq
@@ -39,8 +46,8 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
 fi
 if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/grpcurl ] \
-  || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest, jobwire' >/dev/null 2>&1; then
-  echo "setup: creating .venv with the Python gRPC packages and the Python SDK (clients/python)"
+  || ! .venv/bin/python -c 'import grpc, grpc_tools, grpc_health, grpc_reflection, grpc_status, pytest, playwright, jobwire' >/dev/null 2>&1; then
+  echo "setup: creating .venv with the Python gRPC packages, Playwright and the Python SDK (clients/python)"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r examples/python/requirements.txt -e ./clients/python
 fi
