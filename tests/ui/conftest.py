@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import jobwire.sync
 import pytest
 from jobwire.testing import JobwireServer
@@ -56,17 +57,22 @@ expect.set_options(timeout=15_000)
 
 
 def jobwire_binary() -> str:
+    """``$JOBWIRE_BIN``, else ``<repo>/target/debug/jobwire`` (then also put in ``$JOBWIRE_BIN``,
+    where ``jobwire.testing`` looks)."""
     binary = Path(os.environ.get("JOBWIRE_BIN") or REPO_ROOT / "target" / "debug" / "jobwire")
     if not binary.is_file():
         pytest.fail(f"jobwire binary not found at {binary}: run `cargo build` or set JOBWIRE_BIN")
+    os.environ["JOBWIRE_BIN"] = str(binary)
     return str(binary)
 
 
 class UiServer(JobwireServer):
     """`jobwire serve --ui` (plus ``args``) on free ports; ``url(path)`` is a dashboard address."""
 
-    def __init__(self, workdir: Path, args: list[str], auth: Auth | None) -> None:
-        super().__init__(workdir, ["--ui", *args])
+    def __init__(
+        self, workdir: Path, args: list[str], auth: Auth | None, redis_url: str | None = None
+    ) -> None:
+        super().__init__(workdir, ["--ui", *args], redis_url=redis_url)
         self.auth = auth
 
     def url(self, path: str = "/ui/") -> str:
@@ -77,9 +83,15 @@ class UiServer(JobwireServer):
         token = self.auth.tokens[principal] if self.auth is not None else None
         return jobwire.sync.Client(self.target, token=token)
 
+    def channel(self, principal: str = "seeder") -> grpc.Channel:
+        """A blocking gRPC channel (for the generated stubs in ``jobwire.pb``) with ``principal``'s token."""
+        token = self.auth.tokens[principal] if self.auth is not None else None
+        return jobwire.sync.connect(self.target, token=token)
+
 
 def start_server(workdir: Path, args: list[str] = (), auth: Auth | None = None) -> UiServer:
-    os.environ.setdefault("JOBWIRE_BIN", jobwire_binary())
+    """A started `jobwire serve --ui` (``args``; ``auth``'s file is the caller's to pass)."""
+    jobwire_binary()
     server = UiServer(workdir, list(args), auth)
     server.start()
     return server
@@ -139,9 +151,18 @@ def browser(playwright) -> Iterator[Browser]:
     b.close()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the item (``rep_call``), for ``new_context``'s teardown."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def new_context(browser) -> Iterator:
-    """Makes fresh browser contexts (own cookies) for this test; closes them after it."""
+def new_context(browser, request) -> Iterator:
+    """Makes fresh browser contexts (own cookies) for this test; closes them after it. When the
+    test failed, each open page is saved first to .ci/artifacts/screenshots/failed/."""
     made: list[BrowserContext] = []
 
     def make() -> BrowserContext:
@@ -150,6 +171,16 @@ def new_context(browser) -> Iterator:
         return ctx
 
     yield make
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        failed = SCREENSHOTS / "failed"
+        failed.mkdir(parents=True, exist_ok=True)
+        name = "".join(c if c.isalnum() or c in "-_" else "-" for c in request.node.name)
+        for i, page in enumerate(p for ctx in made for p in ctx.pages):
+            try:
+                page.screenshot(path=str(failed / f"{name}-{i}.png"), full_page=True)
+            except Exception as e:  # a crashed page: the test's own failure says more
+                print(f"no screenshot of {page.url}: {e}")
     for ctx in made:
         ctx.close()
 

@@ -114,7 +114,9 @@ def make_dead(
             metadata={"traceparent": TRACEPARENT, "tenant": "acme"},
         )
     for job_id in dead.template_missing:
-        client.enqueue(queue, "send-digest", {"template": "digest.html", "week": 48}, job_id=job_id, max_attempts=1)
+        client.enqueue(
+            queue, "send-digest", {"template": "digest.html", "week": 48}, job_id=job_id, max_attempts=1
+        )
     for i, job_id in enumerate(done):
         client.enqueue(queue, "send-welcome", {"to": f"user{i}@example.com"}, job_id=job_id)
 
@@ -132,7 +134,9 @@ class HeldLease:
 
     def __init__(self, client: jobwire.sync.Client, queue: str, job_id: str, worker_id: str) -> None:
         self.release_event = threading.Event()
-        self.worker = jobwire.sync.Worker(client, [queue], concurrency=2, worker_id=worker_id, handle_signals=False)
+        self.worker = jobwire.sync.Worker(
+            client, [queue], concurrency=2, worker_id=worker_id, handle_signals=False
+        )
 
         def hold(ctx: jobwire.JobContext) -> None:
             while not (self.release_event.is_set() or ctx.cancelled_sync.is_set()):

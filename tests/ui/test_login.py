@@ -31,7 +31,9 @@ def test_bad_token_is_refused(page, ui_server):
     forged = ui_server.auth.tokens["oncall"][:-4] + "AAAA"
     for bad in (forged, "not-a-token"):
         page.locator("form#login input[name=token]").fill(bad)
-        with page.expect_response(lambda r: r.url == ui_server.url("/ui/login") and r.request.method == "POST") as resp:
+        with page.expect_response(
+            lambda r: r.url == ui_server.url("/ui/login") and r.request.method == "POST"
+        ) as resp:
             page.locator("form#login [type=submit]").click()
         assert resp.value.status == 401
         expect(page.locator(".error")).to_be_visible()
