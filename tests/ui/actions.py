@@ -90,18 +90,15 @@ def dead_ids(client: jobwire.sync.Client, queue: str) -> list[str]:
 
 
 def audit_lines(server: UiServer, action: str, queue: str) -> list[str]:
-    """The server's audit lines (target jobwire::audit) of ``action`` (``replay_dead_letters``)
-    carried out on ``queue``."""
+    """The server's audit lines (target jobwire::audit, outcome done) of ``action``
+    (``replay_dead_letters``) on ``queue``: ``... admin action principal=oncall via=token
+    action="replay_dead_letters" queue="q" filter="job_ids(1)" count=1 outcome="done"``."""
     log = server.log_path.read_text(errors="replace")
-    return [
-        line
-        for line in log.splitlines()
-        if "jobwire::audit" in line
-        and "admin action" in line
-        and action in line
-        and re.search(rf"queue=\"?{re.escape(queue)}\"?(\s|$)", line)
-        and "denied" not in line
-    ]
+    done = re.compile(
+        rf'jobwire::audit: admin action .*\baction="?{re.escape(action)}"? queue="?{re.escape(queue)}"? '
+        r'.*outcome="?done'
+    )
+    return [line for line in log.splitlines() if done.search(line)]
 
 
 def count_field(line: str) -> int:

@@ -18,7 +18,7 @@ from jobwire import pb
 from playwright.sync_api import expect
 
 import seed
-from actions import audit_lines, confirm, count_field, dead_ids, first_number, state, submit
+from actions import audit_lines, confirm, count_field, dead_ids, first_number, post, state, submit
 from conftest import shot
 
 ALIVE = {"waiting", "active", "completed"}  # a replayed job may already have run again
@@ -138,16 +138,23 @@ def test_purge_needs_the_typed_queue_name(admin_page, ui_server, seeder, fresh_q
     for job_id in ids:
         seeder.enqueue(fresh_queue, "send-welcome", {"to": f"user{job_id}@example.com"}, job_id=job_id)
     page = admin_page
-    for typed in ("", fresh_queue + "-x", "not-the-queue"):
+    for typed in (fresh_queue + "-x", fresh_queue.upper(), "not-the-queue"):
         page.goto(ui_server.url(f"/ui/queues/{fresh_queue}"))
         purge = page.locator("form:has([data-action=purge])")
         purge.locator("input[name=confirm]").fill(typed)
-        # The server answers (refusing) and nothing is purged.
-        submit(page, purge.locator("[data-action=purge]"))
-        expect(page.locator("#result")).not_to_contain_text(re.compile(r"purged", re.I))
+        resp = submit(page, purge.locator("[data-action=purge]"))
+        assert resp.status == 400, (typed, resp.status)
+        expect(page.locator(".error")).to_contain_text("confirm")
         assert seeder.queues.stats(fresh_queue).waiting == len(ids), typed
-        assert not audit_lines(ui_server, "purge_queue", fresh_queue)
     shot(page, "purge-refused")
+    # Without the field at all (the browser's `required` would stop an empty one).
+    page.goto(ui_server.url(f"/ui/queues/{fresh_queue}"))
+    fields = page.locator("form:has([data-action=purge])").evaluate("f => [...new FormData(f).entries()]")
+    url = page.locator("form:has([data-action=purge])").evaluate("f => f.action")
+    assert post(page, url, [[k, v] for k, v in fields if k != "confirm"]) == 400
+    assert post(page, url, [*([k, v] for k, v in fields if k != "confirm"), ["confirm", ""]]) == 400
+    assert seeder.queues.stats(fresh_queue).waiting == len(ids)
+    assert not audit_lines(ui_server, "purge_queue", fresh_queue)
 
     page.goto(ui_server.url(f"/ui/queues/{fresh_queue}"))
     purge = page.locator("form:has([data-action=purge])")

@@ -28,11 +28,13 @@ STATES = ["waiting", "delayed", "active", "completed", "dead"]
 STATE = {s: getattr(pb, f"JOB_STATE_{s.upper()}") for s in STATES}
 BIG = 100 * 1024  # bytes of the oversized payload (the page shows at most 64 KiB)
 BIG_END = "END-OF-THE-BIG-PAYLOAD"
+COMPLETED = ["welcome-ada", "welcome-grace", "welcome-alan"]
 
 
 @dataclass
 class Showcase:
     emails_ids: list[str]
+    completed: list[str]
     billing_ids: list[str]
     dead: seed.Dead
     active_id: str
@@ -48,7 +50,7 @@ def showcase(seeder: jobwire.sync.Client):
         "emails",
         invalid_address=["receipt-1001", "receipt-1002", "receipt-1003"],
         template_missing=["digest-week-47", "digest-week-48"],
-        completed=["welcome-ada", "welcome-grace", "welcome-alan"],
+        completed=COMPLETED,
     )
     for who in ("edsger", "barbara"):
         seeder.enqueue("emails", "send-welcome", {"to": f"{who}@example.com"}, job_id=f"welcome-{who}")
@@ -60,16 +62,15 @@ def showcase(seeder: jobwire.sync.Client):
     seeder.enqueue(
         "billing", "charge", binary, job_id="charge-binary", content_type="application/octet-stream"
     )
-    big = json.dumps({"rows": "x" * BIG, "end": BIG_END})
+    big = json.dumps({"rows": "x" * BIG + BIG_END})
     seeder.enqueue("billing", "export", big, job_id="export-big", content_type="application/json")
 
     held = seed.HeldLease(seeder, "reports", "report-q4", worker_id="reports-worker-1")
     try:
         yield Showcase(
+            completed=COMPLETED,
             emails_ids=[
-                "welcome-ada",
-                "welcome-grace",
-                "welcome-alan",
+                *COMPLETED,
                 "welcome-edsger",
                 "welcome-barbara",
                 "reminder-ada",
@@ -90,6 +91,13 @@ def number(text: str) -> int:
     digits = re.sub(r"[^0-9]", "", text)
     assert digits, f"no number in {text!r}"
     return int(digits)
+
+
+def number_in(text: str | None) -> int:
+    """The first number in ``text``."""
+    m = re.search(r"\d+", text or "")
+    assert m, f"no number in {text!r}"
+    return int(m.group())
 
 
 def row_ids(page: Page, table: str, attr: str) -> list[str]:
@@ -123,6 +131,11 @@ def test_overview(admin_page, ui_server, seeder, showcase):
     assert queues["reports"].workers_connected >= 1
     assert queues["emails"].oldest_waiting_age.ToTimedelta().total_seconds() >= 0
     assert table.locator("tr[data-queue='emails'] td[data-col=oldest_waiting]").inner_text().strip()
+    # The sparklines count this replica's last minutes: emails had 3 jobs completed and 5
+    # attempts failed (3 NonRetryable, 2 TemplateMissing), all since the server started.
+    sparks = table.locator("tr[data-queue='emails'] svg.spark")
+    assert number_in(sparks.nth(0).get_attribute("aria-label")) == len(showcase.completed)
+    assert number_in(sparks.nth(1).get_attribute("aria-label")) == len(showcase.dead.all)
     shot(page, "overview")
 
 
