@@ -26,7 +26,7 @@ cargo build --locked
 JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q tests/python
 # The dashboard (`serve --ui`) in a real browser: login, every page against what gRPC says,
 # replay, purge, the viewer's and CSRF refusals, read-only mode; screenshots to $SCREENSHOTS.
-JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q tests/ui
+JOBWIRE_BIN="$PWD/target/debug/jobwire" .venv/bin/python -m pytest -q -rxX tests/ui
 # Every SDK's linters and tests, including the shared conformance scenarios
 # (clients/conformance/scenarios.json), against the binary built above.
 for sdk_test in clients/*/test.sh; do

@@ -9,7 +9,7 @@ import jobwire.sync
 from jobwire import pb
 from playwright.sync_api import Locator, Page, Response, expect
 
-from conftest import UiServer
+from conftest import UiServer, check_origin
 
 
 def first_number(text: str) -> int:
@@ -24,7 +24,7 @@ def submit(page: Page, button: Locator) -> Response:
     when this returns."""
     with page.expect_response(lambda r: r.request.method == "POST") as info:
         button.click()
-    return info.value
+    return check_origin(info.value)
 
 
 def confirm(page: Page, count: int) -> None:

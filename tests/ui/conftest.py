@@ -29,7 +29,7 @@ import grpc
 import jobwire.sync
 import pytest
 from jobwire.testing import JobwireServer
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Response, expect, sync_playwright
 
 from auth import PRINCIPALS, Auth, make_auth, write_auth_file
 
@@ -191,11 +191,35 @@ def page(new_context) -> Page:
     return new_context().new_page()
 
 
+# A ui bug reported to the lead: every /ui response has `Referrer-Policy: no-referrer`, under
+# which Chromium sends `Origin: null` with a submitted form (the Fetch standard's rule), and
+# the dashboard refuses that origin (403 "the request comes from another origin"), so no login
+# and no action works in a real browser. A test that meets exactly this refusal is reported as
+# xfailed (with this reason; `pytest -rx` lists them); every other failure fails. Remove this
+# once the dashboard accepts its own forms: the tests then run to the end.
+ORIGIN_NULL_BUG = (
+    "ui bug: the dashboard refuses the Origin: null that Chromium sends for its forms under "
+    "Referrer-Policy: no-referrer (403 'the request comes from another origin')"
+)
+
+
+def check_origin(resp: Response) -> Response:
+    """``resp``, unless it is the dashboard's refusal of a form's origin (then the test is
+    xfailed: ORIGIN_NULL_BUG)."""
+    if resp.status == 403 and "comes from another origin" in resp.text():
+        origin = resp.request.header_value("origin")
+        path = "/" + resp.url.split("/", 3)[3]
+        pytest.xfail(f"{ORIGIN_NULL_BUG}: {resp.request.method} {path} sent with Origin {origin!r}")
+    return resp
+
+
 def login(page: Page, server: UiServer, principal: str) -> Page:
     """Logs ``page`` in with ``principal``'s token through the form; returns on the overview."""
     page.goto(server.url("/ui/login"))
     page.locator("form#login input[name=token]").fill(server.auth.tokens[principal])
-    page.locator("form#login [type=submit]").click()
+    with page.expect_response(lambda r: r.request.method == "POST") as info:
+        page.locator("form#login [type=submit]").click()
+    check_origin(info.value)
     expect(page).to_have_url(server.url("/ui/"))
     expect(page.locator("#whoami")).to_contain_text(principal)
     return page

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from conftest import login, shot
+from conftest import check_origin, login, shot
 
 SESSION_COOKIE = "jobwire_session"
 
@@ -35,7 +35,7 @@ def test_bad_token_is_refused(page, ui_server):
             lambda r: r.url == ui_server.url("/ui/login") and r.request.method == "POST"
         ) as resp:
             page.locator("form#login [type=submit]").click()
-        assert resp.value.status == 401
+        assert check_origin(resp.value).status == 401
         expect(page.locator(".error")).to_be_visible()
         expect(page.locator("form#login")).to_be_visible()
         assert SESSION_COOKIE not in {c["name"] for c in page.context.cookies()}
@@ -76,7 +76,9 @@ def test_logout_ends_the_session(new_context, ui_server):
     old = [c for c in ctx.cookies() if c["name"] == SESSION_COOKIE]
     assert len(old) == 1
 
-    page.locator("form[action='/ui/logout'] [type=submit]").click()
+    with page.expect_response(lambda r: r.request.method == "POST") as resp:
+        page.locator("form[action='/ui/logout'] [type=submit]").click()
+    check_origin(resp.value)
     expect(page.locator("form#login")).to_be_visible()
     page.goto(ui_server.url("/ui/"))
     expect(page.locator("form#login")).to_be_visible()
