@@ -39,7 +39,7 @@ def test_replay_one_selected_dead_job(admin_page, ui_server, seeder, fresh_queue
     page = admin_page
     page.goto(ui_server.url(f"/ui/queues/{fresh_queue}/dead"))
     page.locator(f"table#dead input[type=checkbox][name=job_id][value='{target}']").check()
-    page.locator("[data-action=replay-selected]").click()
+    submit(page, page.locator("[data-action=replay-selected]"))
     expect(page.locator("#confirm-count")).to_be_visible()
     expect(page.locator("body")).to_contain_text(target)  # the first ids are shown
     assert dead_ids(seeder, fresh_queue) == sorted(dead.all), "changed before the confirmation"
@@ -69,7 +69,7 @@ def test_replay_by_filter_shows_the_count_then_replays_exactly_those(
     form.locator("[name=error_type]").fill("TemplateMissing")
     form.locator("[type=submit]").first.click()
     expect(page.locator("table#dead input[type=checkbox][name=job_id]")).to_have_count(len(matching))
-    page.locator("[data-action=replay-filter]").click()
+    submit(page, page.locator("[data-action=replay-filter]"))
     expect(page.locator("#confirm-count")).to_be_visible()
     assert first_number(page.locator("#confirm-count").inner_text()) == len(matching)
     assert dead_ids(seeder, fresh_queue) == sorted(dead.all), "changed before the confirmation"

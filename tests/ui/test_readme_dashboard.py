@@ -1,7 +1,8 @@
 """README.md's "The dashboard" subsection against the repository and the binary.
 
 The pictures it shows exist and are PNGs of the screenshot size (scripts/ui-screenshots.sh
-makes them at the 1280x800 viewport), and the flags it names are `jobwire serve`'s own.
+makes them at the 1280x800 viewport), the flags it names are `jobwire serve`'s own, and the
+chart values it names are in helm/jobwire/values.yaml.
 """
 
 from __future__ import annotations
@@ -47,3 +48,14 @@ def test_the_flags_it_names_are_the_servers():
         assert re.search(rf"\s{re.escape(flag)}\b", help_text), f"README names {flag}, serve --help does not"
     for env in envs:
         assert env in help_text, f"README names {env}, serve --help does not"
+
+
+def test_the_chart_values_it_names_are_the_charts():
+    values = (REPO_ROOT / "helm" / "jobwire" / "values.yaml").read_text()
+    named = set(re.findall(r"`(ui\.[A-Za-z]+): (?:true|false)`", dashboard_section()))
+    assert named == {"ui.enabled", "ui.readOnly"}, named
+    block = re.search(r"^ui:\n((?:[ #].*\n|\n)*)", values, re.M)
+    assert block, "helm/jobwire/values.yaml has no ui: block"
+    for name in named:
+        key = name.split(".", 1)[1]
+        assert re.search(rf"^  {key}: ", block.group(1), re.M), f"values.yaml has no {name}"
