@@ -109,6 +109,17 @@ impl Browser {
         fields: &[(&str, &str)],
         origin: Option<&str>,
     ) -> Page {
+        self.post_from_site(path, fields, origin, None).await
+    }
+
+    /// POST with an `Origin` and a `Sec-Fetch-Site` header, as a browser sends.
+    pub async fn post_from_site(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        origin: Option<&str>,
+        site: Option<&str>,
+    ) -> Page {
         let body = {
             let mut s = form_urlencoded::Serializer::new(String::new());
             for (k, v) in fields {
@@ -123,6 +134,10 @@ impl Browser {
             .body(body);
         let req = match origin {
             Some(o) => req.header("origin", o),
+            None => req,
+        };
+        let req = match site {
+            Some(s) => req.header("sec-fetch-site", s),
             None => req,
         };
         self.send(req).await
