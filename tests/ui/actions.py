@@ -37,31 +37,19 @@ def confirm(page: Page, count: int) -> None:
 
 
 def confirmation_form(page: Page, server: UiServer, queue: str, job_id: str) -> tuple[str, list[list[str]]]:
-    """As the admin on ``page``: asks to replay ``job_id`` as the dead page's form does (its
-    fields, ``op=replay-selected``, sent by ``fetch()``); returns the confirmation form's action
-    URL and fields, the request that would replay it, unsent."""
+    """As the admin on ``page``: selects ``job_id`` on ``queue``'s dead page and clicks
+    replay-selected; returns the confirmation form's action URL and fields (the request that
+    would replay it), unsent."""
     page.goto(server.url(f"/ui/queues/{queue}/dead"))
-    form = page.locator("form:has([data-action=replay-selected])")
-    form.locator(f"input[type=checkbox][name=job_id][value='{job_id}']").check()
-    url = form.evaluate("f => f.action")
-    fields = form.evaluate(
-        "f => [...new FormData(f, f.querySelector('[data-action=replay-selected]')).entries()]"
-    )
-    action, confirm_fields, count = page.evaluate(
-        """async ([url, fields]) => {
-            const r = await fetch(url, {method: "POST", body: new URLSearchParams(fields)});
-            const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-            const f = doc.querySelector("form:has([data-action=confirm])");
-            if (!f) return [null, [], r.status + " " + doc.body.innerText.slice(0, 300)];
-            return [new URL(f.getAttribute("action"), location.href).href, [...new FormData(f).entries()],
-                    doc.querySelector("#confirm-count")?.textContent];
-        }""",
-        [url, fields],
-    )
-    assert action, f"no confirmation page: {count}"
-    assert first_number(count) == 1
-    assert any(k == "csrf" for k, _ in confirm_fields), confirm_fields
-    return action, confirm_fields
+    page.locator(f"table#dead input[type=checkbox][name=job_id][value='{job_id}']").check()
+    submit(page, page.locator("[data-action=replay-selected]"))
+    expect(page.locator("#confirm-count")).to_be_visible()
+    assert first_number(page.locator("#confirm-count").inner_text()) == 1
+    form = page.locator("form:has([data-action=confirm])")
+    action = form.evaluate("f => f.action")
+    fields = form.evaluate("f => [...new FormData(f).entries()]")
+    assert any(k == "csrf" for k, _ in fields), fields
+    return action, fields
 
 
 def post(page: Page, url: str, fields: list[list[str]]) -> int:

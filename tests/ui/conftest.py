@@ -10,8 +10,7 @@
   ``NonRetryable`` and by one raising an error of its own.
 * The browser is Debian's Chromium (``/usr/bin/chromium``, from ``scripts/setup.sh --test``)
   driven by Playwright from PyPI; Playwright's own browser download is never used.
-  ``admin_page``/``viewer_page`` log in by sending the login form's request with the page's
-  own ``fetch()``; test_login.py submits the form itself (see ORIGIN_NULL_BUG).
+  ``admin_page``/``viewer_page`` log in through the login form.
 * ``shot(page, name)`` saves a full-page screenshot to ``.ci/artifacts/screenshots/<name>.png``
   (gitignored; ``scripts/test.sh`` prints the folder). With ``JOBWIRE_UI_SCREENSHOTS=<dir>``
   the two README pictures are also written there at the viewport size
@@ -193,25 +192,20 @@ def page(new_context) -> Page:
     return new_context().new_page()
 
 
-# A ui bug reported to the lead: every /ui response has `Referrer-Policy: no-referrer`, under
-# which Chromium sends `Origin: null` with a submitted form (the Fetch standard's rule), and
-# the dashboard refuses that origin (403 "the request comes from another origin"), so no login
-# and no action works in a real browser. A test that meets exactly this refusal is reported as
-# xfailed (with this reason; `pytest -rx` lists them); every other failure fails. Remove this
-# once the dashboard accepts its own forms: the tests then run to the end.
-ORIGIN_NULL_BUG = (
-    "ui bug: the dashboard refuses the Origin: null that Chromium sends for its forms under "
-    "Referrer-Policy: no-referrer (403 'the request comes from another origin')"
-)
-
-
 def check_origin(resp: Response) -> Response:
-    """``resp``, unless it is the dashboard's refusal of a form's origin (then the test is
-    xfailed: ORIGIN_NULL_BUG)."""
+    """``resp``, after checking that it is not the dashboard's refusal of the form's origin.
+
+    A regression guard: with `Referrer-Policy: no-referrer` on every page Chromium sends
+    `Origin: null` with a submitted form, which the dashboard once refused (403 "the request
+    comes from another origin"), so that no login or action worked in a real browser.
+    """
     if resp.status == 403 and "comes from another origin" in resp.text():
         origin = resp.request.header_value("origin")
-        path = "/" + resp.url.split("/", 3)[3]
-        pytest.xfail(f"{ORIGIN_NULL_BUG}: {resp.request.method} {path} sent with Origin {origin!r}")
+        fetch_site = resp.request.header_value("sec-fetch-site")
+        pytest.fail(
+            f"the dashboard refused its own form as another origin: {resp.request.method} {resp.url} "
+            f"sent with Origin {origin!r}, Sec-Fetch-Site {fetch_site!r}"
+        )
     return resp
 
 
@@ -227,35 +221,16 @@ def login(page: Page, server: UiServer, principal: str) -> Page:
     return page
 
 
-def login_by_fetch(page: Page, server: UiServer, principal: str) -> Page:
-    """Logs ``page`` in with the login form's request sent by the page's own ``fetch()`` (the
-    browser's cookie jar takes the session cookie), then opens the overview. For the tests
-    about the other pages: the login form itself is test_login's (see ORIGIN_NULL_BUG)."""
-    page.goto(server.url("/ui/login"))
-    status = page.evaluate(
-        """async (token) => {
-            const r = await fetch("/ui/login", {method: "POST", body: new URLSearchParams({token}),
-                                               credentials: "same-origin"});
-            return r.status;
-        }""",
-        server.auth.tokens[principal],
-    )
-    assert status == 200, f"login of {principal}: {status}"  # the overview, after the 303
-    page.goto(server.url("/ui/"))
-    expect(page.locator("#whoami")).to_contain_text(principal)
-    return page
-
-
 @pytest.fixture
 def admin_page(new_context, ui_server) -> Page:
     """A page logged in as the admin (``oncall``)."""
-    return login_by_fetch(new_context().new_page(), ui_server, "oncall")
+    return login(new_context().new_page(), ui_server, "oncall")
 
 
 @pytest.fixture
 def viewer_page(new_context, ui_server) -> Page:
     """A page logged in as the viewer (``support``)."""
-    return login_by_fetch(new_context().new_page(), ui_server, "support")
+    return login(new_context().new_page(), ui_server, "support")
 
 
 def shot(page: Page, name: str) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from conftest import check_origin, login, login_by_fetch, shot
+from conftest import check_origin, login, shot
 
 SESSION_COOKIE = "jobwire_session"
 
@@ -72,7 +72,7 @@ def test_pages_need_a_session(page, ui_server):
 
 def test_logout_ends_the_session(new_context, ui_server):
     ctx = new_context()
-    page = login_by_fetch(ctx.new_page(), ui_server, "support")
+    page = login(ctx.new_page(), ui_server, "support")
     old = [c for c in ctx.cookies() if c["name"] == SESSION_COOKIE]
     assert len(old) == 1
 

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 import seed
 from actions import audit_lines, confirmation_form, csrf_of, dead_ids, post, state, with_csrf
-from conftest import UiServer, jobwire_binary, login_by_fetch, shot, start_server
+from conftest import UiServer, jobwire_binary, login, shot, start_server
 
 
 def status_of(url: str, method: str = "GET") -> int:
@@ -99,7 +99,7 @@ def test_read_only_hides_and_refuses_every_action(new_context, pair):
         client.enqueue("frozen", "send-welcome", {"to": "ada@example.com"}, job_id="welcome-2")
         target = dead.invalid_address[0]
 
-        page = login_by_fetch(new_context().new_page(), read_only, "oncall")
+        page = login(new_context().new_page(), read_only, "oncall")
         for path in (
             "/ui/",
             "/ui/workers",
@@ -114,7 +114,7 @@ def test_read_only_hides_and_refuses_every_action(new_context, pair):
         shot(page, "read-only-dead-letters")
 
         # The replay request the normal server would carry out, sent to the read-only one.
-        admin = login_by_fetch(new_context().new_page(), normal, "oncall")
+        admin = login(new_context().new_page(), normal, "oncall")
         action, fields = confirmation_form(admin, normal, "frozen", target)
         path = action.split(str(normal.http_port), 1)[1]
         page.goto(read_only.url("/ui/queues/frozen/dead"))
