@@ -1,9 +1,11 @@
 //! The dashboard's POST handlers: pause, resume, purge (typed confirmation), replay and
-//! delete of one dead job, and the bulk dead-letter actions (selected ids or a filter:
-//! first a confirmation page with the count, then the action). Each passes
-//! [`post_gate`] (session, origin, CSRF, read-only, role) before anything else, then makes
-//! the gRPC call(s) with the session's token and shows the result with the audit line the
-//! server recorded (see `auth::audit`).
+//! delete of one dead job and the bulk dead-letter actions (each first a confirmation page
+//! with the count, then the action). Each passes [`post_gate`] (session, origin, CSRF,
+//! read-only) before anything else, then makes the gRPC call(s) with the session's token
+//! and shows the result with the audit line the server recorded (see `auth::audit`).
+//! The role is the RPC's to decide: a visitor the policy would refuse (`Visitor::can`)
+//! skips the confirmation and form checks and makes the call at once, so that the server
+//! refuses it (PERMISSION_DENIED -> 403) and audits the refusal as `denied`.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -48,7 +50,7 @@ pub async fn pause(
     body: Bytes,
 ) -> Response {
     let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, Some((Rpc::PauseQueue, &queue))) {
+    let v = match post_gate(&ui, &headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
@@ -73,7 +75,7 @@ pub async fn resume(
     body: Bytes,
 ) -> Response {
     let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, Some((Rpc::ResumeQueue, &queue))) {
+    let v = match post_gate(&ui, &headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
@@ -98,11 +100,12 @@ pub async fn purge(
     body: Bytes,
 ) -> Response {
     let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, Some((Rpc::PurgeQueue, &queue))) {
+    let v = match post_gate(&ui, &headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
-    if form.str("confirm") != queue {
+    // One the policy refuses goes straight to the RPC (refused and audited there).
+    if v.can(Rpc::PurgeQueue, &queue) && form.str("confirm") != queue {
         return v.error(
             StatusCode::BAD_REQUEST,
             &format!("confirm: type the queue's name ({queue:?}) to purge it; nothing was deleted"),
@@ -218,10 +221,35 @@ async fn one_job(
     op: Op,
 ) -> Response {
     let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, Some((op.rpc(), &queue))) {
+    let v = match post_gate(&ui, &headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
+    let here = format!("{}/{}", job_url(&queue, &id), op.verb().to_lowercase());
+    // Like the bulk actions: first the confirmation (unless the RPC would refuse anyway).
+    if v.can(op.rpc(), &queue) && form.get("confirmed") != Some("1") {
+        let title = format!("{} dead job {id} of {queue}", op.verb());
+        let question = match op {
+            Op::Replay => "Replay this dead job (back to waiting, attempts reset):",
+            Op::Delete => "Delete this dead job permanently:",
+        };
+        return v.page(
+            StatusCode::OK,
+            result::confirm(
+                &v,
+                Confirm {
+                    title: &title,
+                    question,
+                    count: 1,
+                    more: false,
+                    first_ids: std::slice::from_ref(&id),
+                    action: &here,
+                    hidden: html! {},
+                    cancel: &job_url(&queue, &id),
+                },
+            ),
+        );
+    }
     let done = match by_ids(&v, op, &queue, std::slice::from_ref(&id)).await {
         Ok(d) => d,
         Err(r) => return *r,
@@ -311,7 +339,7 @@ pub async fn dead_bulk(
         "delete-filter" => (Op::Delete, true),
         _ => (Op::Replay, false),
     };
-    let v = match post_gate(&ui, &headers, &form, Some((op.rpc(), &queue))) {
+    let v = match post_gate(&ui, &headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
@@ -330,13 +358,14 @@ pub async fn dead_bulk(
     let mut ids = form.all("job_id");
     ids.retain(|id| !id.is_empty());
     ids.dedup();
-    if !by_filter && ids.is_empty() {
+    if !by_filter && ids.is_empty() && v.can(op.rpc(), &queue) {
         return v.error(
             StatusCode::BAD_REQUEST,
             "job_id: select at least one dead job (or act on all matching)",
         );
     }
-    let confirmed = form.get("confirmed") == Some("1");
+    // One the policy refuses skips the confirmation: the RPC refuses (and audits) it.
+    let confirmed = form.get("confirmed") == Some("1") || !v.can(op.rpc(), &queue);
     let action = dead_url(&queue);
     if !confirmed {
         let (n, first, more) = if by_filter {
@@ -351,13 +380,14 @@ pub async fn dead_bulk(
                 false,
             )
         };
-        let what = if by_filter {
-            format!("matching {}", dq.describe())
-        } else {
-            "selected".into()
-        };
         let title = format!("{} dead jobs of {queue}", op.verb());
-        let question = format!("{} the dead jobs {what}:", op.verb());
+        let question = if !by_filter {
+            format!("{} the selected dead jobs:", op.verb())
+        } else if dq.is_empty() {
+            format!("{} ALL dead jobs of queue {queue} (no filter):", op.verb())
+        } else {
+            format!("{} the dead jobs matching {}:", op.verb(), dq.describe())
+        };
         let hidden = html! {
             input type="hidden" name="op" value=(opname);
             @if by_filter { (dq.hidden()) }

@@ -198,7 +198,7 @@ async fn login(State(ui): State<UiState>, headers: HeaderMap, body: Bytes) -> Re
 
 async fn logout(State(ui): State<UiState>, headers: HeaderMap, body: Bytes) -> Response {
     let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, None) {
+    let v = match post_gate(&ui, &headers, &form, false) {
         Ok(v) => v,
         Err(r) => return *r,
     };

@@ -207,13 +207,15 @@ pub(super) fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 /// The checks of every state-changing POST, in order: a live session (403 without one: a
-/// forged request gets nothing), the same origin, the CSRF token; then read-only mode and
-/// the role for `rpc` on `queue`, when given. Each refusal is a 403 and changes nothing.
+/// forged request gets nothing), the same origin, the CSRF token; then, for an action
+/// (`action`), read-only mode. Each refusal is a 403 and changes nothing. The role is not
+/// checked here: the action's RPC decides it (its PERMISSION_DENIED, audited as `denied`
+/// like any client's, becomes a 403 page, see [`Visitor::failed`]).
 pub fn post_gate(
     ui: &UiState,
     headers: &HeaderMap,
     form: &Form,
-    action: Option<(Rpc, &str)>,
+    action: bool,
 ) -> Result<Visitor, Refused> {
     let forbidden = |msg: &str| {
         (
@@ -242,24 +244,12 @@ pub fn post_gate(
             "missing or wrong CSRF token: reload the page and try again",
         )));
     }
-    if let Some((rpc, queue)) = action {
-        if ui.read_only() {
-            return Err(Box::new(v.error(
-                StatusCode::FORBIDDEN,
-                "the dashboard is read-only (--ui-read-only): actions are refused",
-            )));
-        }
-        if !v.can(rpc, queue) {
-            return Err(Box::new(v.error(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "principal {:?} may not {} on queue {queue:?} (needs {})",
-                    v.principal.name,
-                    rpc.name(),
-                    rpc.roles_text()
-                ),
-            )));
-        }
+    if action && ui.read_only() {
+        // The dashboard's own refusal: no RPC is made, so no audit line.
+        return Err(Box::new(v.error(
+            StatusCode::FORBIDDEN,
+            "the dashboard is read-only (--ui-read-only): actions are refused",
+        )));
     }
     Ok(v)
 }

@@ -147,8 +147,29 @@ async fn delete_selected_and_a_dead_jobs_own_replay() {
     let job = b.get("/ui/queues/sel/jobs/again").await;
     assert!(job.body.contains(r#"data-action="replay""#), "{}", job.body);
     assert!(job.body.contains(r#"data-action="delete""#), "{}", job.body);
+    // Each first asks to confirm (count 1), changing nothing.
+    for op in ["replay", "delete"] {
+        let path = format!("/ui/queues/sel/jobs/again/{op}");
+        let ask = b.post(&path, &[("csrf", &csrf)]).await;
+        assert_eq!(ask.status, StatusCode::OK, "{}", ask.body);
+        assert!(ask.body.contains(r#"data-count="1""#), "{}", ask.body);
+        assert!(
+            ask.body.contains(r#"data-action="confirm""#),
+            "{}",
+            ask.body
+        );
+        assert!(
+            ask.body.contains(&format!(r#"action="{path}""#)),
+            "{}",
+            ask.body
+        );
+        assert_eq!(state(&mut c, "sel", "again").await, pb::JobState::Dead);
+    }
     let done = b
-        .post("/ui/queues/sel/jobs/again/replay", &[("csrf", &csrf)])
+        .post(
+            "/ui/queues/sel/jobs/again/replay",
+            &[("csrf", &csrf), ("confirmed", "1")],
+        )
         .await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
     assert!(done.body.contains("Replayed 1 job "), "{}", done.body);
@@ -220,4 +241,38 @@ async fn pause_resume_and_purge_with_its_typed_confirmation() {
         })
         .await;
     assert_eq!(r.expect_err("purged").code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn a_dead_jobs_delete_asks_to_confirm_first() {
+    let ops = ops();
+    let s = start(&[&ops], false).await;
+    let mut c = s.as_(&ops);
+    kill(&mut c, "one", "doomed", "send", "timeout", b"{}").await;
+    let mut b = Browser::new(s.app.http);
+    b.login(&ops.token.reveal()).await;
+    let csrf = b.get("/ui/queues/one/jobs/doomed").await.csrf();
+    let ask = b
+        .post("/ui/queues/one/jobs/doomed/delete", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(ask.status, StatusCode::OK, "{}", ask.body);
+    assert!(ask.body.contains(r#"id="confirm-count""#), "{}", ask.body);
+    assert!(ask.body.contains("permanently"), "{}", ask.body);
+    assert_eq!(state(&mut c, "one", "doomed").await, pb::JobState::Dead);
+    let done = b
+        .post(
+            "/ui/queues/one/jobs/doomed/delete",
+            &[("csrf", &csrf), ("confirmed", "1")],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(done.body.contains("Deleted 1 job "), "{}", done.body);
+    let r = c
+        .jobs
+        .get_job(pb::GetJobRequest {
+            queue: "one".into(),
+            job_id: "doomed".into(),
+        })
+        .await;
+    assert_eq!(r.expect_err("deleted").code(), tonic::Code::NotFound);
 }
