@@ -31,7 +31,45 @@ impl DeadLetterApi {
 fn selector_text(sel: &DeadSelector) -> String {
     match sel {
         DeadSelector::Ids(ids) => format!("job_ids({})", ids.len()),
-        DeadSelector::Filter(f) => format!("{f:?}"),
+        DeadSelector::Filter(f) => filter_text(f),
+    }
+}
+
+/// A dead-letter filter for the audit line: the fields set, `name="value"` separated by
+/// spaces (as the dashboard prints it: `error_type="smtp_timeout" reason="no_retry"`),
+/// times as RFC 3339 UTC; `every dead job` when none is set.
+fn filter_text(f: &DeadFilter) -> String {
+    let time = |ms: Option<u64>| {
+        ms.map(|ms| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+            )
+            .to_string()
+        })
+        .unwrap_or_default()
+    };
+    let pairs = [
+        ("job_name", f.job_name.clone()),
+        ("error_type", f.error_type.clone()),
+        (
+            "reason",
+            f.reason
+                .map(|r| r.as_str().to_ascii_lowercase())
+                .unwrap_or_default(),
+        ),
+        ("message_prefix", f.error_message_prefix.clone()),
+        ("dead_after", time(f.dead_after_ms)),
+        ("dead_before", time(f.dead_before_ms)),
+    ];
+    let set: Vec<String> = pairs
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    if set.is_empty() {
+        "every dead job".into()
+    } else {
+        set.join(" ")
     }
 }
 
