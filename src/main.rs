@@ -9,7 +9,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // Global operator flags may come before the command group (docs/cli.md).
+    let cli = Cli::parse_from(jobwire::cli::hoist_global_flags(
+        std::env::args_os().collect(),
+    ));
     match cli.command {
         Command::Serve(cfg) => {
             if cfg.print_config {

@@ -4,7 +4,8 @@
 //! the operator confirms is the set acted on: a job that dies after the listing is not
 //! swept up unseen. The ids then go to ReplayDeadLetters / DeleteDeadLetters in chunks of
 //! at most [`CHUNK`] (the RPC's limit), with a progress bar on stderr when stdout is a
-//! terminal. An id no longer dead by then is reported as skipped, never as an error.
+//! terminal. An id not dead by then (or never a job of the queue) is reported as skipped,
+//! never as an error; the RPC does not say which of the two.
 
 use std::io::IsTerminal;
 
@@ -62,8 +63,11 @@ struct DryRun {
     count: usize,
     /// The first of them (at most 10).
     first_job_ids: Vec<String>,
-    /// Ids given on the command line that are not dead (the action would skip them).
+    /// Ids given on the command line that name a job of the queue that is not dead (the
+    /// action would skip them).
     not_dead_job_ids: Vec<String>,
+    /// Ids given on the command line that name no job of the queue (skipped too).
+    not_found_job_ids: Vec<String>,
 }
 
 /// The outcome as JSON: `{queue, replayed, skipped, replayed_job_ids, skipped_job_ids}` or
@@ -109,13 +113,20 @@ pub async fn run(
     };
     if dry_run {
         // Given ids are checked one by one, so the count is what the action would do.
-        let mut not_dead = Vec::new();
+        let (mut not_dead, mut not_found) = (Vec::new(), Vec::new());
         if by_id {
             let mut dead = Vec::new();
             for id in ids {
                 match c.get_dead_letter(&queue, &id).await {
                     Ok(_) => dead.push(id),
-                    Err(e) if e.code() == Some(tonic::Code::NotFound) => not_dead.push(id),
+                    Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                        // Not dead: is it there at all?
+                        match c.get_job(&queue, &id).await {
+                            Ok(_) => not_dead.push(id),
+                            Err(e) if e.code() == Some(tonic::Code::NotFound) => not_found.push(id),
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -133,6 +144,7 @@ pub async fn run(
             count: ids.len(),
             first_job_ids: ids.iter().take(DRY_RUN_IDS).cloned().collect(),
             not_dead_job_ids: not_dead,
+            not_found_job_ids: not_found,
         };
         return print(out, &d, |d| {
             let mut s = format!(
@@ -153,6 +165,12 @@ pub async fn run(
                     d.not_dead_job_ids.join(", ")
                 ));
             }
+            if !d.not_found_job_ids.is_empty() {
+                s.push_str(&format!(
+                    "Not found (would be skipped): {}\n",
+                    d.not_found_job_ids.join(", ")
+                ));
+            }
             s
         });
     }
@@ -161,7 +179,18 @@ pub async fn run(
     } else {
         "dead jobs"
     };
-    if !ids.is_empty() {
+    if ids.is_empty() {
+        // Nothing matches: no prompt, no progress bar, no calls.
+        let r = done(action, queue, Vec::new(), Vec::new());
+        return print(out, &r, |_| {
+            format!(
+                "Nothing matches: no dead job of queue {} to {}.\n",
+                sel.queue,
+                action.verb()
+            )
+        });
+    }
+    {
         prompt::confirm(
             &format!(
                 "{} {} {what} of queue {queue}?",
@@ -175,7 +204,7 @@ pub async fn run(
         )?;
     }
     let bar = progress(ids.len(), action);
-    let (mut done, mut skipped) = (Vec::new(), Vec::new());
+    let (mut done_ids, mut skipped) = (Vec::new(), Vec::new());
     for chunk in ids.chunks(CHUNK) {
         let r = match action {
             Action::Replay => c
@@ -189,18 +218,18 @@ pub async fn run(
         };
         match r {
             Ok((d, s)) => {
-                done.extend(d);
+                done_ids.extend(d);
                 skipped.extend(s);
                 bar.inc(chunk.len() as u64);
             }
             Err(e) => {
                 bar.abandon();
-                if !done.is_empty() || !skipped.is_empty() {
+                if !done_ids.is_empty() || !skipped.is_empty() {
                     eprintln!(
                         "jobwire: stopped after {} of {} ids ({} done, {} skipped)",
-                        done.len() + skipped.len(),
+                        done_ids.len() + skipped.len(),
                         ids.len(),
-                        done.len(),
+                        done_ids.len(),
                         skipped.len()
                     );
                 }
@@ -209,7 +238,31 @@ pub async fn run(
         }
     }
     bar.finish_and_clear();
-    let r = match action {
+    let r = done(action, queue, done_ids, skipped);
+    print(out, &r, |r| {
+        let (verb, queue, n, skipped) = match r {
+            Done::Replayed {
+                queue,
+                replayed,
+                skipped,
+                ..
+            } => ("Replayed", queue, *replayed, *skipped),
+            Done::Deleted {
+                queue,
+                deleted,
+                skipped,
+                ..
+            } => ("Deleted", queue, *deleted, *skipped),
+        };
+        let what = if n == 1 { "dead job" } else { "dead jobs" };
+        // The RPC skips an id that is not dead and one that never existed alike.
+        format!("{verb} {n} {what} of queue {queue} ({skipped} skipped: not dead or not found).\n")
+    })
+}
+
+/// The outcome of a bulk action.
+fn done(action: Action, queue: String, done: Vec<String>, skipped: Vec<String>) -> Done {
+    match action {
         Action::Replay => Done::Replayed {
             queue,
             replayed: done.len(),
@@ -224,25 +277,7 @@ pub async fn run(
             deleted_job_ids: done,
             skipped_job_ids: skipped,
         },
-    };
-    print(out, &r, |r| match r {
-        Done::Replayed {
-            queue,
-            replayed,
-            skipped,
-            ..
-        } => format!(
-            "Replayed {replayed} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"
-        ),
-        Done::Deleted {
-            queue,
-            deleted,
-            skipped,
-            ..
-        } => format!(
-            "Deleted {deleted} dead jobs of queue {queue} ({skipped} skipped: no longer dead).\n"
-        ),
-    })
+    }
 }
 
 /// The ids of every dead job of the selection's queue that its filter matches, oldest

@@ -164,6 +164,7 @@ pub async fn run(a: DlqArgs) -> Result<(), CliError> {
         } => {
             let filter = filter.to_pb(now)?;
             let c = a.global.connect().await?;
+            super::known::require_queue(&c, &queue).await?;
             let mut jobs = Vec::new();
             let mut token = page_token;
             loop {
@@ -190,6 +191,7 @@ pub async fn run(a: DlqArgs) -> Result<(), CliError> {
         }
         DlqCommand::Show { queue, job_id } => {
             let c = a.global.connect().await?;
+            super::known::require_queue(&c, &queue).await?;
             let job = JobView::from(&c.get_dead_letter(&queue, &job_id).await?);
             print(out, &job, job_text)
         }
@@ -212,6 +214,7 @@ async fn bulk_run(
         )));
     }
     let c = g.connect().await?;
+    super::known::require_queue(&c, &b.queue).await?;
     bulk::run(
         &c,
         bulk::Selection {
@@ -243,7 +246,7 @@ fn dead_table(l: &DeadList) -> String {
     let mut s = t.render();
     if !l.next_page_token.is_empty() {
         s.push_str(&format!(
-            "(more: --page-token {} or --limit 0 for all)\n",
+            "(more: --page-token {} or --limit 0; the next page may be empty)\n",
             l.next_page_token
         ));
     }

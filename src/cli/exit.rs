@@ -16,7 +16,8 @@ pub const ERROR: i32 = 1;
 /// Bad usage: a flag clap refused, or local input that cannot be used (an unparsable time,
 /// an unreadable file, a prompt that cannot be asked).
 pub const USAGE: i32 = 2;
-/// The server answered NOT_FOUND (an unknown queue or job).
+/// Not found: the server answered NOT_FOUND (an unknown job), or the queue is not one
+/// ListQueues lists (the CLI checks it first).
 pub const NOT_FOUND: i32 = 3;
 
 /// Why a command failed.
@@ -26,6 +27,9 @@ pub enum CliError {
     Usage(String),
     /// The server refused the call (exit 3 for NOT_FOUND, else 1).
     Status(tonic::Status),
+    /// Something named does not exist, found by the CLI itself (exit 3), e.g. an unknown
+    /// queue (`queue "x" not found`).
+    NotFound(String),
     /// Anything else: cannot connect, cannot write the output (exit 1).
     Other(String),
 }
@@ -41,6 +45,7 @@ impl CliError {
         match self {
             CliError::Usage(_) => USAGE,
             CliError::Status(s) if s.code() == tonic::Code::NotFound => NOT_FOUND,
+            CliError::NotFound(_) => NOT_FOUND,
             CliError::Status(_) | CliError::Other(_) => ERROR,
         }
     }
@@ -59,7 +64,9 @@ impl From<jobwire_client::Error> for CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Usage(m) | CliError::Other(m) => f.write_str(&one_line(m)),
+            CliError::Usage(m) | CliError::Other(m) | CliError::NotFound(m) => {
+                f.write_str(&one_line(m))
+            }
             CliError::Status(s) => {
                 let msg = one_line(s.message());
                 write!(f, "{}: {msg}", code_name(s.code()))?;
@@ -79,6 +86,19 @@ impl fmt::Display for CliError {
                 Ok(())
             }
         }
+    }
+}
+
+/// A hint for errors that name a symptom rather than the likely cause: a gRPC call to the
+/// HTTP port (an answer without grpc-status), TLS to a plaintext server (rustls reads a
+/// plaintext HTTP/2 frame as a record of an invalid content type).
+pub fn hint(error: &str) -> Option<&'static str> {
+    if error.contains("grpc-status header missing") {
+        Some("is --server the gRPC port? (default 50051; the HTTP port serves metrics and health)")
+    } else if error.contains("InvalidContentType") || error.contains("InvalidMessage") {
+        Some("the server may not use TLS: try an http:// --server")
+    } else {
+        None
     }
 }
 

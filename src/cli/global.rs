@@ -125,6 +125,7 @@ impl GlobalArgs {
 
     /// Connects to --server.
     pub async fn connect(&self) -> Result<Client, CliError> {
+        check_server(&self.server)?;
         let options = self.client_options()?;
         Client::connect(&self.server, options)
             .await
@@ -135,6 +136,28 @@ impl GlobalArgs {
                 other => other.into(),
             })
     }
+}
+
+/// Checks that --server is an address (a usage error, exit 2, when it is not).
+fn check_server(server: &str) -> Result<(), CliError> {
+    let bad = |why: &str| {
+        CliError::usage(format!(
+            "--server {server:?}: {why}: give http://host:port, https://host:port or host:port"
+        ))
+    };
+    let full = if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("http://{server}")
+    };
+    let uri: tonic::codegen::http::Uri = full.parse().map_err(|_| bad("not an address"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    Ok(())
 }
 
 /// An error and its sources, joined with ": " (tonic's transport error alone says only
@@ -151,4 +174,91 @@ fn chain(e: &dyn std::error::Error) -> String {
         src = x.source();
     }
     s
+}
+
+/// The long flags of [`GlobalArgs`] that take a value (and `-o`).
+const GLOBAL_FLAGS: [&str; 8] = [
+    "--server",
+    "--token",
+    "--tls-ca",
+    "--tls-cert",
+    "--tls-key",
+    "--tls-server-name",
+    "--output",
+    "-o",
+];
+
+/// The command groups that take [`GlobalArgs`].
+const GROUPS: [&str; 4] = ["queues", "jobs", "dlq", "workers"];
+
+/// The command line with the global flags given before the command group moved after it,
+/// where clap reads them: `jobwire --server X queues list` is `jobwire queues --server X
+/// list`. (They cannot be flags of the top-level command: `serve` has its own `--tls-cert`
+/// and `bench` its own `--server`.) Anything else is returned unchanged, for clap to judge.
+pub fn hoist_global_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut i = 1;
+    while let Some(a) = args.get(i).and_then(|a| a.to_str()) {
+        if GLOBAL_FLAGS.contains(&a) {
+            i += 2; // the flag and its value
+        } else if GLOBAL_FLAGS.iter().any(|f| {
+            a.starts_with(&format!("{f}=")) || (*f == "-o" && a.len() > 2 && a.starts_with("-o"))
+        }) {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    let group = args.get(i).and_then(|a| a.to_str());
+    if i == 1 || i >= args.len() || !group.is_some_and(|g| GROUPS.contains(&g)) {
+        return args;
+    }
+    let mut out = Vec::with_capacity(args.len());
+    out.push(args[0].clone());
+    out.push(args[i].clone());
+    out.extend_from_slice(&args[1..i]);
+    out.extend_from_slice(&args[i + 1..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hoist_global_flags;
+
+    fn h(args: &[&str]) -> Vec<String> {
+        hoist_global_flags(args.iter().map(|a| a.into()).collect())
+            .into_iter()
+            .map(|a| a.into_string().expect("utf-8"))
+            .collect()
+    }
+
+    #[test]
+    fn global_flags_before_the_group_move_after_it() {
+        assert_eq!(
+            h(&[
+                "jw",
+                "--server",
+                "h:1",
+                "-ojson",
+                "--token=t",
+                "queues",
+                "list"
+            ]),
+            [
+                "jw",
+                "queues",
+                "--server",
+                "h:1",
+                "-ojson",
+                "--token=t",
+                "list"
+            ]
+        );
+        assert_eq!(h(&["jw", "queues", "list"]), ["jw", "queues", "list"]);
+        // Not a group (serve has its own flags), or a dangling flag: left to clap.
+        assert_eq!(
+            h(&["jw", "--tls-cert", "c", "serve"]),
+            ["jw", "--tls-cert", "c", "serve"]
+        );
+        assert_eq!(h(&["jw", "--server"]), ["jw", "--server"]);
+    }
 }

@@ -82,6 +82,7 @@ pub async fn run(a: JobsArgs) -> Result<(), CliError> {
     match a.command {
         JobsCommand::Get { queue, job_id } => {
             let c = a.global.connect().await?;
+            super::known::require_queue(&c, &queue).await?;
             let job = JobView::from(&c.get_job(&queue, &job_id).await?);
             print(out, &job, job_text)
         }

@@ -96,6 +96,7 @@ where
     let now = SystemTime::now();
     let filter = l.filter(now)?;
     let c = connect().await?;
+    super::known::require_queue(&c, &l.queue).await?;
     let state = match l.state {
         State::Waiting => pb::JobState::Waiting,
         State::Delayed => pb::JobState::Delayed,
@@ -168,7 +169,7 @@ fn table(l: &JobList) -> String {
     let mut s = t.render();
     if !l.next_page_token.is_empty() {
         s.push_str(&format!(
-            "(more: --page-token {} or --limit 0 for all)\n",
+            "(more: --page-token {} or --limit 0; the next page may be empty)\n",
             l.next_page_token
         ));
     }

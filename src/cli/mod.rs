@@ -9,6 +9,7 @@
 //! - `exit`: errors and the exit codes scripts test (0 ok, 1 error, 2 usage, 3 not found).
 //! - `view`: the JSON/YAML shapes (serde structs; the stable script interface).
 //! - `table`, `output`: tables that fit 100 columns, and printing in the chosen format.
+//! - `known`: the unknown-queue check (ListQueues) of queue-scoped commands.
 //! - `time`, `prompt`: RFC 3339 or relative times; confirmations on a terminal only.
 //! - `queues` (+ `queue_config`), `jobs` (+ `jobs_list`), `dlq` (+ `bulk`), `workers`,
 //!   `token`: one file per command group.
@@ -19,6 +20,7 @@ mod exit;
 mod global;
 mod jobs;
 mod jobs_list;
+mod known;
 mod output;
 mod prompt;
 mod queue_config;
@@ -32,6 +34,7 @@ mod workers;
 use clap::Subcommand;
 
 use exit::CliError;
+pub use global::hoist_global_flags;
 
 /// The operator commands, flattened into the top-level `jobwire` command beside `serve`
 /// and `bench`.
@@ -74,7 +77,11 @@ pub async fn run(command: Command) -> i32 {
     match r {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("jobwire: {e}");
+            let text = e.to_string();
+            eprintln!("jobwire: {text}");
+            if let Some(h) = exit::hint(&text) {
+                eprintln!("hint: {h}");
+            }
             e.exit_code()
         }
     }

@@ -23,7 +23,8 @@ pub enum ConfigCommand {
     },
     /// Change the fields given as flags, nothing else (admin). The update mask is built from
     /// the flags; a flag inside default_backoff, retention or rate_limit changes only that
-    /// part (the CLI reads the current config and sends the whole part back).
+    /// part (the CLI reads the current config and sends the whole part back). An unknown
+    /// queue is refused (exit 3) unless --create.
     Set(ConfigSet),
 }
 
@@ -64,6 +65,10 @@ enum Kind {
 pub struct ConfigSet {
     /// The queue.
     queue: String,
+    /// Configure a queue that does not exist yet (it is created with this config, which
+    /// its first jobs then get: configure before the first enqueue).
+    #[arg(long)]
+    create: bool,
     /// max_attempts of jobs that set none (1 to 1000).
     #[arg(long)]
     default_max_attempts: Option<u32>,
@@ -112,6 +117,7 @@ pub struct ConfigSet {
 pub async fn run(c: &Client, cmd: ConfigCommand, out: Format) -> Result<(), CliError> {
     match cmd {
         ConfigCommand::Get { queue } => {
+            super::known::require_queue(c, &queue).await?;
             let cfg = QueueConfigView::from(&c.get_queue_config(&queue).await?);
             print(out, &cfg, config_pairs)
         }
@@ -120,6 +126,9 @@ pub async fn run(c: &Client, cmd: ConfigCommand, out: Format) -> Result<(), CliE
 }
 
 async fn config_set(c: &Client, s: ConfigSet, out: Format) -> Result<(), CliError> {
+    if !s.create {
+        super::known::require_queue(c, &s.queue).await?;
+    }
     let backoff_given = s.default_backoff.is_some()
         || s.default_backoff_delay.is_some()
         || s.default_backoff_jitter.is_some()

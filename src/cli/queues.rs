@@ -4,6 +4,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use super::global::GlobalArgs;
+use super::known::require_queue;
 use super::output::print;
 use super::queue_config::ConfigCommand;
 use super::table::{pairs, Table};
@@ -30,10 +31,15 @@ enum QueuesCommand {
         /// The queue.
         queue: String,
     },
-    /// Stop leasing from the queue on every replica; enqueues still work (admin).
+    /// Stop leasing from the queue on every replica; enqueues still work (admin). An
+    /// unknown queue is refused (exit 3) unless --create.
     Pause {
         /// The queue.
         queue: String,
+        /// Pause a queue that does not exist yet (it is created, paused, so that its first
+        /// jobs wait until `queues resume`).
+        #[arg(long)]
+        create: bool,
     },
     /// Resume leasing (admin).
     Resume {
@@ -86,10 +92,14 @@ pub async fn run(a: QueuesArgs) -> Result<(), CliError> {
             print(out, &QueueList { queues: qs }, |l| queue_table(&l.queues))
         }
         QueuesCommand::Stats { queue } => {
+            require_queue(&c, &queue).await?;
             let s = QueueStatsView::from(&c.get_queue_stats(&queue).await?);
             print(out, &s, stats_pairs)
         }
-        QueuesCommand::Pause { queue } => {
+        QueuesCommand::Pause { queue, create } => {
+            if !create {
+                require_queue(&c, &queue).await?;
+            }
             c.pause_queue(&queue).await?;
             let r = Paused {
                 queue,
@@ -98,6 +108,7 @@ pub async fn run(a: QueuesArgs) -> Result<(), CliError> {
             print(out, &r, |r| format!("Paused queue {}.\n", r.queue))
         }
         QueuesCommand::Resume { queue } => {
+            require_queue(&c, &queue).await?;
             c.resume_queue(&queue).await?;
             let r = Paused {
                 queue,
@@ -111,6 +122,7 @@ pub async fn run(a: QueuesArgs) -> Result<(), CliError> {
             include_dead,
             yes,
         } => {
+            require_queue(&c, &queue).await?;
             let mut what = String::from("waiting and delayed jobs");
             if include_completed {
                 what.push_str(", completed jobs");

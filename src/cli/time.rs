@@ -10,10 +10,16 @@ use super::CliError;
 /// Parses `value` of `flag` as an RFC 3339 time or a humantime age before `now`. Errors
 /// (exit 2) name the flag and both accepted forms.
 pub fn parse_time(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, CliError> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(value) {
-        // parse_rfc3339_weak accepts a missing offset; an explicit one other than Z is
-        // not supported by humantime, so those fail below with the same message.
+    if let Ok(t) = humantime::parse_rfc3339(value) {
+        // Z only: an explicit offset other than Z is not supported by humantime, so those
+        // fail below with the same message.
         return Ok(t);
+    }
+    if humantime::parse_rfc3339_weak(value).is_ok() {
+        // No zone: local time or UTC? Refused rather than guessed.
+        return Err(CliError::usage(format!(
+            "{flag} {value:?}: no time zone: end an RFC 3339 time with Z (UTC), e.g. 2026-12-02T03:00:00Z"
+        )));
     }
     if let Ok(age) = humantime::parse_duration(value) {
         return now.checked_sub(age).ok_or_else(|| {

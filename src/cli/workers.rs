@@ -49,6 +49,9 @@ pub async fn run(a: WorkersArgs) -> Result<(), CliError> {
     match a.command {
         WorkersCommand::List { queue } => {
             let c = a.global.connect().await?;
+            if let Some(q) = &queue {
+                super::known::require_queue(&c, q).await?;
+            }
             let r = c.list_workers(queue.as_deref().unwrap_or_default()).await?;
             let l = WorkerList {
                 streams: r.streams.iter().map(WorkerStreamView::from).collect(),

@@ -168,6 +168,15 @@ async fn a_dead_letter_incident_list_show_replay_and_delete() {
         ])
         .ok_json();
     assert_eq!(rest["dead_letters"].as_array().expect("list").len(), 3);
+    // A page that exactly fills --limit: the token may lead to an empty page; say so.
+    let full = s.jw(&["dlq", "list", Q, "--limit", "5"]);
+    full.code(0);
+    assert!(
+        full.stdout
+            .contains(" or --limit 0; the next page may be empty)\n"),
+        "{}",
+        full.stdout
+    );
 
     // Show one: the history with the worker's error.
     let cmd = ["dlq", "show", Q, "welcome-001"];
@@ -227,7 +236,7 @@ async fn a_dead_letter_incident_list_show_replay_and_delete() {
     show(&cmd, &out);
     assert_eq!(
         out.stdout,
-        "Replayed 3 dead jobs of queue emails (0 skipped: no longer dead).\n"
+        "Replayed 3 dead jobs of queue emails (0 skipped: not dead or not found).\n"
     );
     for id in ["welcome-000", "welcome-001", "welcome-002"] {
         let job = c.get_job(Q, id).await.expect("get");
@@ -255,6 +264,10 @@ async fn a_dead_letter_incident_list_show_replay_and_delete() {
     let out = s.jw(&cmd);
     out.code(0);
     show(&cmd, &out);
+    assert_eq!(
+        out.stdout,
+        "Deleted 2 dead jobs of queue emails (0 skipped: not dead or not found).\n"
+    );
     let cmd = ["queues", "stats", Q];
     let out = s.jw(&cmd);
     out.code(0);
@@ -298,7 +311,15 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
         .ok_json();
     assert_eq!(d["count"], 1);
     assert_eq!(d["first_job_ids"], serde_json::json!(["welcome-000"]));
-    assert_eq!(d["not_dead_job_ids"], serde_json::json!(["nobody"]));
+    assert_eq!(d["not_dead_job_ids"], serde_json::json!([]));
+    assert_eq!(d["not_found_job_ids"], serde_json::json!(["nobody"]));
+    let t = s.jw(&["dlq", "replay", Q, "welcome-000", "nobody", "--dry-run"]);
+    t.code(0);
+    assert!(
+        t.stdout.contains("Not found (would be skipped): nobody\n"),
+        "{}",
+        t.stdout
+    );
     assert_eq!(stats(&c, Q).await.dead, 2);
     // An id that is not dead is skipped, not an error.
     let v = s
@@ -317,16 +338,40 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
     assert_eq!(v["skipped"], 1);
     assert_eq!(v["replayed_job_ids"], serde_json::json!(["welcome-000"]));
     assert_eq!(v["skipped_job_ids"], serde_json::json!(["nobody"]));
+    // welcome-000 is waiting now: a dry run names it not dead; the action skips both
+    // kinds alike (the RPC cannot tell them apart), and says so.
+    let d = s
+        .jw(&[
+            "dlq",
+            "replay",
+            Q,
+            "welcome-000",
+            "nobody",
+            "--dry-run",
+            "-o",
+            "json",
+        ])
+        .ok_json();
+    assert_eq!(d["count"], 0);
+    assert_eq!(d["not_dead_job_ids"], serde_json::json!(["welcome-000"]));
+    assert_eq!(d["not_found_job_ids"], serde_json::json!(["nobody"]));
+    let t = s.jw(&["dlq", "replay", Q, "welcome-000", "nobody", "--yes"]);
+    t.code(0);
+    assert_eq!(
+        t.stdout,
+        "Replayed 0 dead jobs of queue emails (2 skipped: not dead or not found).\n"
+    );
     let d = s
         .jw(&["dlq", "delete", Q, "welcome-001", "--dry-run", "-o", "json"])
         .ok_json();
     assert_eq!(d["count"], 1);
     assert_eq!(stats(&c, Q).await.dead, 1);
-    let v = s
-        .jw(&["dlq", "delete", Q, "welcome-001", "-y", "-o", "json"])
-        .ok_json();
-    assert_eq!(v["deleted"], 1);
-    assert_eq!(v["deleted_job_ids"], serde_json::json!(["welcome-001"]));
+    let v = s.jw(&["dlq", "delete", Q, "welcome-001", "-y"]);
+    v.code(0);
+    assert_eq!(
+        v.stdout,
+        "Deleted 1 dead job of queue emails (0 skipped: not dead or not found).\n"
+    );
     let st = stats(&c, Q).await;
     assert_eq!((st.dead, st.waiting), (0, 1));
     // Nothing matches: nothing to confirm, exit 0.
@@ -334,6 +379,12 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
         .jw(&["dlq", "replay", Q, "--job-name", "nothing", "-o", "json"])
         .ok_json();
     assert_eq!(v["replayed"], 0);
+    let t = s.jw(&["dlq", "delete", Q, "--job-name", "nothing"]);
+    t.code(0);
+    assert_eq!(
+        t.stdout,
+        "Nothing matches: no dead job of queue emails to delete.\n"
+    );
     // Ids and a filter together, or a bad time: usage, exit 2.
     let r = s.jw(&[
         "dlq",
@@ -349,6 +400,15 @@ async fn replay_and_delete_by_id_report_skipped_ids_and_refuse_ids_with_a_filter
     let r = s.jw(&["dlq", "list", Q, "--dead-after", "last tuesday"]);
     r.code(2);
     assert!(r.stderr.contains("--dead-after"), "{}", r.stderr);
+    // RFC 3339 without a zone: local time or UTC? Refused, not guessed.
+    let r = s.jw(&["dlq", "list", Q, "--dead-after", "2026-12-02T04:00:00"]);
+    r.code(2);
+    assert!(
+        r.stderr
+            .contains("--dead-after \"2026-12-02T04:00:00\": no time zone"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,6 +173,9 @@ async fn workers_list_shows_a_running_worker_and_its_held_lease() {
         .expect("replicas")
         .iter()
         .any(|r| r["answered"] == true));
+    // A known queue no worker leases from: no streams; an unknown one: exit 3.
+    s.jw(&["workers", "list", "--queue", "other"]).code(3);
+    s.jw(&["queues", "pause", "other", "--create"]).code(0);
     let v = s
         .jw(&["workers", "list", "--queue", "other", "-o", "json"])
         .ok_json();

@@ -16,3 +16,4 @@ mod queues;
 mod readme;
 mod terminal;
 mod tls;
+mod typos;

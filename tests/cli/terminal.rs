@@ -55,4 +55,12 @@ async fn a_terminal_gets_a_prompt_and_only_yes_acts() {
     );
     let st = stats(&c, "emails").await;
     assert_eq!((st.dead, st.waiting), (0, 3));
+
+    // Nothing matches: no prompt, no 0/0 progress bar.
+    let (code, out) = on_terminal(&s, "dlq replay emails --error-type smtp_timeout", "");
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.trim_end(),
+        "Nothing matches: no dead job of queue emails to replay."
+    );
 }
