@@ -9,7 +9,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use tonic::metadata::MetadataMap;
 
@@ -257,6 +257,20 @@ async fn dead(
     }
 }
 
+/// A GET of an action's URL (a bookmark, a reload after the result): 303 to the page the
+/// action belongs to.
+async fn to_queue(Path(queue): Path<String>) -> Redirect {
+    Redirect::to(&super::components::queue_url(&queue))
+}
+
+async fn to_job(Path((queue, job_id)): Path<(String, String)>) -> Redirect {
+    Redirect::to(&super::components::job_url(&queue, &job_id))
+}
+
+async fn to_overview() -> Redirect {
+    Redirect::to("/ui/")
+}
+
 async fn not_found(State(ui): State<UiState>, headers: HeaderMap, method: Method) -> Response {
     if method == Method::GET {
         if let Ok(v) = page_gate(&ui, &headers) {
@@ -278,13 +292,22 @@ pub fn router(ui: UiState) -> Router {
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(overview))
         .route("/ui/login", get(login_form).post(login))
-        .route("/ui/logout", post(logout))
+        .route("/ui/logout", get(to_overview).post(logout))
         .route("/ui/workers", get(workers))
         .route("/ui/assets/{hash}/{file}", get(super::assets::serve))
         .route("/ui/queues/{queue}", get(queue))
-        .route("/ui/queues/{queue}/pause", post(actions::pause))
-        .route("/ui/queues/{queue}/resume", post(actions::resume))
-        .route("/ui/queues/{queue}/purge", post(actions::purge))
+        .route(
+            "/ui/queues/{queue}/pause",
+            get(to_queue).post(actions::pause),
+        )
+        .route(
+            "/ui/queues/{queue}/resume",
+            get(to_queue).post(actions::resume),
+        )
+        .route(
+            "/ui/queues/{queue}/purge",
+            get(to_queue).post(actions::purge),
+        )
         .route(
             "/ui/queues/{queue}/dead",
             get(dead).post(actions::dead_bulk),
@@ -292,11 +315,11 @@ pub fn router(ui: UiState) -> Router {
         .route("/ui/queues/{queue}/jobs/{job_id}", get(job))
         .route(
             "/ui/queues/{queue}/jobs/{job_id}/replay",
-            post(actions::job_replay),
+            get(to_job).post(actions::job_replay),
         )
         .route(
             "/ui/queues/{queue}/jobs/{job_id}/delete",
-            post(actions::job_delete),
+            get(to_job).post(actions::job_delete),
         )
         .route("/ui/{*rest}", get(not_found).post(not_found))
         .with_state(ui)

@@ -131,6 +131,12 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         Ok(r) => r,
         Err(s) => return v.failed(s),
     };
+    // No dead job on the first page may mean a typo'd queue name: only then ask ListQueues.
+    if resp.dead_letters.is_empty() && page.is_empty() {
+        if let Some(r) = super::unknown_queue(v, queue).await {
+            return r;
+        }
+    }
     let can_replay = v.can(Rpc::ReplayDeadLetters, queue);
     let can_delete = v.can(Rpc::DeleteDeadLetters, queue);
     let act = can_replay || can_delete;

@@ -21,6 +21,13 @@ pub const PAYLOAD_CAP: usize = 64 * 1024;
 pub async fn get(v: &Visitor, queue: &str, job_id: &str) -> Response {
     let job = match v.caller.get_job(queue, job_id).await {
         Ok(j) => j,
+        Err(s) if s.code() == tonic::Code::NotFound => {
+            // Say which is missing: the queue (a typo'd URL) or the job.
+            return match super::unknown_queue(v, queue).await {
+                Some(r) => r,
+                None => v.failed(s),
+            };
+        }
         Err(s) => return v.failed(s),
     };
     let body = html! {

@@ -8,6 +8,7 @@ pub mod result;
 pub mod workers;
 
 use axum::http::StatusCode;
+use axum::response::Response;
 use maud::{html, Markup, DOCTYPE};
 
 use super::assets;
@@ -138,5 +139,21 @@ pub fn bare_error(code: StatusCode, message: &str) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// `Some(404 page)` when `queue` is not a known queue (ListQueues does not list it for the
+/// visitor): a typo'd URL gets "queue not found" and a link to the overview, not an empty
+/// queue with actions. `Some(error page)` when ListQueues fails. ListQueues reads the stats
+/// of every queue, so the pages ask it only when their own call looked like an unknown queue
+/// (no jobs at all, no dead job, or the job not found).
+pub async fn unknown_queue(v: &Visitor, queue: &str) -> Option<Response> {
+    match v.caller.list_queues().await {
+        Ok(qs) if qs.iter().any(|q| q.queue == queue) => None,
+        Ok(_) => Some(v.error(
+            StatusCode::NOT_FOUND,
+            &format!("queue not found: {queue:?} (no queue of that name that you may view)"),
+        )),
+        Err(s) => Some(v.failed(s)),
     }
 }

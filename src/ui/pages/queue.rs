@@ -63,6 +63,12 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         Ok(s) => s,
         Err(s) => return v.failed(s),
     };
+    // An empty queue may be a typo'd name: only then ask ListQueues (it reads every queue).
+    if is_empty(&stats) {
+        if let Some(r) = super::unknown_queue(v, queue).await {
+            return r;
+        }
+    }
     let page = match list(v, queue, &search).await {
         Ok(p) => p,
         Err(Listing::Bad(e)) => return v.error(StatusCode::BAD_REQUEST, &e),
@@ -81,6 +87,12 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         (purge_form(v, queue))
     };
     v.page(StatusCode::OK, layout(v, &format!("Queue {queue}"), body))
+}
+
+/// No job in any state and not paused: what GetQueueStats answers for a queue that does not
+/// exist, too.
+fn is_empty(s: &pb::QueueStats) -> bool {
+    s.waiting + s.delayed + s.active + s.completed + s.dead == 0 && !s.paused
 }
 
 enum Listing {
