@@ -47,6 +47,27 @@ pub fn ts(t: Option<&prost_types::Timestamp>) -> String {
     }
 }
 
+/// A timestamp as a `<time>` element (kept on one line by the stylesheet), empty when unset.
+pub fn ts_el(t: Option<&prost_types::Timestamp>) -> Markup {
+    let s = ts(t);
+    html! {
+        @if !s.is_empty() { time datetime=(s) { (s) } }
+    }
+}
+
+/// A table in a box that scrolls sideways when the table is wider than the window, so that
+/// the page itself never does.
+pub fn scroll(table: Markup) -> Markup {
+    html! { div.table-scroll { (table) } }
+}
+
+/// A last-error cell: one line cut short with an ellipsis, the whole text in its `title`.
+pub fn msg_cell(message: &str) -> Markup {
+    html! {
+        td.msg title=(message) { span.clip { (message) } }
+    }
+}
+
 /// A protobuf duration, short ("3m 12s"), "" when unset or zero.
 pub fn dur(d: Option<&prost_types::Duration>) -> String {
     match d {

@@ -11,7 +11,7 @@ use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
-    dead_url, job_url, parse_time, query, queue_url, reason_name, ts, REASONS,
+    dead_url, job_url, msg_cell, parse_time, query, queue_url, reason_name, scroll, ts_el, REASONS,
 };
 use crate::ui::visitor::{Form, Visitor};
 
@@ -149,7 +149,7 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         form #dlq-actions method="post" action=(dead_url(queue)) {
             input type="hidden" name="csrf" value=(v.csrf());
             (dq.hidden())
-            table #dead {
+            (scroll(html! { table #dead {
                 thead { tr {
                     th { span.sr { "Select" } }
                     th { "Job id" } th { "Name" } th { "Reason" } th { "Error type" }
@@ -165,13 +165,13 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
                             td { (j.name) }
                             td { (reason_name(j.dead_reason)) }
                             td { code { (last.map(|e| e.error_type.as_str()).unwrap_or("")) } }
-                            td.msg { (last.map(|e| e.message.as_str()).unwrap_or("")) }
-                            td { (ts(j.finish_time.as_ref())) }
+                            (msg_cell(last.map(|e| e.message.as_str()).unwrap_or("")))
+                            td { (ts_el(j.finish_time.as_ref())) }
                             td.num { (j.attempts_made) }
                         }
                     }
                 }
-            }
+            } }))
             @if resp.dead_letters.is_empty() {
                 p.empty { "No dead jobs match." }
             }

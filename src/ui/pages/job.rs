@@ -11,7 +11,9 @@ use maud::{html, Markup};
 use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
-use crate::ui::components::{dead_url, dur, job_url, queue_url, reason_name, state_name, ts};
+use crate::ui::components::{
+    dead_url, dur, job_url, queue_url, reason_name, scroll, state_name, ts, ts_el,
+};
 use crate::ui::visitor::Visitor;
 
 /// Most payload text shown: 64 KiB of pretty JSON, or a hex dump of the first 32 KiB.
@@ -117,7 +119,7 @@ fn errors(job: &pb::Job) -> Markup {
                     p.note { (job.errors_dropped) " failed attempts between the first and the "
                         "newest were dropped to keep the history bounded." }
                 }
-                table.errors {
+                (scroll(html! { table.errors {
                     thead { tr {
                         th.num { "Attempt" } th { "Failed at" } th { "Type" } th { "Message" }
                         th { "Disposition" } th { "Worker" } th { "Retry in" }
@@ -126,9 +128,9 @@ fn errors(job: &pb::Job) -> Markup {
                         @for e in &job.errors {
                             tr {
                                 td.num { (e.attempt) }
-                                td { (ts(e.fail_time.as_ref())) }
+                                td { (ts_el(e.fail_time.as_ref())) }
                                 td { code { (e.error_type) } }
-                                td {
+                                td.msg-full {
                                     (e.message)
                                     @if !e.details.is_empty() {
                                         details { summary { "details" } pre { (e.details) } }
@@ -140,7 +142,7 @@ fn errors(job: &pb::Job) -> Markup {
                             }
                         }
                     }
-                }
+                } }))
             }
         }
     }

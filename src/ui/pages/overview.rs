@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use super::layout;
 use crate::metrics::history;
 use crate::pb;
-use crate::ui::components::{dead_url, dur, queue_url, sparkline};
+use crate::ui::components::{dead_url, dur, queue_url, scroll, sparkline};
 use crate::ui::visitor::Visitor;
 
 /// The overview page.
@@ -37,7 +37,7 @@ pub async fn get(v: &Visitor) -> Response {
         @if queues.is_empty() {
             p.empty { "No queues yet (a queue appears with its first job)." }
         }
-        table #queues {
+        (scroll(html! { table #queues {
             thead {
                 tr {
                     th { "Queue" }
@@ -53,7 +53,7 @@ pub async fn get(v: &Visitor) -> Response {
                 }
             }
             (rows(&queues, workers.as_ref()))
-        }
+        } }))
         p.hint {
             "Counts are read from Redis, workers from every replica; the sparklines are "
             "this replica's (10 s buckets)."

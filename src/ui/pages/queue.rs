@@ -11,7 +11,8 @@ use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
-    dead_url, dur, job_url, parse_time, query, queue_url, reason_name, seg, state_name, ts,
+    dead_url, dur, job_url, msg_cell, parse_time, query, queue_url, reason_name, scroll, seg,
+    state_name, ts_el,
 };
 use crate::ui::visitor::{Form, Visitor};
 
@@ -196,7 +197,7 @@ fn jobs_table(queue: &str, s: &Search<'_>, page: &JobPage) -> Markup {
     let mut next = base.to_vec();
     next.push(("page", &page.next));
     html! {
-        table #jobs data-state=(s.state) {
+        (scroll(html! { table #jobs data-state=(s.state) {
             thead { tr {
                 th { "Job id" } th { "Name" } th { "State" } th.num { "Attempts" }
                 th.num { "Priority" } th { "Created" } th { "Ready" } th { "Finished" }
@@ -210,14 +211,14 @@ fn jobs_table(queue: &str, s: &Search<'_>, page: &JobPage) -> Markup {
                         td { (state_name(j.state)) " " (reason_name(j.dead_reason)) }
                         td.num { (j.attempts_made) "/" (j.max_attempts) }
                         td.num { (j.priority) }
-                        td { (ts(j.create_time.as_ref())) }
-                        td { (ts(j.ready_time.as_ref())) }
-                        td { (ts(j.finish_time.as_ref())) }
-                        td.msg { (j.errors.last().map(|e| e.message.as_str()).unwrap_or("")) }
+                        td { (ts_el(j.create_time.as_ref())) }
+                        td { (ts_el(j.ready_time.as_ref())) }
+                        td { (ts_el(j.finish_time.as_ref())) }
+                        (msg_cell(j.errors.last().map(|e| e.message.as_str()).unwrap_or("")))
                     }
                 }
             }
-        }
+        } }))
         @if page.jobs.is_empty() { p.empty { "No " (s.state) " jobs match." } }
         nav.pager {
             @if !s.page.is_empty() {

@@ -7,7 +7,7 @@ use axum::response::Response;
 use maud::html;
 
 use super::layout;
-use crate::ui::components::{queue_url, ts};
+use crate::ui::components::{queue_url, scroll, ts_el};
 use crate::ui::visitor::Visitor;
 
 /// The workers page.
@@ -18,7 +18,7 @@ pub async fn get(v: &Visitor) -> Response {
     };
     let body = html! {
         h1 { "Workers" }
-        table #workers {
+        (scroll(html! { table #workers {
             thead { tr {
                 th { "Replica" } th { "Stream" } th { "Worker id" } th { "Queues" }
                 th.num { "Credits" } th.num { "Held leases" } th { "Connected since" }
@@ -39,25 +39,25 @@ pub async fn get(v: &Visitor) -> Response {
                         }
                         td.num data-col="credits" { (w.credits) }
                         td.num data-col="held_leases" { (w.held_leases) }
-                        td data-col="connected" { (ts(w.connect_time.as_ref())) }
-                        td data-col="last_heard" { (ts(w.last_heard_time.as_ref())) }
+                        td data-col="connected" { (ts_el(w.connect_time.as_ref())) }
+                        td data-col="last_heard" { (ts_el(w.last_heard_time.as_ref())) }
                     }
                 }
             }
-        }
+        } }))
         @if r.streams.is_empty() { p.empty { "No worker streams." } }
         h2 { "Replicas" }
-        table #replicas {
+        (scroll(html! { table #replicas {
             thead { tr { th { "Replica" } th { "Snapshot" } } }
             tbody {
                 @for rep in &r.replicas {
                     tr data-replica-id=(rep.replica_id) {
                         td { (rep.replica_id) @if rep.answered { " (this one, live)" } }
-                        td { (ts(rep.snapshot_time.as_ref())) }
+                        td { (ts_el(rep.snapshot_time.as_ref())) }
                     }
                 }
             }
-        }
+        } }))
     };
     v.page(StatusCode::OK, layout(v, "Workers", body))
 }
