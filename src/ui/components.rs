@@ -68,20 +68,70 @@ pub fn msg_cell(message: &str) -> Markup {
     }
 }
 
-/// A protobuf duration, short ("3m 12s"), "" when unset or zero.
+/// A protobuf duration for people ([`human_ms`]), "" when unset or zero.
 pub fn dur(d: Option<&prost_types::Duration>) -> String {
     match d {
         Some(d) if d.seconds > 0 || d.nanos > 0 => {
-            let ms = d.seconds.max(0) as u64 * 1000 + d.nanos.max(0) as u64 / 1_000_000;
-            // Seconds precision above a minute, ms below.
-            let shown = if ms >= 60_000 {
-                Duration::from_secs(ms / 1000)
-            } else {
-                Duration::from_millis(ms)
-            };
-            humantime::format_duration(shown).to_string()
+            human_ms(d.seconds.max(0) as u64 * 1000 + d.nanos.max(0) as u64 / 1_000_000)
         }
         _ => String::new(),
+    }
+}
+
+/// Milliseconds in at most two units, the largest first and cut down, never rounded up:
+/// "850ms", "1.5s", "12s", "3m 12s", "2h 5m", "3d 4h" (a zero second unit is left out:
+/// "5m", "30d").
+pub fn human_ms(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    if s < 60 && ms % 1000 >= 100 {
+        return format!("{s}.{}s", ms % 1000 / 100);
+    }
+    for (i, (size, name)) in UNITS.iter().enumerate() {
+        if s >= *size {
+            let (big, rest) = (s / size, s % size);
+            return match UNITS.get(i + 1) {
+                Some((small, small_name)) if rest / small > 0 => {
+                    format!("{big}{name} {}{small_name}", rest / small)
+                }
+                _ => format!("{big}{name}"),
+            };
+        }
+    }
+    format!("{s}s")
+}
+
+/// How long ago `t` was, for people ([`human_ms`]); "" when unset, "0s" when not past.
+pub fn since(t: Option<&prost_types::Timestamp>) -> String {
+    let Some(t) = t.filter(|t| t.seconds > 0 || t.nanos > 0) else {
+        return String::new();
+    };
+    let at = UNIX_EPOCH + Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32);
+    match std::time::SystemTime::now().duration_since(at) {
+        Ok(d) if d.as_millis() > 0 => human_ms(d.as_millis() as u64),
+        _ => "0s".into(),
+    }
+}
+
+/// `s`, or "none" when it is empty (an unset duration or limit).
+pub fn or_none(s: String) -> String {
+    if s.is_empty() {
+        "none".into()
+    } else {
+        s
+    }
+}
+
+/// The oldest waiting job's age: "—" when nothing waits (`waiting` is 0), "0s" when one
+/// has just arrived.
+pub fn oldest_waiting(waiting: u64, age: Option<&prost_types::Duration>) -> String {
+    match (waiting, dur(age)) {
+        (0, _) => "—".into(),
+        (_, a) if a.is_empty() => "0s".into(),
+        (_, a) => a,
     }
 }
 
@@ -199,6 +249,31 @@ mod tests {
         assert!(parse_time("dead_after", "").expect("ok").is_none());
         let e = parse_time("dead_after", "yesterday").expect_err("bad");
         assert!(e.starts_with("dead_after"), "{e}");
+    }
+
+    #[test]
+    fn durations_read_in_two_units_at_most() {
+        for (ms, want) in [
+            (850, "850ms"),
+            (1_500, "1.5s"),
+            (12_000, "12s"),
+            (12_040, "12s"),
+            (192_000, "3m 12s"),
+            (300_999, "5m"),
+            (7_503_000, "2h 5m"),
+            (2_592_000_000, "30d"),
+            (273_600_000, "3d 4h"),
+        ] {
+            assert_eq!(human_ms(ms), want, "{ms}");
+        }
+        assert_eq!(dur(None), "");
+        let d = prost_types::Duration {
+            seconds: 61,
+            nanos: 0,
+        };
+        assert_eq!(oldest_waiting(0, Some(&d)), "—");
+        assert_eq!(oldest_waiting(2, Some(&d)), "1m 1s");
+        assert_eq!(oldest_waiting(1, None), "0s");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
-    dead_url, dur, job_url, queue_url, reason_name, scroll, state_name, ts, ts_el,
+    dead_url, dur, job_url, or_none, queue_url, reason_name, scroll, since, state_name, ts, ts_el,
 };
 use crate::ui::visitor::Visitor;
 
@@ -67,10 +67,14 @@ fn summary(job: &pb::Job) -> Markup {
             dt { "Attempts" } dd #attempts { (job.attempts_made) " of " (job.max_attempts) }
             dt { "Replays" } dd { (job.replays) }
             dt { "Priority" } dd { (job.priority) }
-            dt { "Timeout" } dd { (dur(job.timeout.as_ref())) }
+            dt { "Timeout" } dd #job-timeout { (or_none(dur(job.timeout.as_ref()))) }
             dt { "Created" } dd { (ts(job.create_time.as_ref())) }
             dt { "Ready" } dd { (ts(job.ready_time.as_ref())) }
             dt { "Leased" } dd { (ts(job.lease_time.as_ref())) }
+            // GetJob does not say which worker holds the lease or until when.
+            @if job.state == pb::JobState::Active as i32 {
+                dt { "Running for" } dd #running-for { (since(job.lease_time.as_ref())) }
+            }
             dt { "Finished" } dd { (ts(job.finish_time.as_ref())) }
             dt { "Idempotency key" } dd { code { (job.idempotency_key) } }
             dt { "Trace id" }

@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use super::layout;
 use crate::metrics::history;
 use crate::pb;
-use crate::ui::components::{dead_url, dur, queue_url, scroll, sparkline};
+use crate::ui::components::{dead_url, oldest_waiting, queue_url, scroll, sparkline};
 use crate::ui::visitor::Visitor;
 
 /// The overview page.
@@ -78,7 +78,9 @@ fn rows(queues: &[pb::QueueStats], workers: Option<&HashMap<String, usize>>) -> 
                     td.num data-col="dead" {
                         a href=(dead_url(&q.queue)) { (q.dead) }
                     }
-                    td data-col="oldest_waiting" { (dur(q.oldest_waiting_age.as_ref())) }
+                    td data-col="oldest_waiting" {
+                        (oldest_waiting(q.waiting, q.oldest_waiting_age.as_ref()))
+                    }
                     td.num data-col="workers" {
                         @match workers {
                             Some(w) => (w.get(&q.queue).copied().unwrap_or(0)),

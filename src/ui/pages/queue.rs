@@ -11,8 +11,8 @@ use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
-    dead_url, dur, job_url, msg_cell, parse_time, query, queue_url, reason_name, scroll, seg,
-    state_name, ts_el,
+    dead_url, dur, job_url, msg_cell, oldest_waiting, or_none, parse_time, query, queue_url,
+    reason_name, scroll, seg, state_name, ts_el,
 };
 use crate::ui::visitor::{Form, Visitor};
 
@@ -162,7 +162,8 @@ fn counts(s: &pb::QueueStats) -> Markup {
             li { a href=(link("active")) { "Active " strong { (s.active) } } }
             li { a href=(link("completed")) { "Completed " strong { (s.completed) } } }
             li { a href=(dead_url(&s.queue)) { "Dead " strong { (s.dead) } } }
-            li { "Oldest waiting " strong { (dur(s.oldest_waiting_age.as_ref())) } }
+            li { "Oldest waiting " strong #oldest-waiting {
+                (oldest_waiting(s.waiting, s.oldest_waiting_age.as_ref())) } }
             li { "Workers here " strong { (s.workers_connected) } }
         }
     }
@@ -266,14 +267,6 @@ fn config(c: Option<&pb::QueueConfig>) -> Markup {
             dt { "Max active" }
             dd { (c.max_active.map(|n| n.to_string()).unwrap_or_else(|| "no limit".into())) }
         }
-    }
-}
-
-fn or_none(s: String) -> String {
-    if s.is_empty() {
-        "none".into()
-    } else {
-        s
     }
 }
 

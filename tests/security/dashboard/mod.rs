@@ -7,6 +7,7 @@ mod actions;
 mod audit;
 mod browser;
 mod pages;
+mod readings;
 mod urls;
 
 use std::time::Duration;
