@@ -1,7 +1,7 @@
 //! Pieces the pages share: inline SVG sparklines, time and duration formatting, job state
 //! and dead-reason names, and URL path segments.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use maud::{html, Markup};
 
@@ -34,6 +34,25 @@ pub fn sparkline(values: &[u32], class: &str, what: &str) -> Markup {
             polyline points=(points.join(" ")) fill="none" stroke="currentColor" stroke-width="1.5" {}
         }
     }
+}
+
+/// `None` unless `s` reads as an age (a number first, no `-` or `:`: `30m`, `2h`, `7d`,
+/// `1h 30m`); then the time that long before now, or why the age is not one.
+pub fn relative_time(s: &str) -> Option<Result<SystemTime, String>> {
+    let s = s.trim();
+    if !s.starts_with(|c: char| c.is_ascii_digit()) || s.contains(['-', ':']) {
+        return None;
+    }
+    Some(
+        humantime::parse_duration(s)
+            .map_err(|e| format!("{e} (give an age like 30m, 2h, 7d)"))
+            .and_then(|d| {
+                SystemTime::now()
+                    .checked_sub(d)
+                    .filter(|t| *t >= UNIX_EPOCH)
+                    .ok_or_else(|| "that age reaches before 1970".to_owned())
+            }),
+    )
 }
 
 /// A timestamp as RFC 3339 UTC to the second, "" when unset.
@@ -207,21 +226,31 @@ pub fn dead_url(queue: &str) -> String {
     format!("/ui/queues/{}/dead", seg(queue))
 }
 
-/// Parses a time from a form: RFC 3339 (`2026-12-02T03:50:00Z`), or the browser's
-/// `datetime-local` value (`2026-12-02T03:50`, taken as UTC). `Err` names `field`.
+/// Parses a time from a form: RFC 3339 (`2026-12-02T03:50:00Z`), the browser's
+/// `datetime-local` value (`2026-12-02T03:50`, taken as UTC), or an age, that long before now
+/// ([`relative_time`]). `Err` names `field`.
 pub fn parse_time(field: &str, s: &str) -> Result<Option<prost_types::Timestamp>, String> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    let full = if s.len() == 16 {
-        format!("{s}:00")
-    } else {
-        s.to_owned()
+    let t = match relative_time(s) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => return Err(format!("{field}: {e}, got {s:?}")),
+        None => {
+            let full = if s.len() == 16 {
+                format!("{s}:00")
+            } else {
+                s.to_owned()
+            };
+            humantime::parse_rfc3339_weak(&full).map_err(|e| {
+                format!(
+                    "{field}: {e} (give a UTC time like 2026-12-02T03:50:00Z or an age like \
+                     30m, 2h, 7d), got {s:?}"
+                )
+            })?
+        }
     };
-    let t = humantime::parse_rfc3339_weak(&full).map_err(|e| {
-        format!("{field}: {e} (give a UTC time like 2026-12-02T03:50:00Z), got {s:?}")
-    })?;
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     Ok(Some(prost_types::Timestamp {
         seconds: d.as_secs() as i64,
@@ -274,6 +303,31 @@ mod tests {
         assert_eq!(oldest_waiting(0, Some(&d)), "—");
         assert_eq!(oldest_waiting(2, Some(&d)), "1m 1s");
         assert_eq!(oldest_waiting(1, None), "0s");
+    }
+
+    #[test]
+    fn ages_are_times_before_now() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs() as i64;
+        for (age, secs) in [
+            ("30m", 1800),
+            ("2h", 7200),
+            ("7d", 604_800),
+            ("1h 30m", 5400),
+        ] {
+            let t = parse_time("dead_after", age).expect(age).expect("set");
+            assert!(
+                (t.seconds - (now - secs)).abs() <= 2,
+                "{age}: {}",
+                t.seconds
+            );
+        }
+        assert!(relative_time("2026-12-02T03:50:00Z").is_none());
+        let e = parse_time("dead_before", "2 fortnights").expect_err("bad unit");
+        assert!(e.starts_with("dead_before") && e.contains("2h"), "{e}");
+        assert!(parse_time("dead_after", "99999999999d").is_err());
     }
 
     #[test]

@@ -4,14 +4,15 @@
 //! those who may.
 
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
 
 use super::layout;
 use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
-    dead_url, job_url, msg_cell, parse_time, query, queue_url, reason_name, scroll, ts_el, REASONS,
+    dead_url, job_url, msg_cell, parse_time, query, queue_url, reason_name, relative_time, scroll,
+    ts_el, REASONS,
 };
 use crate::ui::visitor::{Form, Visitor};
 
@@ -29,7 +30,7 @@ pub struct DeadQuery {
     pub reason: String,
     /// Prefix of the last attempt's message.
     pub message_prefix: String,
-    /// Died at or after (RFC 3339 or datetime-local).
+    /// Died at or after (RFC 3339, datetime-local, or an age: `2h` is two hours ago).
     pub dead_after: String,
     /// Died before.
     pub dead_before: String,
@@ -92,6 +93,43 @@ impl DeadQuery {
         })
     }
 
+    /// The query with each age (`dead_after=2h`) replaced by the UTC time it names now;
+    /// `None` when no field is an age. A bad age is left for [`DeadQuery::errors`].
+    pub fn resolved(&self) -> Option<DeadQuery> {
+        let mut out = self.clone();
+        let mut changed = false;
+        for field in [&mut out.dead_after, &mut out.dead_before] {
+            if let Some(Ok(t)) = relative_time(field) {
+                *field = humantime::format_rfc3339_seconds(t).to_string();
+                changed = true;
+            }
+        }
+        changed.then_some(out)
+    }
+
+    /// What is wrong with each bad field, by the field's name (empty when the filter is good).
+    pub fn errors(&self) -> Vec<(&'static str, String)> {
+        let mut errs = Vec::new();
+        for (field, value) in [
+            ("dead_after", &self.dead_after),
+            ("dead_before", &self.dead_before),
+        ] {
+            if let Err(e) = parse_time(field, value) {
+                errs.push((field, e));
+            }
+        }
+        if !self.reason.is_empty() && !REASONS.iter().any(|(n, _)| *n == self.reason) {
+            let names: Vec<&str> = REASONS.iter().map(|(n, _)| *n).collect();
+            let e = format!(
+                "reason must be one of {}, got {:?}",
+                names.join(", "),
+                self.reason
+            );
+            errs.push(("reason", e));
+        }
+        errs
+    }
+
     /// How the filter reads in a result page: the fields set, or "every dead job".
     pub fn describe(&self) -> String {
         if self.is_empty() {
@@ -118,9 +156,15 @@ impl DeadQuery {
 /// The dead-letter page.
 pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
     let dq = DeadQuery::from_form(q);
+    // An age (dead_after=2h) becomes the time it names, once, so that the next pages, the
+    // confirmation and the action all see the same window (a bookmark keeps the age).
+    if let Some(resolved) = dq.resolved() {
+        let to = format!("{}?{}", dead_url(queue), query(&resolved.pairs()));
+        return Redirect::to(&to).into_response();
+    }
     let filter = match dq.filter() {
         Ok(f) => f,
-        Err(e) => return v.error(StatusCode::BAD_REQUEST, &e),
+        Err(_) => return bad_filter(v, queue, &dq),
     };
     let page = q.str("page");
     let resp = match v
@@ -208,27 +252,61 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
     )
 }
 
+/// The form again, as typed, with what is wrong next to each bad field (400), and no list.
+fn bad_filter(v: &Visitor, queue: &str, dq: &DeadQuery) -> Response {
+    let errs = dq.errors();
+    let body = html! {
+        p.crumbs { a href=(queue_url(queue)) { (queue) } " / dead letters" }
+        h1 { "Dead letters of " (queue) }
+        (filter_form_with(queue, dq, &errs))
+        p.error role="alert" { "The filter has a bad value: fix it to list dead jobs." }
+    };
+    v.page(
+        StatusCode::BAD_REQUEST,
+        layout(v, &format!("Dead letters of {queue}"), body),
+    )
+}
+
 fn filter_form(queue: &str, dq: &DeadQuery) -> Markup {
+    filter_form_with(queue, dq, &[])
+}
+
+/// The error of `field` after its input, if any.
+fn field_error(errs: &[(&str, String)], field: &str) -> Markup {
+    html! {
+        @for (f, e) in errs.iter().filter(|(f, _)| *f == field) {
+            span.field-error id={ (f) "-error" } role="alert" { (e) }
+        }
+    }
+}
+
+fn filter_form_with(queue: &str, dq: &DeadQuery, errs: &[(&str, String)]) -> Markup {
+    let bad = |field: &str| errs.iter().any(|(f, _)| *f == field);
     html! {
         form #dlq-filter .filters method="get" action=(dead_url(queue)) {
             label { "Job name " input type="text" name="job_name" value=(dq.job_name); }
             label { "Error type " input type="text" name="error_type" value=(dq.error_type); }
             label { "Reason "
-                select name="reason" {
+                select name="reason" aria-invalid=[bad("reason").then_some("true")] {
                     option value="" selected[dq.reason.is_empty()] { "any" }
                     @for (n, _) in REASONS {
                         option value=(n) selected[dq.reason == n] { (n) }
                     }
                 }
+                (field_error(errs, "reason"))
             }
             label { "Message starts with "
                 input type="text" name="message_prefix" value=(dq.message_prefix); }
-            label { "Died after (UTC) "
+            label { "Died after (UTC time or age) "
                 input type="text" name="dead_after" value=(dq.dead_after)
-                    placeholder="2026-12-02T03:00:00Z"; }
-            label { "Died before (UTC) "
+                    placeholder="2026-12-02T03:00:00Z or 2h"
+                    aria-invalid=[bad("dead_after").then_some("true")];
+                (field_error(errs, "dead_after")) }
+            label { "Died before (UTC time or age) "
                 input type="text" name="dead_before" value=(dq.dead_before)
-                    placeholder="2026-12-02T04:00:00Z"; }
+                    placeholder="2026-12-02T04:00:00Z or 30m"
+                    aria-invalid=[bad("dead_before").then_some("true")];
+                (field_error(errs, "dead_before")) }
             button type="submit" { "Filter" }
             a href=(dead_url(queue)) { "Clear" }
         }

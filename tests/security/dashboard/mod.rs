@@ -6,6 +6,7 @@ mod access;
 mod actions;
 mod audit;
 mod browser;
+mod dead_filter;
 mod pages;
 mod readings;
 mod urls;
