@@ -12,7 +12,7 @@ use crate::auth::Rpc;
 use crate::pb;
 use crate::ui::components::{
     dead_url, dur, job_url, msg_cell, oldest_waiting, or_none, parse_time, query, queue_url,
-    reason_name, scroll, seg, state_name, ts_el,
+    reason_name, relative_time, scroll, seg, state_name, ts_el,
 };
 use crate::ui::visitor::{Form, Visitor};
 
@@ -60,6 +60,18 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         before: q.str("before"),
         page: q.str("page"),
     };
+    // An age (after=2h) becomes the UTC time it names, once, as on the dead-letter page: the
+    // next pages then list one window.
+    let (after, before) = (resolve(search.after), resolve(search.before));
+    if after.is_some() || before.is_some() {
+        let pairs = [
+            ("state", state),
+            ("name", search.name),
+            ("after", after.as_deref().unwrap_or(search.after)),
+            ("before", before.as_deref().unwrap_or(search.before)),
+        ];
+        return Redirect::to(&format!("{}?{}", queue_url(queue), query(&pairs))).into_response();
+    }
     let stats = match v.caller.queue_stats(queue).await {
         Ok(s) => s,
         Err(s) => return v.failed(s),
@@ -88,6 +100,14 @@ pub async fn get(v: &Visitor, queue: &str, q: &Form) -> Response {
         (purge_form(v, queue))
     };
     v.page(StatusCode::OK, layout(v, &format!("Queue {queue}"), body))
+}
+
+/// The UTC time an age (`30m`) names now; `None` for anything else (a time, a bad age).
+fn resolve(s: &str) -> Option<String> {
+    match relative_time(s) {
+        Some(Ok(t)) => Some(humantime::format_rfc3339_seconds(t).to_string()),
+        _ => None,
+    }
 }
 
 /// No job in any state and not paused: what GetQueueStats answers for a queue that does not
@@ -180,9 +200,9 @@ fn search_form(queue: &str, s: &Search<'_>) -> Markup {
                 }
             }
             label { "After (UTC) " input type="text" name="after" value=(s.after)
-                placeholder="2026-12-02T03:00:00Z"; }
+                placeholder="2026-12-02T03:00:00Z or 2h"; }
             label { "Before (UTC) " input type="text" name="before" value=(s.before)
-                placeholder="2026-12-02T04:00:00Z"; }
+                placeholder="2026-12-02T04:00:00Z or 30m"; }
             button type="submit" { "Search" }
         }
     }

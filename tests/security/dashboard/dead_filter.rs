@@ -1,7 +1,7 @@
 //! The dead-letter page's death-time filter takes ages as well as times: `2h` is two hours
 //! ago, and the page redirects once to the UTC time it names (so the next pages and the
 //! actions see one window); a bad value shows the form again, as typed, with the error next to
-//! the field (400) and no list.
+//! the field (400) and no list. The queue page's search redirects an age the same way.
 
 use reqwest::StatusCode;
 
@@ -64,6 +64,17 @@ async fn ages_filter_by_death_time_and_a_bad_value_reshows_the_form() {
         assert!(p.body.contains(r#"value="send""#), "{q}: kept as typed");
         assert!(!p.body.contains(r#"<table id="dead""#), "{q}: no list");
     }
+    // The queue page's search too: an age redirects once to the time it names.
+    let p = b.get("/ui/queues/late?state=dead&after=2h").await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let to = p.location().to_owned();
+    assert!(
+        to.starts_with("/ui/queues/late?state=dead&after=") && to.ends_with("Z"),
+        "{to}"
+    );
+    let p = b.get(&to).await;
+    assert_eq!(p.status, StatusCode::OK, "{to}: {}", p.body);
+    assert!(p.body.contains(r#"data-job-id="d1""#), "{}", p.body);
     let p = b.get("/ui/queues/late/dead?dead_after=yesterday").await;
     assert!(p.body.contains(r#"value="yesterday""#), "{}", p.body);
     assert!(
