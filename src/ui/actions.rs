@@ -49,22 +49,7 @@ pub async fn pause(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, true) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    if let Err(s) = v.caller.pause(&queue).await {
-        return v.failed(s);
-    }
-    let line = audit_line(&v, AdminAction::PauseQueue, &queue, "", 1);
-    page(
-        &v,
-        &format!("Paused {queue}"),
-        &format!("Paused queue {queue}: no more leases until it is resumed."),
-        &[line],
-        (&queue_url(&queue), "Back to the queue"),
-    )
+    set_paused(&ui, &queue, &headers, &body, true).await
 }
 
 /// `POST /ui/queues/{queue}/resume`.
@@ -74,21 +59,47 @@ pub async fn resume(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let form = Form::parse(&body);
-    let v = match post_gate(&ui, &headers, &form, true) {
+    set_paused(&ui, &queue, &headers, &body, false).await
+}
+
+/// Pause (`paused`) or resume `queue` through QueueService and show the audit line.
+async fn set_paused(
+    ui: &UiState,
+    queue: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    paused: bool,
+) -> Response {
+    let form = Form::parse(body);
+    let v = match post_gate(ui, headers, &form, true) {
         Ok(v) => v,
         Err(r) => return *r,
     };
-    if let Err(s) = v.caller.resume(&queue).await {
+    let (called, action, title, text) = if paused {
+        (
+            v.caller.pause(queue).await,
+            AdminAction::PauseQueue,
+            format!("Paused {queue}"),
+            format!("Paused queue {queue}: no more leases until it is resumed."),
+        )
+    } else {
+        (
+            v.caller.resume(queue).await,
+            AdminAction::ResumeQueue,
+            format!("Resumed {queue}"),
+            format!("Resumed queue {queue}."),
+        )
+    };
+    if let Err(s) = called {
         return v.failed(s);
     }
-    let line = audit_line(&v, AdminAction::ResumeQueue, &queue, "", 1);
+    let line = audit_line(&v, action, queue, "", 1);
     page(
         &v,
-        &format!("Resumed {queue}"),
-        &format!("Resumed queue {queue}."),
+        &title,
+        &text,
         &[line],
-        (&queue_url(&queue), "Back to the queue"),
+        (&queue_url(queue), "Back to the queue"),
     )
 }
 
