@@ -16,6 +16,7 @@ mod durability;
 mod killed_worker;
 mod leases;
 mod lost_replies;
+mod orphan;
 mod readonly;
 mod redis_outage;
 mod release_retry;
