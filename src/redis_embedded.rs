@@ -15,8 +15,14 @@
 //! - [`EmbeddedRedis::start`] returns only once the server answers PING, i.e. after it has loaded
 //!   its append-only file, or fails within a bounded time with the tail of `redis.log`.
 //! - [`EmbeddedRedis::stop`] sends `SHUTDOWN`, which flushes the append-only file, before it
-//!   reaps the child. Dropping an `EmbeddedRedis` without `stop` kills the child (SIGKILL), so a
-//!   crashed server never leaves an orphan; writes not yet fsynced may then be lost.
+//!   reaps the child. Dropping an `EmbeddedRedis` without `stop` (an error or a panic that
+//!   unwinds) kills the child (SIGKILL); writes not yet fsynced may then be lost.
+//! - On Linux the child never outlives jobwire, however jobwire dies: when it is SIGKILLed (the
+//!   OOM killer, `kill -9`) or exits without unwinding, none of its code runs, and the kernel
+//!   sends the child SIGTERM instead (prctl `PR_SET_PDEATHSIG`, see `lifeline`), on which Redis
+//!   flushes and fsyncs its append-only file, removes the socket and exits. Elsewhere (macOS,
+//!   the BSDs) such a death leaves the child running: the next start on the data dir refuses
+//!   (below) until it is stopped by hand.
 //! - A live server already using the data dir is refused rather than displaced; a stale socket
 //!   left by a crash is removed.
 
@@ -167,7 +173,7 @@ impl EmbeddedRedis {
         let log_file2 = log_file.try_clone().map_err(data_err(&log))?;
 
         // A shell sets the umask for the child alone, then becomes redis-server (same pid, so
-        // process group and kill-on-drop apply to it): 077 makes every file it creates (AOF
+        // process group, kill-on-drop and the parent-death signal apply to it): 077 makes every file it creates (AOF
         // files, appendonlydir, rewrites) 0600/0700. `$0` is the binary, `$@` its arguments.
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
@@ -200,7 +206,7 @@ impl EmbeddedRedis {
             // jobwire has handed its leases back.
             .process_group(0)
             .kill_on_drop(true);
-        let child = cmd.spawn().map_err(|err| match err.kind() {
+        let child = lifeline::spawn(cmd).map_err(|err| match err.kind() {
             std::io::ErrorKind::NotFound => EmbeddedError::NotFound,
             _ => EmbeddedError::Spawn(err),
         })?;
@@ -343,5 +349,6 @@ async fn log_tail(log: &Path) -> String {
     }
 }
 
+mod lifeline;
 #[cfg(test)]
 mod tests;

@@ -172,3 +172,33 @@ async fn a_data_dir_jobwire_creates_is_0700() {
     assert!(exposed_dir_warning(&dir).is_none());
     r.stop().await;
 }
+
+/// The parent-death signal follows the thread that forked, not the process: a child forked on
+/// a thread that then ends (a tokio blocking-pool thread after 10 s idle, say) would be stopped
+/// under a running jobwire. It must outlive the thread that called `start`.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_child_outlives_the_thread_that_started_it() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = std::thread::scope(|s| {
+        s.spawn(|| rt.block_on(EmbeddedRedis::start(dir.path(), Fsync::No)))
+            .join()
+            .expect("starting thread")
+    })
+    .expect("start");
+    // The starting thread has ended; give a death signal time to arrive and Redis to act on it.
+    rt.block_on(async {
+        sleep(Duration::from_millis(500)).await;
+        let mut r = r;
+        assert!(
+            matches!(r.child.try_wait(), Ok(None)),
+            "redis-server died with the thread that started it"
+        );
+        assert!(r.ping().await, "redis-server still answers");
+        r.stop().await;
+    });
+}

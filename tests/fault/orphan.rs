@@ -69,6 +69,14 @@ async fn sigkill_of_jobwire_takes_its_embedded_redis_down_and_the_data_dir_start
         "the embedded redis-server {redis_pid} outlived its SIGKILLed jobwire by 5 s"
     );
 
+    // The kernel's parent-death signal is SIGTERM, on which Redis shuts down as on SHUTDOWN:
+    // it flushes and fsyncs its append-only file before it exits.
+    let redis_log = std::fs::read_to_string(data.path().join("redis.log")).unwrap_or_default();
+    assert!(
+        redis_log.contains("Received SIGTERM"),
+        "redis-server was stopped by SIGTERM:\n{redis_log}"
+    );
+
     // Same data dir: it starts (no live server on the socket) and the job is still there.
     server.restart().await;
     let job = server
