@@ -23,8 +23,9 @@
 //!   flushes and fsyncs its append-only file, removes the socket and exits. Elsewhere (macOS,
 //!   the BSDs) such a death leaves the child running: the next start on the data dir refuses
 //!   (below) until it is stopped by hand.
-//! - A live server already using the data dir is refused rather than displaced; a stale socket
-//!   left by a crash is removed.
+//! - A live server already using the data dir is refused rather than displaced (after 2 s, in
+//!   case it is one shutting down because its jobwire just died); a stale socket left by a
+//!   crash is removed.
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,10 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest Unix socket path the kernel accepts (`sun_path` is 108 bytes including the NUL).
 const MAX_SOCKET_PATH: usize = 107;
+/// How long a server found answering on the data dir's socket gets to go away before `start`
+/// refuses: one whose jobwire just died is shutting down on its death signal (`lifeline`),
+/// which takes about 100 ms.
+const DYING_SERVER_GRACE: Duration = Duration::from_secs(2);
 /// How much of `redis.log` to quote in errors.
 const LOG_TAIL_LINES: usize = 20;
 
@@ -155,12 +160,14 @@ impl EmbeddedRedis {
                 reason: err.to_string(),
             })?;
         if tokio::fs::symlink_metadata(&socket).await.is_ok() {
-            if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+            if still_served(&socket).await {
                 return Err(EmbeddedError::AlreadyRunning(socket));
             }
-            tokio::fs::remove_file(&socket)
-                .await
-                .map_err(data_err(&socket))?;
+            match tokio::fs::remove_file(&socket).await {
+                // A server shutting down removes its socket on the way out.
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                r => r.map_err(data_err(&socket))?,
+            }
         }
         // The child's stdout/stderr go to redis.log too: config errors are printed before
         // --logfile takes effect, and the log tail in our errors should show them.
@@ -331,6 +338,18 @@ fn exposed_dir_warning(dir: &Path) -> Option<String> {
             dir.display()
         )
     })
+}
+
+/// True while something still accepts connections on `socket` after [`DYING_SERVER_GRACE`].
+async fn still_served(socket: &Path) -> bool {
+    let deadline = Instant::now() + DYING_SERVER_GRACE;
+    while tokio::net::UnixStream::connect(socket).await.is_ok() {
+        if Instant::now() >= deadline {
+            return true;
+        }
+        sleep(POLL_INTERVAL).await;
+    }
+    false
 }
 
 fn unix_url(socket: &Path) -> String {

@@ -202,3 +202,26 @@ fn the_child_outlives_the_thread_that_started_it() {
         r.stop().await;
     });
 }
+
+/// A redis-server whose jobwire was just SIGKILLed is still shutting down on its death signal
+/// (SIGTERM) for up to ~100 ms: a jobwire restarted at once on the same data dir (a supervisor,
+/// a test harness) must wait for it to go, not refuse the data dir.
+#[tokio::test]
+async fn a_start_right_after_the_previous_server_got_sigterm_waits_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = EmbeddedRedis::start(dir.path(), Fsync::Everysec)
+        .await
+        .expect("start");
+    let pid = old.child.id().expect("pid");
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill -TERM {pid}");
+    let new = EmbeddedRedis::start(dir.path(), Fsync::Everysec)
+        .await
+        .expect("start while the previous server shuts down");
+    new.stop().await;
+    drop(old);
+}
