@@ -91,9 +91,12 @@ impl fmt::Display for CliError {
 
 /// A hint for errors that name a symptom rather than the likely cause: a gRPC call to the
 /// HTTP port (an answer without grpc-status), TLS to a plaintext server (rustls reads a
-/// plaintext HTTP/2 frame as a record of an invalid content type).
+/// plaintext HTTP/2 frame as a record of an invalid content type), a server with an auth file
+/// that got no token or a wrong one (UNAUTHENTICATED speaks of gRPC metadata, not of the CLI).
 pub fn hint(error: &str) -> Option<&'static str> {
-    if error.contains("grpc-status header missing") {
+    if error.starts_with("UNAUTHENTICATED") {
+        Some("set JOBWIRE_TOKEN or pass --token jw_<id>_<secret> (an admin makes one with `jobwire token new`)")
+    } else if error.contains("grpc-status header missing") {
         Some("is --server the gRPC port? (default 50051; the HTTP port serves metrics and health)")
     } else if error.contains("InvalidContentType") || error.contains("InvalidMessage") {
         Some("the server may not use TLS: try an http:// --server")

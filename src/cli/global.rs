@@ -109,15 +109,17 @@ impl GlobalArgs {
             }),
             None => None,
         };
-        if let Some(t) = &self.token {
-            if t.is_empty() || !t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        // An empty JOBWIRE_TOKEN (`JOBWIRE_TOKEN= jobwire ...`) means no token, not a bad one.
+        let token = self.token.clone().filter(|t| !t.is_empty());
+        if let Some(t) = &token {
+            if !t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
                 return Err(CliError::usage(
                     "--token (JOBWIRE_TOKEN): must be printable ASCII without spaces",
                 ));
             }
         }
         Ok(ClientOptions {
-            token: self.token.clone(),
+            token,
             tls,
             ..Default::default()
         })

@@ -77,6 +77,20 @@ async fn a_viewer_cannot_replay_and_no_token_is_unauthenticated() {
         "{}",
         r.stderr
     );
+    // The hint names the CLI's settings, not gRPC metadata.
+    assert!(
+        r.stderr.contains("hint: set JOBWIRE_TOKEN or pass --token"),
+        "{}",
+        r.stderr
+    );
+    // An empty JOBWIRE_TOKEN is no token (UNAUTHENTICATED with the hint), not a bad one.
+    let r = s.jw_env(&["queues", "list"], &[("JOBWIRE_TOKEN", "")], None);
+    r.code(1);
+    assert!(
+        r.stderr.starts_with("jobwire: UNAUTHENTICATED: "),
+        "{}",
+        r.stderr
+    );
     // A token that is not ASCII: refused locally.
     s.jw(&["queues", "list", "--token", "jw_ops_é"]).code(2);
 
