@@ -244,6 +244,9 @@ fn dead_table(l: &DeadList) -> String {
         ]);
     }
     let mut s = t.render();
+    if l.dead_letters.is_empty() && l.next_page_token.is_empty() {
+        s.push_str("(no dead job matches)\n");
+    }
     if !l.next_page_token.is_empty() {
         s.push_str(&format!(
             "(more: --page-token {} or --limit 0; the next page may be empty)\n",

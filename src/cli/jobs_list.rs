@@ -167,6 +167,9 @@ fn table(l: &JobList) -> String {
         ]);
     }
     let mut s = t.render();
+    if l.jobs.is_empty() && l.next_page_token.is_empty() {
+        s.push_str("(no job matches)\n");
+    }
     if !l.next_page_token.is_empty() {
         s.push_str(&format!(
             "(more: --page-token {} or --limit 0; the next page may be empty)\n",

@@ -109,6 +109,17 @@ async fn jobs_list_by_state_name_time_and_pages() {
     for line in t.stdout.lines() {
         assert!(line.width() <= 100, "{line}");
     }
+    // An empty list says so under the header.
+    let t = s.jw(&["jobs", "list", "emails", "--name", "no-such-job"]);
+    t.code(0);
+    assert!(t.stdout.ends_with("(no job matches)\n"), "{}", t.stdout);
+    let t = s.jw(&["dlq", "list", "emails", "--job-name", "no-such-job"]);
+    t.code(0);
+    assert!(
+        t.stdout.ends_with("(no dead job matches)\n"),
+        "{}",
+        t.stdout
+    );
     // Bad input: a state clap does not know, a time that is not one (exit 2); a page token
     // the server did not make (exit 1, INVALID_ARGUMENT).
     s.jw(&["jobs", "list", "emails", "--state", "sleeping"])
