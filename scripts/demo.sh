@@ -22,6 +22,7 @@ case "${1:-}" in
 esac
 bash scripts/setup.sh
 cargo build --release --locked
+bin="${CARGO_TARGET_DIR:-target}/release/jobwire"
 export JOBWIRE_GRPC_ADDR="${JOBWIRE_GRPC_ADDR:-127.0.0.1:50051}"
 export JOBWIRE_HTTP_ADDR="${JOBWIRE_HTTP_ADDR:-127.0.0.1:9090}"
 mkdir -p jobwire-data && chmod 700 jobwire-data
@@ -36,7 +37,7 @@ if $secure; then
   hash_of() { sed -n 's/^ *sha256: "\([0-9a-f]*\)"$/\1/p' "$sec/$1.new"; }
   rm -f "$sec"/*.token  # a rerun makes new ones (0600: a redirect would keep an old file's mode)
   for who in signup-api email-worker oncall; do
-    (umask 077 && ./target/release/jobwire token new --id "$who" >"$sec/$who.new" \
+    (umask 077 && "$bin" token new --id "$who" >"$sec/$who.new" \
       && head -1 "$sec/$who.new" >"$sec/$who.token")
   done
   (umask 077 && cat >"$sec/auth.yaml" <<EOF
@@ -60,7 +61,7 @@ EOF
     --worker-token-file "$sec/email-worker.token" --admin-token-file "$sec/oncall.token")
   echo "secure mode: TLS (CA $ca), auth file $sec/auth.yaml, tokens $sec/*.token"
 fi
-./target/release/jobwire serve "${serve_args[@]}" >jobwire-data/server.log 2>&1 &
+"$bin" serve "${serve_args[@]}" >jobwire-data/server.log 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 .venv/bin/python - "$JOBWIRE_GRPC_ADDR" "$server" "$ca" <<'PY'
