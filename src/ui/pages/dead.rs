@@ -299,12 +299,12 @@ fn filter_form_with(queue: &str, dq: &DeadQuery, errs: &[(&str, String)]) -> Mar
                 input type="text" name="message_prefix" value=(dq.message_prefix); }
             label { "Died after (UTC time or age) "
                 input type="text" name="dead_after" value=(dq.dead_after)
-                    placeholder="2026-12-02T03:00:00Z or 2h"
+                    placeholder="2h or 2026-12-02T03:00:00Z"
                     aria-invalid=[bad("dead_after").then_some("true")];
                 (field_error(errs, "dead_after")) }
             label { "Died before (UTC time or age) "
                 input type="text" name="dead_before" value=(dq.dead_before)
-                    placeholder="2026-12-02T04:00:00Z or 30m"
+                    placeholder="30m or 2026-12-02T04:00:00Z"
                     aria-invalid=[bad("dead_before").then_some("true")];
                 (field_error(errs, "dead_before")) }
             button type="submit" { "Filter" }

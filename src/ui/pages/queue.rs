@@ -199,10 +199,10 @@ fn search_form(queue: &str, s: &Search<'_>) -> Markup {
                     @for st in STATES { option value=(st) selected[s.state == st] { (st) } }
                 }
             }
-            label { "After (UTC) " input type="text" name="after" value=(s.after)
-                placeholder="2026-12-02T03:00:00Z or 2h"; }
-            label { "Before (UTC) " input type="text" name="before" value=(s.before)
-                placeholder="2026-12-02T04:00:00Z or 30m"; }
+            label { "After (UTC time or age) " input type="text" name="after" value=(s.after)
+                placeholder="2h or 2026-12-02T03:00:00Z"; }
+            label { "Before (UTC time or age) " input type="text" name="before" value=(s.before)
+                placeholder="30m or 2026-12-02T04:00:00Z"; }
             button type="submit" { "Search" }
         }
     }
