@@ -46,7 +46,7 @@ impl Binary {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobwire"))
             .args(["serve", "--log-format", "json", "--ui"])
             .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(["--redis-url", &redis.url])
+            .args(["--redis-url", &redis.url, "--shutdown-grace", "1s"])
             .arg("--auth-file")
             .arg(&auth_file)
             .env("RUST_LOG", "debug")
@@ -148,9 +148,19 @@ async fn a_dashboard_replay_is_audited_like_the_rpc_and_logs_no_secret() {
     assert_eq!(state(&mut c, "aud", "p1").await, pb::JobState::Waiting);
 
     // Nothing logged so far carries the token's secret or the payload.
+    // Every line the server writes: stop it (SIGTERM: a graceful shutdown, its log flushed)
+    // and read its stderr to the end.
     b.get("/ui/").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    while let Ok((raw, _)) = bin.lines.try_recv() {
+    let pid = bin.child.id().expect("jobwire is running");
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(term.success(), "kill -TERM {pid}");
+    while let Some((raw, _)) = tokio::time::timeout(Duration::from_secs(20), bin.lines.recv())
+        .await
+        .expect("jobwire exits within 20 s of SIGTERM")
+    {
         bin.seen.push(raw);
     }
     let secret = ops.token.reveal();
