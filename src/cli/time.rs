@@ -33,11 +33,7 @@ pub fn parse_time(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime
 
 /// A protobuf timestamp from a `SystemTime` (times before 1970 become 1970).
 pub fn to_pb(t: SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
+    t.max(UNIX_EPOCH).into()
 }
 
 /// A protobuf duration.

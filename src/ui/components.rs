@@ -251,11 +251,7 @@ pub fn parse_time(field: &str, s: &str) -> Result<Option<prost_types::Timestamp>
             })?
         }
     };
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    Ok(Some(prost_types::Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }))
+    Ok(Some(t.into()))
 }
 
 #[cfg(test)]
