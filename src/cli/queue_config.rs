@@ -12,6 +12,7 @@ use super::table::pairs;
 use super::time::{duration_to_pb, human};
 use super::view::{BackoffView, QueueConfigView};
 use super::CliError;
+use crate::jobs::ConfigField;
 
 /// `jobwire queues config ...`.
 #[derive(Debug, Subcommand)]
@@ -28,29 +29,13 @@ pub enum ConfigCommand {
     Set(ConfigSet),
 }
 
-/// The fields of `QueueConfig` (the update mask's paths), for `--reset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-#[value(rename_all = "snake_case")]
-enum ConfigField {
-    DefaultMaxAttempts,
-    DefaultBackoff,
-    DefaultTimeout,
-    Retention,
-    RateLimit,
-    MaxActive,
-}
-
-impl ConfigField {
-    fn path(self) -> &'static str {
-        match self {
-            ConfigField::DefaultMaxAttempts => "default_max_attempts",
-            ConfigField::DefaultBackoff => "default_backoff",
-            ConfigField::DefaultTimeout => "default_timeout",
-            ConfigField::Retention => "retention",
-            ConfigField::RateLimit => "rate_limit",
-            ConfigField::MaxActive => "max_active",
-        }
-    }
+/// `--reset FIELD`: one of the update mask's paths (`default_max_attempts`, ...), as the
+/// server names them.
+fn config_field(path: &str) -> Result<ConfigField, String> {
+    ConfigField::parse(path).ok_or_else(|| {
+        let all: Vec<&str> = ConfigField::ALL.iter().map(|f| f.as_str()).collect();
+        format!("not a config field; one of {}", all.join(", "))
+    })
 }
 
 /// Backoff kinds for `--default-backoff`.
@@ -108,8 +93,9 @@ pub struct ConfigSet {
     /// Most jobs leased at once across all workers.
     #[arg(long)]
     max_active: Option<u32>,
-    /// Reset a field to the server's default (repeatable).
-    #[arg(long, value_enum, value_name = "FIELD")]
+    /// Reset a field to the server's default (repeatable): default_max_attempts,
+    /// default_backoff, default_timeout, retention, rate_limit or max_active.
+    #[arg(long, value_parser = config_field, value_name = "FIELD")]
     reset: Vec<ConfigField>,
 }
 
@@ -152,13 +138,13 @@ async fn config_set(c: &Client, s: ConfigSet, out: Format) -> Result<(), CliErro
     if let Some((f, _)) = given.iter().find(|(f, g)| *g && s.reset.contains(f)) {
         return Err(CliError::usage(format!(
             "--reset {}: that field is also being set; do one or the other",
-            f.path()
+            f.as_str()
         )));
     }
     let mut paths: Vec<&str> = given
         .iter()
         .filter(|(f, g)| *g || s.reset.contains(f))
-        .map(|(f, _)| f.path())
+        .map(|(f, _)| f.as_str())
         .collect();
     paths.dedup();
     if paths.is_empty() {
