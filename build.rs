@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/jobwire/v1/worker_service.proto",
         "proto/jobwire/v1/dead_letter_service.proto",
         "proto/jobwire/v1/queue_service.proto",
+        "proto/jobwire/v1/group_service.proto",
     ];
     let fds = protox::compile(files, ["proto"])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -302,9 +302,10 @@ fn dead_reason_from_pb(r: pb::DeadReason) -> DeadReason {
         pb::DeadReason::NoRetry => DeadReason::NoRetry,
         pb::DeadReason::LeaseExpired => DeadReason::LeaseExpired,
         pb::DeadReason::TimedOut => DeadReason::TimedOut,
-        pb::DeadReason::AttemptsExhausted | pb::DeadReason::Unspecified => {
-            DeadReason::AttemptsExhausted
-        }
+        // i16: DeadReason::Expired (the expiry work adds it).
+        pb::DeadReason::Expired
+        | pb::DeadReason::AttemptsExhausted
+        | pb::DeadReason::Unspecified => DeadReason::AttemptsExhausted,
     }
 }
 
@@ -357,10 +358,13 @@ pub(crate) fn job_state(field: &str, s: i32) -> Result<JobState, Error> {
         Ok(pb::JobState::Active) => Ok(JobState::Active),
         Ok(pb::JobState::Completed) => Ok(JobState::Completed),
         Ok(pb::JobState::Dead) => Ok(JobState::Dead),
-        Ok(pb::JobState::Unspecified) => Err(Error::invalid(
-            field,
-            "is required: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD",
-        )),
+        // i16: the cancel and expiry work lists these.
+        Ok(pb::JobState::Cancelled) | Ok(pb::JobState::Expired) | Ok(pb::JobState::Unspecified) => {
+            Err(Error::invalid(
+                field,
+                "is required: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD",
+            ))
+        }
         Err(_) => Err(Error::invalid(
             field,
             format!("unknown value {s}; give WAITING, DELAYED, ACTIVE, COMPLETED or DEAD"),
@@ -453,6 +457,18 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         finish_time: timestamp(j.finish_ms),
         idempotency_key: j.idempotency_key,
         replays: j.replays,
+        // i16: filled by the groups, cancel/expiry and progress work.
+        group_key: String::new(),
+        expire_time: None,
+        progress: 0,
+        progress_message: String::new(),
+        checkpoint: Vec::new(),
+        result: Vec::new(),
+        cancel_time: None,
+        cancel_reason: String::new(),
+        lease_deadline: None,
+        worker_id: String::new(),
+        progress_time: None,
     }
 }
 

@@ -260,6 +260,28 @@ impl pb::job_service_server::JobService for JobApi {
         let page = super::list_jobs::list(&self.store, &queue, request.get_ref()).await?;
         Ok(Response::new(page))
     }
+
+    // i16: the cancel/expiry work implements these three.
+    async fn cancel_job(
+        &self,
+        _request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::CancelJobResponse>, Status> {
+        Err(Status::unimplemented("CancelJob"))
+    }
+
+    async fn cancel_jobs(
+        &self,
+        _request: Request<pb::CancelJobsRequest>,
+    ) -> Result<Response<pb::CancelJobsResponse>, Status> {
+        Err(Status::unimplemented("CancelJobs"))
+    }
+
+    async fn delete_job(
+        &self,
+        _request: Request<pb::DeleteJobRequest>,
+    ) -> Result<Response<pb::DeleteJobResponse>, Status> {
+        Err(Status::unimplemented("DeleteJob"))
+    }
 }
 
 /// A refused batch item: its code, message and field, as the item's result.

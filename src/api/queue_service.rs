@@ -56,6 +56,11 @@ fn stats_pb(s: QueueStats, workers: u32, config: QueueConfig) -> pb::QueueStats 
         paused: s.paused,
         workers_connected: workers,
         config: Some(config_pb(&config)),
+        // i16: filled by the cancel/expiry and groups work.
+        cancelled: 0,
+        expired: 0,
+        groups_waiting: 0,
+        top_groups: Vec::new(),
     }
 }
 
@@ -79,6 +84,11 @@ pub(crate) fn config_pb(c: &QueueConfig) -> pb::QueueConfig {
             period: Some(convert::duration(r.period_ms)),
         }),
         max_active: c.max_active,
+        // i16: filled by the groups and cancel/expiry work.
+        group_max_active: None,
+        group_rate_limit: None,
+        cancel_grace: None,
+        dead_letter_expired: false,
     }
 }
 

@@ -225,6 +225,10 @@ impl WorkerApi {
                     self.hub.grant(session, g.credits);
                 }
                 Some(In::Heartbeat(_)) => {}
+                // i16: the progress work answers these with a ProgressSaved.
+                Some(In::Progress(_)) => {
+                    return Err(Error::invalid("progress", "is not supported yet"))
+                }
                 Some(In::Drain(_)) => self.hub.drain_session(session),
                 Some(In::Open(_)) => {
                     return Err(Error::invalid("open", "the stream is already open"))
@@ -501,6 +505,14 @@ impl pb::worker_service_server::WorkerService for WorkerService {
                 .flatten(),
             dead_reason: convert::dead_reason_pb(o.dead_reason) as i32,
         }))
+    }
+
+    // i16: the progress work implements it.
+    async fn report_progress(
+        &self,
+        _request: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressResponse>, Status> {
+        Err(Status::unimplemented("ReportProgress"))
     }
 
     #[tracing::instrument(skip_all, fields(queue, job_id))]

@@ -167,6 +167,9 @@ fn spec(e: Enqueue) -> Result<pb::JobSpec, CliError> {
         max_attempts: e.max_attempts,
         backoff: None,
         timeout: None,
+        group_key: String::new(),
+        expire_time: None,
+        ttl: None,
     })
 }
 

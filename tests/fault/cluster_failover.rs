@@ -150,6 +150,7 @@ async fn work(
                     let job = l.job.expect("job");
                     let _ = tx.send(pb::SubscribeRequest {
                         message: Some(In::Ack(pb::AckRequest {
+                            result: Vec::new(),
                             queue: job.queue,
                             job_id: job.job_id,
                             lease_token: l.lease_token,
@@ -170,6 +171,7 @@ async fn work(
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         let _ = tx.send(pb::SubscribeRequest {
                             message: Some(In::Ack(pb::AckRequest {
+                                result: Vec::new(),
                                 queue: s.queue,
                                 job_id: s.job_id,
                                 lease_token: s.lease_token,
@@ -177,7 +179,7 @@ async fn work(
                         });
                     });
                 }
-                Out::Settled(_) | Out::Draining(_) => {}
+                Out::Settled(_) | Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_) => {}
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

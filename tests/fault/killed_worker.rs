@@ -95,6 +95,7 @@ async fn a_worker_that_reconnects_and_extends_its_lease_keeps_the_job() {
     }
     app.workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "kx".into(),
             job_id: held.job_id.clone(),
             lease_token: held.token.clone(),

@@ -117,6 +117,7 @@ async fn a_hung_worker_loses_its_lease_and_its_late_ack_changes_nothing() {
     let s = app
         .workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "hung".into(),
             job_id: "j".into(),
             lease_token: stale.lease_token.clone(),

@@ -179,6 +179,7 @@ async fn settle_once(app: &TestApp, l: &pb::Lease, kind: SettleKind) -> Result<(
     match kind {
         SettleKind::Ack | SettleKind::AckKeepNone => workers
             .ack(pb::AckRequest {
+                result: Vec::new(),
                 queue: job.queue.clone(),
                 job_id: job.job_id.clone(),
                 lease_token: l.lease_token.clone(),
@@ -187,6 +188,7 @@ async fn settle_once(app: &TestApp, l: &pb::Lease, kind: SettleKind) -> Result<(
             .map(|_| ()),
         SettleKind::Fail => workers
             .fail(pb::FailRequest {
+                pause_group: false,
                 queue: job.queue.clone(),
                 job_id: job.job_id.clone(),
                 lease_token: l.lease_token.clone(),

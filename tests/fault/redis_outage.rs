@@ -88,6 +88,7 @@ async fn a_redis_outage_gives_unavailable_and_jobwire_recovers_without_a_restart
     unavailable(
         "Ack",
         app.workers().ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "out".into(),
             job_id: "before".into(),
             lease_token: "t".into(),

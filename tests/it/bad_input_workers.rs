@@ -16,6 +16,7 @@ async fn worker_and_dead_letter_services_refuse_bad_input_and_change_nothing() {
     let (mut w, done, held, _dead) = some_state(&redis, &app).await;
     let mut wk = app.workers();
     let ack = |id: &str, t: &str| pb::AckRequest {
+        result: Vec::new(),
         queue: "bad".into(),
         job_id: id.into(),
         lease_token: t.into(),
@@ -59,6 +60,7 @@ async fn worker_and_dead_letter_services_refuse_bad_input_and_change_nothing() {
     )
     .await;
     let fail = |id: &str, t: &str, error: pb::JobError, retry_after| pb::FailRequest {
+        pause_group: false,
         queue: "bad".into(),
         job_id: id.into(),
         lease_token: t.into(),

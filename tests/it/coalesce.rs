@@ -26,6 +26,7 @@ struct Expect {
 
 fn ack(queue: &str, job_id: &str, token: &str) -> In {
     In::Ack(pb::AckRequest {
+        result: Vec::new(),
         queue: queue.into(),
         job_id: job_id.into(),
         lease_token: token.into(),

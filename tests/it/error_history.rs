@@ -55,6 +55,7 @@ async fn a_job_failed_sixty_times_with_max_size_errors_still_streams() {
             job.errors.len()
         );
         w.send(In::Fail(pb::FailRequest {
+            pause_group: false,
             queue: "hist".into(),
             job_id: "j".into(),
             lease_token: l.lease_token.clone(),

@@ -55,6 +55,7 @@ async fn oversized_error_text_is_truncated_not_refused() {
     for (l, on_stream) in [(&a, false), (&b, true)] {
         let job = l.job.as_ref().expect("job");
         let req = pb::FailRequest {
+            pause_group: false,
             queue: "trunc".into(),
             job_id: job.job_id.clone(),
             lease_token: l.lease_token.clone(),

@@ -259,6 +259,7 @@ async fn a_stream_that_sends_but_never_reads_is_not_read_without_limit() {
     };
     let acks = (0..N).map(|k| pb::SubscribeRequest {
         message: Some(In::Ack(pb::AckRequest {
+            result: Vec::new(),
             queue: String::new(),
             job_id: format!("{k:0>250}"),
             lease_token: "t".into(),

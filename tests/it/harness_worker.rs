@@ -131,7 +131,7 @@ impl TestWorker {
             match self.read(left).await? {
                 Out::Lease(l) => return Some(l),
                 Out::Settled(s) => self.pending_settled.push(s),
-                Out::Draining(_) => {}
+                Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_) => {}
             }
         }
     }
@@ -154,7 +154,7 @@ impl TestWorker {
             {
                 Out::Settled(s) => return s,
                 Out::Lease(l) => self.pending_leases.push(l),
-                Out::Draining(_) => {}
+                Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_) => {}
             }
         }
     }
@@ -174,6 +174,7 @@ impl TestWorker {
             let l = self.lease().await;
             let job = l.job.as_ref().expect("job");
             self.send(In::Ack(pb::AckRequest {
+                result: Vec::new(),
                 queue: job.queue.clone(),
                 job_id: job.job_id.clone(),
                 lease_token: l.lease_token.clone(),
@@ -187,6 +188,7 @@ impl TestWorker {
     pub async fn ack(&mut self, l: &pb::Lease) -> pb::Settled {
         let job = l.job.as_ref().expect("job");
         self.send(In::Ack(pb::AckRequest {
+            result: Vec::new(),
             queue: job.queue.clone(),
             job_id: job.job_id.clone(),
             lease_token: l.lease_token.clone(),
@@ -204,6 +206,7 @@ impl TestWorker {
     ) -> pb::Settled {
         let job = l.job.as_ref().expect("job");
         self.send(In::Fail(pb::FailRequest {
+            pause_group: false,
             queue: job.queue.clone(),
             job_id: job.job_id.clone(),
             lease_token: l.lease_token.clone(),

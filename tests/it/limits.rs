@@ -140,6 +140,7 @@ async fn a_worker_reported_rate_limit_can_pause_the_whole_queue() {
     let l = w.lease().await;
     let job = l.job.clone().expect("job");
     w.send(pb::subscribe_request::Message::Fail(pb::FailRequest {
+        pause_group: false,
         queue: "throttled".into(),
         job_id: job.job_id.clone(),
         lease_token: l.lease_token.clone(),

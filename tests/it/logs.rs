@@ -89,6 +89,7 @@ async fn json_logs_carry_the_attempt_and_the_trace() {
     );
     tx.send(pb::SubscribeRequest {
         message: Some(In::Fail(pb::FailRequest {
+            pause_group: false,
             queue: "logs".into(),
             job_id: "job-9".into(),
             lease_token: lease.lease_token,

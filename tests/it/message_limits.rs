@@ -114,6 +114,7 @@ async fn a_message_over_the_limit_is_resource_exhausted_naming_the_limit() {
     // On the stream.
     let big = pb::SubscribeRequest {
         message: Some(pb::subscribe_request::Message::Ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "q".into(),
             job_id: "x".repeat(3_000_000),
             lease_token: "t".into(),

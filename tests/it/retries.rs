@@ -274,6 +274,7 @@ async fn a_stale_token_is_refused_and_changes_nothing() {
     let e = app
         .workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "stale".into(),
             job_id: "j".into(),
             lease_token: first.lease_token.clone(),

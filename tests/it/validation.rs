@@ -194,6 +194,7 @@ async fn bad_worker_calls_are_refused() {
     let s = app
         .workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "q".into(),
             job_id: "nope".into(),
             lease_token: "t".into(),
@@ -204,6 +205,7 @@ async fn bad_worker_calls_are_refused() {
     let s = app
         .workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "q".into(),
             job_id: "x".into(),
             lease_token: String::new(),

@@ -73,6 +73,7 @@ async fn a_silent_stream_holding_a_lease_is_ended_and_its_job_goes_to_another_wo
     let late = app
         .workers()
         .ack(pb::AckRequest {
+            result: Vec::new(),
             queue: "idle".into(),
             job_id: "j".into(),
             lease_token: stale.lease_token.clone(),

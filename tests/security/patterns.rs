@@ -148,6 +148,7 @@ async fn a_worker_may_not_lease_or_settle_another_teams_jobs() {
     let lease = mail_stream.lease().await;
     lease_calls_confirmed(&s, "emails").await;
     let stolen = pb::AckRequest {
+        result: Vec::new(),
         queue: "emails".into(),
         job_id: "m1".into(),
         lease_token: lease.lease_token.clone(),
@@ -217,6 +218,7 @@ async fn a_worker_may_not_lease_or_settle_another_teams_jobs() {
         "the stolen ack changed nothing"
     );
     own.send(In::Ack(pb::AckRequest {
+        result: Vec::new(),
         queue: "billing-eu".into(),
         job_id: "b1".into(),
         lease_token: mine.lease_token,
@@ -227,6 +229,7 @@ async fn a_worker_may_not_lease_or_settle_another_teams_jobs() {
     }
     // The owner still holds m1 and acks it.
     mail_stream.send(In::Ack(pb::AckRequest {
+        result: Vec::new(),
         queue: "emails".into(),
         job_id: "m1".into(),
         lease_token: lease.lease_token,

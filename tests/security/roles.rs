@@ -93,6 +93,7 @@ pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Stat
         "Ack" => c
             .workers
             .ack(pb::AckRequest {
+                result: Vec::new(),
                 queue: s(q),
                 job_id: s("nope"),
                 lease_token: s("t"),

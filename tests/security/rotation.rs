@@ -35,6 +35,7 @@ async fn work(mut w: TestWorker, acked: Arc<Mutex<HashMap<String, u32>>>) -> Opt
             Recv::Msg(Out::Lease(l)) => {
                 let job = l.job.as_ref().expect("job");
                 w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
+                    result: Vec::new(),
                     queue: job.queue.clone(),
                     job_id: job.job_id.clone(),
                     lease_token: l.lease_token.clone(),
@@ -44,7 +45,8 @@ async fn work(mut w: TestWorker, acked: Arc<Mutex<HashMap<String, u32>>>) -> Opt
                 assert_eq!(s.code, 0, "ack of {}: {s:?}", s.job_id);
                 *acked.lock().expect("lock").entry(s.job_id).or_default() += 1;
             }
-            Recv::Msg(Out::Draining(_)) | Recv::Timeout => {}
+            Recv::Msg(Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_))
+            | Recv::Timeout => {}
             Recv::End => return Some("stream ended".into()),
             Recv::Error(s) => return Some(format!("stream error: {s:?}")),
         }

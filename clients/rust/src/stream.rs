@@ -56,6 +56,7 @@ impl StreamSender {
     pub fn ack(&self, lease: &pb::Lease) -> bool {
         let (queue, job_id) = lease_ids(lease);
         self.send(In::Ack(pb::AckRequest {
+            result: Vec::new(),
             queue,
             job_id,
             lease_token: lease.lease_token.clone(),
@@ -114,7 +115,8 @@ impl LeaseStream {
                     });
                     return Ok(Some(StreamEvent::Draining { grace }));
                 }
-                None => continue, // a message kind newer than this client: ignore it
+                // A message kind newer than this client: ignore it.
+                Some(Out::Cancel(_)) | Some(Out::ProgressSaved(_)) | None => continue,
             }
         }
     }
@@ -162,6 +164,7 @@ impl Client {
                 queue: queue.into(),
                 job_id: job_id.into(),
                 lease_token: lease_token.into(),
+                result: Vec::new(),
             })
             .await?;
         Ok(())

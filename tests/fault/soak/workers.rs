@@ -105,6 +105,7 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
                     } else if r < 0.11 {
                         stats.fails.fetch_add(1, Ordering::Relaxed);
                         In::Fail(pb::FailRequest {
+                            pause_group: false,
                             queue,
                             job_id,
                             lease_token,
@@ -119,6 +120,7 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
                         })
                     } else {
                         In::Ack(pb::AckRequest {
+                            result: Vec::new(),
                             queue,
                             job_id,
                             lease_token,

@@ -70,6 +70,7 @@ pub async fn kill(
     let l = s.lease().await;
     assert_eq!(l.job.as_ref().expect("job").job_id, id);
     s.send(pb::subscribe_request::Message::Fail(pb::FailRequest {
+        pause_group: false,
         queue: queue.into(),
         job_id: id.into(),
         lease_token: l.lease_token.clone(),

@@ -17,6 +17,7 @@ async fn every_page_renders_for_a_queue_with_jobs_in_each_state() {
     let mut w = c.subscribe(&[q], 1).await.expect("subscribe");
     let l = w.lease().await;
     w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
+        result: Vec::new(),
         queue: q.into(),
         job_id: "c1".into(),
         lease_token: l.lease_token.clone(),

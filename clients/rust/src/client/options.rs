@@ -159,6 +159,9 @@ impl NewJob {
             max_attempts: o.max_attempts,
             backoff: o.backoff.map(Backoff::to_pb),
             timeout: o.timeout.map(pb_duration),
+            group_key: String::new(),
+            expire_time: None,
+            ttl: None,
         }
     }
 }

@@ -39,6 +39,13 @@ const (
 	JobState_JOB_STATE_COMPLETED JobState = 4
 	// In the dead-letter queue: failed for good, waiting for a person to replay or delete it.
 	JobState_JOB_STATE_DEAD JobState = 5
+	// Cancelled by CancelJob or CancelJobs before it finished; never runs again, is not
+	// dead-lettered, and is kept per the queue's completed retention.
+	JobState_JOB_STATE_CANCELLED JobState = 6
+	// Not started before its expire_time; never runs, is not dead-lettered (unless the
+	// queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
+	// per the queue's completed retention.
+	JobState_JOB_STATE_EXPIRED JobState = 7
 )
 
 // Enum value maps for JobState.
@@ -50,6 +57,8 @@ var (
 		3: "JOB_STATE_ACTIVE",
 		4: "JOB_STATE_COMPLETED",
 		5: "JOB_STATE_DEAD",
+		6: "JOB_STATE_CANCELLED",
+		7: "JOB_STATE_EXPIRED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -58,6 +67,8 @@ var (
 		"JOB_STATE_ACTIVE":      3,
 		"JOB_STATE_COMPLETED":   4,
 		"JOB_STATE_DEAD":        5,
+		"JOB_STATE_CANCELLED":   6,
+		"JOB_STATE_EXPIRED":     7,
 	}
 )
 
@@ -212,6 +223,8 @@ const (
 	DeadReason_DEAD_REASON_LEASE_EXPIRED DeadReason = 3
 	// Its last attempt ran past the job's timeout.
 	DeadReason_DEAD_REASON_TIMED_OUT DeadReason = 4
+	// It was not started before its expire_time and its queue dead-letters expired jobs.
+	DeadReason_DEAD_REASON_EXPIRED DeadReason = 5
 )
 
 // Enum value maps for DeadReason.
@@ -222,6 +235,7 @@ var (
 		2: "DEAD_REASON_ATTEMPTS_EXHAUSTED",
 		3: "DEAD_REASON_LEASE_EXPIRED",
 		4: "DEAD_REASON_TIMED_OUT",
+		5: "DEAD_REASON_EXPIRED",
 	}
 	DeadReason_value = map[string]int32{
 		"DEAD_REASON_UNSPECIFIED":        0,
@@ -229,6 +243,7 @@ var (
 		"DEAD_REASON_ATTEMPTS_EXHAUSTED": 2,
 		"DEAD_REASON_LEASE_EXPIRED":      3,
 		"DEAD_REASON_TIMED_OUT":          4,
+		"DEAD_REASON_EXPIRED":            5,
 	}
 )
 
@@ -358,7 +373,17 @@ type JobSpec struct {
 	// Retry backoff; unset: retry at once.
 	Backoff *Backoff `protobuf:"bytes,10,opt,name=backoff,proto3" json:"backoff,omitempty"`
 	// Per-attempt timeout (1 ms to 7 days); an attempt that runs longer fails with TIMED_OUT.
-	Timeout       *durationpb.Duration `protobuf:"bytes,11,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,11,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Optional group (a tenant, a customer): 1-128 bytes of UTF-8 without control
+	// characters; empty: the queue's default group. Within a queue the groups with waiting
+	// jobs are leased round-robin (weighted, see GroupConfig), and each group may have its
+	// own concurrency and rate limit (QueueConfig.group_max_active, group_rate_limit).
+	GroupKey string `protobuf:"bytes,12,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
+	// A job not leased by this time moves to EXPIRED (checked at lease time and by the
+	// reaper). At most one of expire_time and ttl; unset: never expires.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// The same as expire_time = enqueue time + ttl (1 ms to 365 days).
+	Ttl           *durationpb.Duration `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +491,27 @@ func (x *JobSpec) GetBackoff() *Backoff {
 func (x *JobSpec) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *JobSpec) GetGroupKey() string {
+	if x != nil {
+		return x.GroupKey
+	}
+	return ""
+}
+
+func (x *JobSpec) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *JobSpec) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
 	}
 	return nil
 }
@@ -627,6 +673,32 @@ type Job struct {
 	Replays uint32 `protobuf:"varint,20,opt,name=replays,proto3" json:"replays,omitempty"`
 	// Failed attempts removed from `errors` to keep the history bounded (0 in a Lease).
 	ErrorsDropped uint64 `protobuf:"varint,21,opt,name=errors_dropped,json=errorsDropped,proto3" json:"errors_dropped,omitempty"`
+	// Its group (empty: the queue's default group).
+	GroupKey string `protobuf:"bytes,22,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
+	// When it expires if not started by then (unset: never).
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// The last progress its worker reported, 0-100 (kept across attempts; 0 when none).
+	Progress uint32 `protobuf:"varint,24,opt,name=progress,proto3" json:"progress,omitempty"`
+	// The message of the last progress report (up to 256 bytes).
+	ProgressMessage string `protobuf:"bytes,25,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
+	// The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
+	// default). A Lease carries it, so the next attempt resumes where the last one stopped.
+	// Empty in ListJobs.
+	Checkpoint []byte `protobuf:"bytes,26,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
+	// limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+	Result []byte `protobuf:"bytes,27,opt,name=result,proto3" json:"result,omitempty"`
+	// When a cancel was requested (CANCELLED, or ACTIVE while its holder is told to stop).
+	CancelTime *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	// The reason given with the cancel (up to 1024 bytes).
+	CancelReason string `protobuf:"bytes,29,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
+	// ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
+	// deadline and the attempt's timeout).
+	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,30,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
+	// ACTIVE only: the worker id of the stream (or unary caller) holding the lease.
+	WorkerId string `protobuf:"bytes,31,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// When the last progress or checkpoint was saved.
+	ProgressTime  *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=progress_time,json=progressTime,proto3" json:"progress_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,6 +880,83 @@ func (x *Job) GetErrorsDropped() uint64 {
 	return 0
 }
 
+func (x *Job) GetGroupKey() string {
+	if x != nil {
+		return x.GroupKey
+	}
+	return ""
+}
+
+func (x *Job) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Job) GetProgress() uint32 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *Job) GetProgressMessage() string {
+	if x != nil {
+		return x.ProgressMessage
+	}
+	return ""
+}
+
+func (x *Job) GetCheckpoint() []byte {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *Job) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Job) GetCancelTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CancelTime
+	}
+	return nil
+}
+
+func (x *Job) GetCancelReason() string {
+	if x != nil {
+		return x.CancelReason
+	}
+	return ""
+}
+
+func (x *Job) GetLeaseDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDeadline
+	}
+	return nil
+}
+
+func (x *Job) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *Job) GetProgressTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProgressTime
+	}
+	return nil
+}
+
 var File_jobwire_v1_job_proto protoreflect.FileDescriptor
 
 const file_jobwire_v1_job_proto_rawDesc = "" +
@@ -818,7 +967,7 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.jobwire.v1.BackoffKindR\x04kind\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
 	"\x06jitter\x18\x03 \x01(\x01R\x06jitter\x126\n" +
-	"\tmax_delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\"\xed\x03\n" +
+	"\tmax_delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\"\xf4\x04\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
@@ -831,7 +980,11 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"\fmax_attempts\x18\t \x01(\rH\x00R\vmaxAttempts\x88\x01\x01\x12-\n" +
 	"\abackoff\x18\n" +
 	" \x01(\v2\x13.jobwire.v1.BackoffR\abackoff\x123\n" +
-	"\atimeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a;\n" +
+	"\atimeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1b\n" +
+	"\tgroup_key\x18\f \x01(\tR\bgroupKey\x12;\n" +
+	"\vexpire_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12+\n" +
+	"\x03ttl\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
@@ -846,7 +999,7 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"\tfail_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bfailTime\x12=\n" +
 	"\vdisposition\x18\a \x01(\x0e2\x1b.jobwire.v1.FailDispositionR\vdisposition\x12:\n" +
 	"\vretry_delay\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryDelay\"\xb4\a\n" +
+	"retryDelay\"\x90\v\n" +
 	"\x03Job\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
@@ -874,17 +1027,34 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"finishTime\x12'\n" +
 	"\x0fidempotency_key\x18\x13 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
 	"\areplays\x18\x14 \x01(\rR\areplays\x12%\n" +
-	"\x0eerrors_dropped\x18\x15 \x01(\x04R\rerrorsDropped\x1a;\n" +
+	"\x0eerrors_dropped\x18\x15 \x01(\x04R\rerrorsDropped\x12\x1b\n" +
+	"\tgroup_key\x18\x16 \x01(\tR\bgroupKey\x12;\n" +
+	"\vexpire_time\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x1a\n" +
+	"\bprogress\x18\x18 \x01(\rR\bprogress\x12)\n" +
+	"\x10progress_message\x18\x19 \x01(\tR\x0fprogressMessage\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x1a \x01(\fR\n" +
+	"checkpoint\x12\x16\n" +
+	"\x06result\x18\x1b \x01(\fR\x06result\x12;\n" +
+	"\vcancel_time\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"cancelTime\x12#\n" +
+	"\rcancel_reason\x18\x1d \x01(\tR\fcancelReason\x12A\n" +
+	"\x0elease_deadline\x18\x1e \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x1b\n" +
+	"\tworker_id\x18\x1f \x01(\tR\bworkerId\x12?\n" +
+	"\rprogress_time\x18  \x01(\v2\x1a.google.protobuf.TimestampR\fprogressTime\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc6\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATE_WAITING\x10\x01\x12\x15\n" +
 	"\x11JOB_STATE_DELAYED\x10\x02\x12\x14\n" +
 	"\x10JOB_STATE_ACTIVE\x10\x03\x12\x17\n" +
 	"\x13JOB_STATE_COMPLETED\x10\x04\x12\x12\n" +
-	"\x0eJOB_STATE_DEAD\x10\x05*a\n" +
+	"\x0eJOB_STATE_DEAD\x10\x05\x12\x17\n" +
+	"\x13JOB_STATE_CANCELLED\x10\x06\x12\x15\n" +
+	"\x11JOB_STATE_EXPIRED\x10\a*a\n" +
 	"\vBackoffKind\x12\x1c\n" +
 	"\x18BACKOFF_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BACKOFF_KIND_FIXED\x10\x01\x12\x1c\n" +
@@ -893,14 +1063,15 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"\x1cFAIL_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FAIL_DISPOSITION_RETRY\x10\x01\x12\x1d\n" +
 	"\x19FAIL_DISPOSITION_NO_RETRY\x10\x02\x12!\n" +
-	"\x1dFAIL_DISPOSITION_RATE_LIMITED\x10\x03*\xa1\x01\n" +
+	"\x1dFAIL_DISPOSITION_RATE_LIMITED\x10\x03*\xba\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14DEAD_REASON_NO_RETRY\x10\x01\x12\"\n" +
 	"\x1eDEAD_REASON_ATTEMPTS_EXHAUSTED\x10\x02\x12\x1d\n" +
 	"\x19DEAD_REASON_LEASE_EXPIRED\x10\x03\x12\x19\n" +
-	"\x15DEAD_REASON_TIMED_OUT\x10\x04B\xa3\x01\n" +
+	"\x15DEAD_REASON_TIMED_OUT\x10\x04\x12\x17\n" +
+	"\x13DEAD_REASON_EXPIRED\x10\x05B\xa3\x01\n" +
 	"\x0ecom.jobwire.v1B\bJobProtoP\x01Z>github.com/jobwire/jobwire/clients/go/gen/jobwire/v1;jobwirev1\xa2\x02\x03JXX\xaa\x02\n" +
 	"Jobwire.V1\xca\x02\n" +
 	"Jobwire\\V1\xe2\x02\x16Jobwire\\V1\\GPBMetadata\xea\x02\vJobwire::V1b\x06proto3"
@@ -941,24 +1112,30 @@ var file_jobwire_v1_job_proto_depIdxs = []int32{
 	10, // 4: jobwire.v1.JobSpec.delay:type_name -> google.protobuf.Duration
 	4,  // 5: jobwire.v1.JobSpec.backoff:type_name -> jobwire.v1.Backoff
 	10, // 6: jobwire.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
-	11, // 7: jobwire.v1.AttemptError.fail_time:type_name -> google.protobuf.Timestamp
-	2,  // 8: jobwire.v1.AttemptError.disposition:type_name -> jobwire.v1.FailDisposition
-	10, // 9: jobwire.v1.AttemptError.retry_delay:type_name -> google.protobuf.Duration
-	9,  // 10: jobwire.v1.Job.metadata:type_name -> jobwire.v1.Job.MetadataEntry
-	0,  // 11: jobwire.v1.Job.state:type_name -> jobwire.v1.JobState
-	4,  // 12: jobwire.v1.Job.backoff:type_name -> jobwire.v1.Backoff
-	10, // 13: jobwire.v1.Job.timeout:type_name -> google.protobuf.Duration
-	6,  // 14: jobwire.v1.Job.errors:type_name -> jobwire.v1.AttemptError
-	3,  // 15: jobwire.v1.Job.dead_reason:type_name -> jobwire.v1.DeadReason
-	11, // 16: jobwire.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	11, // 17: jobwire.v1.Job.ready_time:type_name -> google.protobuf.Timestamp
-	11, // 18: jobwire.v1.Job.lease_time:type_name -> google.protobuf.Timestamp
-	11, // 19: jobwire.v1.Job.finish_time:type_name -> google.protobuf.Timestamp
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	11, // 7: jobwire.v1.JobSpec.expire_time:type_name -> google.protobuf.Timestamp
+	10, // 8: jobwire.v1.JobSpec.ttl:type_name -> google.protobuf.Duration
+	11, // 9: jobwire.v1.AttemptError.fail_time:type_name -> google.protobuf.Timestamp
+	2,  // 10: jobwire.v1.AttemptError.disposition:type_name -> jobwire.v1.FailDisposition
+	10, // 11: jobwire.v1.AttemptError.retry_delay:type_name -> google.protobuf.Duration
+	9,  // 12: jobwire.v1.Job.metadata:type_name -> jobwire.v1.Job.MetadataEntry
+	0,  // 13: jobwire.v1.Job.state:type_name -> jobwire.v1.JobState
+	4,  // 14: jobwire.v1.Job.backoff:type_name -> jobwire.v1.Backoff
+	10, // 15: jobwire.v1.Job.timeout:type_name -> google.protobuf.Duration
+	6,  // 16: jobwire.v1.Job.errors:type_name -> jobwire.v1.AttemptError
+	3,  // 17: jobwire.v1.Job.dead_reason:type_name -> jobwire.v1.DeadReason
+	11, // 18: jobwire.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	11, // 19: jobwire.v1.Job.ready_time:type_name -> google.protobuf.Timestamp
+	11, // 20: jobwire.v1.Job.lease_time:type_name -> google.protobuf.Timestamp
+	11, // 21: jobwire.v1.Job.finish_time:type_name -> google.protobuf.Timestamp
+	11, // 22: jobwire.v1.Job.expire_time:type_name -> google.protobuf.Timestamp
+	11, // 23: jobwire.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
+	11, // 24: jobwire.v1.Job.lease_deadline:type_name -> google.protobuf.Timestamp
+	11, // 25: jobwire.v1.Job.progress_time:type_name -> google.protobuf.Timestamp
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_job_proto_init() }

@@ -656,6 +656,447 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// Request of CancelJob.
+type CancelJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Why, recorded on the job and sent to its holder (up to 1024 bytes).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobRequest) Reset() {
+	*x = CancelJobRequest{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobRequest) ProtoMessage() {}
+
+func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CancelJobRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CancelJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CancelJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Response of CancelJob.
+type CancelJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job after the call: CANCELLED, ACTIVE with cancel_time set (its holder was told),
+	// or unchanged when it had already finished.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// True when this call cancelled the job (or told its holder); false when it had already
+	// finished or a cancel was already pending.
+	Cancelled     bool `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobResponse) Reset() {
+	*x = CancelJobResponse{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobResponse) ProtoMessage() {}
+
+func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
+func (*CancelJobResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CancelJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *CancelJobResponse) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
+}
+
+// Selects jobs in CancelJobs; every set field must match, and at least one must be set.
+type JobFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exact job name (up to 128 bytes).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Exact group key (up to 128 bytes).
+	GroupKey string `protobuf:"bytes,2,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
+	// The job's metadata has this key (up to 128 bytes)...
+	MetadataKey string `protobuf:"bytes,3,opt,name=metadata_key,json=metadataKey,proto3" json:"metadata_key,omitempty"`
+	// ... with this value, when set (up to 4096 bytes).
+	MetadataValue *string `protobuf:"bytes,4,opt,name=metadata_value,json=metadataValue,proto3,oneof" json:"metadata_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobFilter) Reset() {
+	*x = JobFilter{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobFilter) ProtoMessage() {}
+
+func (x *JobFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobFilter.ProtoReflect.Descriptor instead.
+func (*JobFilter) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *JobFilter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobFilter) GetGroupKey() string {
+	if x != nil {
+		return x.GroupKey
+	}
+	return ""
+}
+
+func (x *JobFilter) GetMetadataKey() string {
+	if x != nil {
+		return x.MetadataKey
+	}
+	return ""
+}
+
+func (x *JobFilter) GetMetadataValue() string {
+	if x != nil && x.MetadataValue != nil {
+		return *x.MetadataValue
+	}
+	return ""
+}
+
+// Request of CancelJobs.
+type CancelJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Which jobs (at least one field set).
+	Filter *JobFilter `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Why, recorded on each job and sent to the holders.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Most jobs cancelled by this call, 1 to 10000; 0 means 1000.
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// From the previous response's next_page_token; empty for the first call.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobsRequest) Reset() {
+	*x = CancelJobsRequest{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobsRequest) ProtoMessage() {}
+
+func (x *CancelJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobsRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobsRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CancelJobsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CancelJobsRequest) GetFilter() *JobFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *CancelJobsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelJobsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *CancelJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Response of CancelJobs.
+type CancelJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// WAITING and DELAYED jobs moved to CANCELLED by this call.
+	Cancelled uint64 `protobuf:"varint,1,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// ACTIVE jobs whose holders were told (CANCELLED when they settle or after cancel_grace).
+	Signalled uint64 `protobuf:"varint,2,opt,name=signalled,proto3" json:"signalled,omitempty"`
+	// Empty when every matching job was reached; else call again with it.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobsResponse) Reset() {
+	*x = CancelJobsResponse{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobsResponse) ProtoMessage() {}
+
+func (x *CancelJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobsResponse.ProtoReflect.Descriptor instead.
+func (*CancelJobsResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CancelJobsResponse) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *CancelJobsResponse) GetSignalled() uint64 {
+	if x != nil {
+		return x.Signalled
+	}
+	return 0
+}
+
+func (x *CancelJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Request of DeleteJob.
+type DeleteJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeleteJobRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *DeleteJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// Response of DeleteJob.
+type DeleteJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The state the job was in when it was deleted.
+	State         JobState `protobuf:"varint,1,opt,name=state,proto3,enum=jobwire.v1.JobState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_job_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_job_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteJobResponse) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
 var File_jobwire_v1_job_service_proto protoreflect.FileDescriptor
 
 const file_jobwire_v1_job_service_proto_rawDesc = "" +
@@ -697,13 +1138,46 @@ const file_jobwire_v1_job_service_proto_rawDesc = "" +
 	"\x06filter\x18\x05 \x01(\v2\x1a.jobwire.v1.ListJobsFilterR\x06filter\"_\n" +
 	"\x10ListJobsResponse\x12#\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0f.jobwire.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xab\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"W\n" +
+	"\x10CancelJobRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"T\n" +
+	"\x11CancelJobResponse\x12!\n" +
+	"\x03job\x18\x01 \x01(\v2\x0f.jobwire.v1.JobR\x03job\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled\"\x9e\x01\n" +
+	"\tJobFilter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tgroup_key\x18\x02 \x01(\tR\bgroupKey\x12!\n" +
+	"\fmetadata_key\x18\x03 \x01(\tR\vmetadataKey\x12*\n" +
+	"\x0emetadata_value\x18\x04 \x01(\tH\x00R\rmetadataValue\x88\x01\x01B\x11\n" +
+	"\x0f_metadata_value\"\xa5\x01\n" +
+	"\x11CancelJobsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12-\n" +
+	"\x06filter\x18\x02 \x01(\v2\x15.jobwire.v1.JobFilterR\x06filter\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"x\n" +
+	"\x12CancelJobsResponse\x12\x1c\n" +
+	"\tcancelled\x18\x01 \x01(\x04R\tcancelled\x12\x1c\n" +
+	"\tsignalled\x18\x02 \x01(\x04R\tsignalled\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"?\n" +
+	"\x10DeleteJobRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\"?\n" +
+	"\x11DeleteJobResponse\x12*\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x14.jobwire.v1.JobStateR\x05state2\x8c\x04\n" +
 	"\n" +
 	"JobService\x12B\n" +
 	"\aEnqueue\x12\x1a.jobwire.v1.EnqueueRequest\x1a\x1b.jobwire.v1.EnqueueResponse\x12Q\n" +
 	"\fEnqueueBatch\x12\x1f.jobwire.v1.EnqueueBatchRequest\x1a .jobwire.v1.EnqueueBatchResponse\x12?\n" +
 	"\x06GetJob\x12\x19.jobwire.v1.GetJobRequest\x1a\x1a.jobwire.v1.GetJobResponse\x12E\n" +
-	"\bListJobs\x12\x1b.jobwire.v1.ListJobsRequest\x1a\x1c.jobwire.v1.ListJobsResponseB\xaa\x01\n" +
+	"\bListJobs\x12\x1b.jobwire.v1.ListJobsRequest\x1a\x1c.jobwire.v1.ListJobsResponse\x12H\n" +
+	"\tCancelJob\x12\x1c.jobwire.v1.CancelJobRequest\x1a\x1d.jobwire.v1.CancelJobResponse\x12K\n" +
+	"\n" +
+	"CancelJobs\x12\x1d.jobwire.v1.CancelJobsRequest\x1a\x1e.jobwire.v1.CancelJobsResponse\x12H\n" +
+	"\tDeleteJob\x12\x1c.jobwire.v1.DeleteJobRequest\x1a\x1d.jobwire.v1.DeleteJobResponseB\xaa\x01\n" +
 	"\x0ecom.jobwire.v1B\x0fJobServiceProtoP\x01Z>github.com/jobwire/jobwire/clients/go/gen/jobwire/v1;jobwirev1\xa2\x02\x03JXX\xaa\x02\n" +
 	"Jobwire.V1\xca\x02\n" +
 	"Jobwire\\V1\xe2\x02\x16Jobwire\\V1\\GPBMetadata\xea\x02\vJobwire::V1b\x06proto3"
@@ -720,7 +1194,7 @@ func file_jobwire_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_jobwire_v1_job_service_proto_rawDescData
 }
 
-var file_jobwire_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_jobwire_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_jobwire_v1_job_service_proto_goTypes = []any{
 	(*EnqueueRequest)(nil),        // 0: jobwire.v1.EnqueueRequest
 	(*EnqueueResponse)(nil),       // 1: jobwire.v1.EnqueueResponse
@@ -733,37 +1207,53 @@ var file_jobwire_v1_job_service_proto_goTypes = []any{
 	(*ListJobsFilter)(nil),        // 8: jobwire.v1.ListJobsFilter
 	(*ListJobsRequest)(nil),       // 9: jobwire.v1.ListJobsRequest
 	(*ListJobsResponse)(nil),      // 10: jobwire.v1.ListJobsResponse
-	(*JobSpec)(nil),               // 11: jobwire.v1.JobSpec
-	(*Job)(nil),                   // 12: jobwire.v1.Job
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(JobState)(0),                 // 14: jobwire.v1.JobState
+	(*CancelJobRequest)(nil),      // 11: jobwire.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 12: jobwire.v1.CancelJobResponse
+	(*JobFilter)(nil),             // 13: jobwire.v1.JobFilter
+	(*CancelJobsRequest)(nil),     // 14: jobwire.v1.CancelJobsRequest
+	(*CancelJobsResponse)(nil),    // 15: jobwire.v1.CancelJobsResponse
+	(*DeleteJobRequest)(nil),      // 16: jobwire.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 17: jobwire.v1.DeleteJobResponse
+	(*JobSpec)(nil),               // 18: jobwire.v1.JobSpec
+	(*Job)(nil),                   // 19: jobwire.v1.Job
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(JobState)(0),                 // 21: jobwire.v1.JobState
 }
 var file_jobwire_v1_job_service_proto_depIdxs = []int32{
-	11, // 0: jobwire.v1.EnqueueRequest.job:type_name -> jobwire.v1.JobSpec
-	12, // 1: jobwire.v1.EnqueueResponse.job:type_name -> jobwire.v1.Job
-	11, // 2: jobwire.v1.EnqueueBatchRequest.jobs:type_name -> jobwire.v1.JobSpec
-	12, // 3: jobwire.v1.EnqueueResult.job:type_name -> jobwire.v1.Job
+	18, // 0: jobwire.v1.EnqueueRequest.job:type_name -> jobwire.v1.JobSpec
+	19, // 1: jobwire.v1.EnqueueResponse.job:type_name -> jobwire.v1.Job
+	18, // 2: jobwire.v1.EnqueueBatchRequest.jobs:type_name -> jobwire.v1.JobSpec
+	19, // 3: jobwire.v1.EnqueueResult.job:type_name -> jobwire.v1.Job
 	3,  // 4: jobwire.v1.EnqueueResult.error:type_name -> jobwire.v1.ItemError
 	4,  // 5: jobwire.v1.EnqueueBatchResponse.results:type_name -> jobwire.v1.EnqueueResult
-	12, // 6: jobwire.v1.GetJobResponse.job:type_name -> jobwire.v1.Job
-	13, // 7: jobwire.v1.ListJobsFilter.after:type_name -> google.protobuf.Timestamp
-	13, // 8: jobwire.v1.ListJobsFilter.before:type_name -> google.protobuf.Timestamp
-	14, // 9: jobwire.v1.ListJobsRequest.state:type_name -> jobwire.v1.JobState
+	19, // 6: jobwire.v1.GetJobResponse.job:type_name -> jobwire.v1.Job
+	20, // 7: jobwire.v1.ListJobsFilter.after:type_name -> google.protobuf.Timestamp
+	20, // 8: jobwire.v1.ListJobsFilter.before:type_name -> google.protobuf.Timestamp
+	21, // 9: jobwire.v1.ListJobsRequest.state:type_name -> jobwire.v1.JobState
 	8,  // 10: jobwire.v1.ListJobsRequest.filter:type_name -> jobwire.v1.ListJobsFilter
-	12, // 11: jobwire.v1.ListJobsResponse.jobs:type_name -> jobwire.v1.Job
-	0,  // 12: jobwire.v1.JobService.Enqueue:input_type -> jobwire.v1.EnqueueRequest
-	2,  // 13: jobwire.v1.JobService.EnqueueBatch:input_type -> jobwire.v1.EnqueueBatchRequest
-	6,  // 14: jobwire.v1.JobService.GetJob:input_type -> jobwire.v1.GetJobRequest
-	9,  // 15: jobwire.v1.JobService.ListJobs:input_type -> jobwire.v1.ListJobsRequest
-	1,  // 16: jobwire.v1.JobService.Enqueue:output_type -> jobwire.v1.EnqueueResponse
-	5,  // 17: jobwire.v1.JobService.EnqueueBatch:output_type -> jobwire.v1.EnqueueBatchResponse
-	7,  // 18: jobwire.v1.JobService.GetJob:output_type -> jobwire.v1.GetJobResponse
-	10, // 19: jobwire.v1.JobService.ListJobs:output_type -> jobwire.v1.ListJobsResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	19, // 11: jobwire.v1.ListJobsResponse.jobs:type_name -> jobwire.v1.Job
+	19, // 12: jobwire.v1.CancelJobResponse.job:type_name -> jobwire.v1.Job
+	13, // 13: jobwire.v1.CancelJobsRequest.filter:type_name -> jobwire.v1.JobFilter
+	21, // 14: jobwire.v1.DeleteJobResponse.state:type_name -> jobwire.v1.JobState
+	0,  // 15: jobwire.v1.JobService.Enqueue:input_type -> jobwire.v1.EnqueueRequest
+	2,  // 16: jobwire.v1.JobService.EnqueueBatch:input_type -> jobwire.v1.EnqueueBatchRequest
+	6,  // 17: jobwire.v1.JobService.GetJob:input_type -> jobwire.v1.GetJobRequest
+	9,  // 18: jobwire.v1.JobService.ListJobs:input_type -> jobwire.v1.ListJobsRequest
+	11, // 19: jobwire.v1.JobService.CancelJob:input_type -> jobwire.v1.CancelJobRequest
+	14, // 20: jobwire.v1.JobService.CancelJobs:input_type -> jobwire.v1.CancelJobsRequest
+	16, // 21: jobwire.v1.JobService.DeleteJob:input_type -> jobwire.v1.DeleteJobRequest
+	1,  // 22: jobwire.v1.JobService.Enqueue:output_type -> jobwire.v1.EnqueueResponse
+	5,  // 23: jobwire.v1.JobService.EnqueueBatch:output_type -> jobwire.v1.EnqueueBatchResponse
+	7,  // 24: jobwire.v1.JobService.GetJob:output_type -> jobwire.v1.GetJobResponse
+	10, // 25: jobwire.v1.JobService.ListJobs:output_type -> jobwire.v1.ListJobsResponse
+	12, // 26: jobwire.v1.JobService.CancelJob:output_type -> jobwire.v1.CancelJobResponse
+	15, // 27: jobwire.v1.JobService.CancelJobs:output_type -> jobwire.v1.CancelJobsResponse
+	17, // 28: jobwire.v1.JobService.DeleteJob:output_type -> jobwire.v1.DeleteJobResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_job_service_proto_init() }
@@ -772,13 +1262,14 @@ func file_jobwire_v1_job_service_proto_init() {
 		return
 	}
 	file_jobwire_v1_job_proto_init()
+	file_jobwire_v1_job_service_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwire_v1_job_service_proto_rawDesc), len(file_jobwire_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

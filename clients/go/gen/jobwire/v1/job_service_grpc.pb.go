@@ -23,6 +23,9 @@ const (
 	JobService_EnqueueBatch_FullMethodName = "/jobwire.v1.JobService/EnqueueBatch"
 	JobService_GetJob_FullMethodName       = "/jobwire.v1.JobService/GetJob"
 	JobService_ListJobs_FullMethodName     = "/jobwire.v1.JobService/ListJobs"
+	JobService_CancelJob_FullMethodName    = "/jobwire.v1.JobService/CancelJob"
+	JobService_CancelJobs_FullMethodName   = "/jobwire.v1.JobService/CancelJobs"
+	JobService_DeleteJob_FullMethodName    = "/jobwire.v1.JobService/DeleteJob"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -46,6 +49,19 @@ type JobServiceClient interface {
 	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
 	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+	// holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+	// cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+	// finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+	// (cancelled = false). NOT_FOUND for an unknown job.
+	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
+	// Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+	// as CancelJob does each; paged: call again with next_page_token until it is empty.
+	CancelJobs(ctx context.Context, in *CancelJobsRequest, opts ...grpc.CallOption) (*CancelJobsResponse, error)
+	// Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+	// history, checkpoint and result; its id is free for a new Enqueue at once (also within
+	// a dedupe_ttl). NOT_FOUND for an unknown job.
+	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 }
 
 type jobServiceClient struct {
@@ -96,6 +112,36 @@ func (c *jobServiceClient) ListJobs(ctx context.Context, in *ListJobsRequest, op
 	return out, nil
 }
 
+func (c *jobServiceClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelJobResponse)
+	err := c.cc.Invoke(ctx, JobService_CancelJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) CancelJobs(ctx context.Context, in *CancelJobsRequest, opts ...grpc.CallOption) (*CancelJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelJobsResponse)
+	err := c.cc.Invoke(ctx, JobService_CancelJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteJobResponse)
+	err := c.cc.Invoke(ctx, JobService_DeleteJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -117,6 +163,19 @@ type JobServiceServer interface {
 	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
 	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+	// holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+	// cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+	// finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+	// (cancelled = false). NOT_FOUND for an unknown job.
+	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
+	// Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+	// as CancelJob does each; paged: call again with next_page_token until it is empty.
+	CancelJobs(context.Context, *CancelJobsRequest) (*CancelJobsResponse, error)
+	// Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+	// history, checkpoint and result; its id is free for a new Enqueue at once (also within
+	// a dedupe_ttl). NOT_FOUND for an unknown job.
+	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -138,6 +197,15 @@ func (UnimplementedJobServiceServer) GetJob(context.Context, *GetJobRequest) (*G
 }
 func (UnimplementedJobServiceServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
+}
+func (UnimplementedJobServiceServer) CancelJobs(context.Context, *CancelJobsRequest) (*CancelJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelJobs not implemented")
+}
+func (UnimplementedJobServiceServer) DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteJob not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -232,6 +300,60 @@ func _JobService_ListJobs_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CancelJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CancelJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CancelJob(ctx, req.(*CancelJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_CancelJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CancelJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CancelJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CancelJobs(ctx, req.(*CancelJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_DeleteJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).DeleteJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_DeleteJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).DeleteJob(ctx, req.(*DeleteJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -254,6 +376,18 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobs",
 			Handler:    _JobService_ListJobs_Handler,
+		},
+		{
+			MethodName: "CancelJob",
+			Handler:    _JobService_CancelJob_Handler,
+		},
+		{
+			MethodName: "CancelJobs",
+			Handler:    _JobService_CancelJobs_Handler,
+		},
+		{
+			MethodName: "DeleteJob",
+			Handler:    _JobService_DeleteJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -167,9 +167,20 @@ type QueueConfig struct {
 	// Rate limit on job starts (unset: none).
 	RateLimit *RateLimit `protobuf:"bytes,5,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	// Most jobs leased at once across everyone (1 to 1000000; unset: no limit).
-	MaxActive     *uint32 `protobuf:"varint,6,opt,name=max_active,json=maxActive,proto3,oneof" json:"max_active,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxActive *uint32 `protobuf:"varint,6,opt,name=max_active,json=maxActive,proto3,oneof" json:"max_active,omitempty"`
+	// Most jobs of one group leased at once across everyone (1 to 1000000; unset: no limit);
+	// a group's own GroupConfig.max_active overrides it.
+	GroupMaxActive *uint32 `protobuf:"varint,7,opt,name=group_max_active,json=groupMaxActive,proto3,oneof" json:"group_max_active,omitempty"`
+	// Rate limit on the job starts of each group (a sliding window like rate_limit; unset:
+	// none); a group's own GroupConfig.rate_limit overrides it.
+	GroupRateLimit *RateLimit `protobuf:"bytes,8,opt,name=group_rate_limit,json=groupRateLimit,proto3" json:"group_rate_limit,omitempty"`
+	// How long the holder of a cancelled ACTIVE job may take to settle it before its lease is
+	// revoked (0 to 1 h; unset: 30 s).
+	CancelGrace *durationpb.Duration `protobuf:"bytes,9,opt,name=cancel_grace,json=cancelGrace,proto3" json:"cancel_grace,omitempty"`
+	// Expired jobs go to the dead-letter queue (reason EXPIRED) instead of EXPIRED.
+	DeadLetterExpired bool `protobuf:"varint,10,opt,name=dead_letter_expired,json=deadLetterExpired,proto3" json:"dead_letter_expired,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -244,6 +255,34 @@ func (x *QueueConfig) GetMaxActive() uint32 {
 	return 0
 }
 
+func (x *QueueConfig) GetGroupMaxActive() uint32 {
+	if x != nil && x.GroupMaxActive != nil {
+		return *x.GroupMaxActive
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetGroupRateLimit() *RateLimit {
+	if x != nil {
+		return x.GroupRateLimit
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetCancelGrace() *durationpb.Duration {
+	if x != nil {
+		return x.CancelGrace
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetDeadLetterExpired() bool {
+	if x != nil {
+		return x.DeadLetterExpired
+	}
+	return false
+}
+
 // A queue's numbers, read from Redis.
 type QueueStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -268,7 +307,16 @@ type QueueStats struct {
 	// Worker streams subscribed to the queue on the replica that answered.
 	WorkersConnected uint32 `protobuf:"varint,10,opt,name=workers_connected,json=workersConnected,proto3" json:"workers_connected,omitempty"`
 	// The queue's config, limits included.
-	Config        *QueueConfig `protobuf:"bytes,11,opt,name=config,proto3" json:"config,omitempty"`
+	Config *QueueConfig `protobuf:"bytes,11,opt,name=config,proto3" json:"config,omitempty"`
+	// Jobs cancelled, kept by the completed retention.
+	Cancelled uint64 `protobuf:"varint,12,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// Jobs expired, kept by the completed retention.
+	Expired uint64 `protobuf:"varint,13,opt,name=expired,proto3" json:"expired,omitempty"`
+	// Groups with waiting jobs (the default group included when it has any).
+	GroupsWaiting uint64 `protobuf:"varint,14,opt,name=groups_waiting,json=groupsWaiting,proto3" json:"groups_waiting,omitempty"`
+	// The groups with the most waiting jobs, at most 10, most first (ListGroups pages them
+	// all).
+	TopGroups     []*GroupCount `protobuf:"bytes,15,rep,name=top_groups,json=topGroups,proto3" json:"top_groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +428,98 @@ func (x *QueueStats) GetConfig() *QueueConfig {
 	return nil
 }
 
+func (x *QueueStats) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *QueueStats) GetExpired() uint64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *QueueStats) GetGroupsWaiting() uint64 {
+	if x != nil {
+		return x.GroupsWaiting
+	}
+	return 0
+}
+
+func (x *QueueStats) GetTopGroups() []*GroupCount {
+	if x != nil {
+		return x.TopGroups
+	}
+	return nil
+}
+
+// One group's counts in QueueStats (GroupService has the rest).
+type GroupCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group key (empty: the queue's default group, of jobs without one).
+	GroupKey string `protobuf:"bytes,1,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
+	// Its jobs ready to lease.
+	Waiting uint64 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// Its jobs leased.
+	Active        uint64 `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupCount) Reset() {
+	*x = GroupCount{}
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupCount) ProtoMessage() {}
+
+func (x *GroupCount) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupCount.ProtoReflect.Descriptor instead.
+func (*GroupCount) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GroupCount) GetGroupKey() string {
+	if x != nil {
+		return x.GroupKey
+	}
+	return ""
+}
+
+func (x *GroupCount) GetWaiting() uint64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *GroupCount) GetActive() uint64 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
 // Request of ListQueues.
 type ListQueuesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -389,7 +529,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[4]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +541,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[4]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +554,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{4}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{5}
 }
 
 // Response of ListQueues.
@@ -428,7 +568,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[5]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +580,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[5]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +593,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{5}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueStats {
@@ -474,7 +614,7 @@ type GetQueueStatsRequest struct {
 
 func (x *GetQueueStatsRequest) Reset() {
 	*x = GetQueueStatsRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[6]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +626,7 @@ func (x *GetQueueStatsRequest) String() string {
 func (*GetQueueStatsRequest) ProtoMessage() {}
 
 func (x *GetQueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[6]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +639,7 @@ func (x *GetQueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{6}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetQueueStatsRequest) GetQueue() string {
@@ -520,7 +660,7 @@ type GetQueueStatsResponse struct {
 
 func (x *GetQueueStatsResponse) Reset() {
 	*x = GetQueueStatsResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[7]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +672,7 @@ func (x *GetQueueStatsResponse) String() string {
 func (*GetQueueStatsResponse) ProtoMessage() {}
 
 func (x *GetQueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[7]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +685,7 @@ func (x *GetQueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{7}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetQueueStatsResponse) GetStats() *QueueStats {
@@ -566,7 +706,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[8]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +718,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[8]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +731,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{8}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -610,7 +750,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[9]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +762,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[9]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +775,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{9}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{10}
 }
 
 // Request of ResumeQueue.
@@ -649,7 +789,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[10]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +801,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[10]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +814,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{10}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -693,7 +833,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[11]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +845,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[11]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +858,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{11}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{12}
 }
 
 // Request of GetQueueConfig.
@@ -732,7 +872,7 @@ type GetQueueConfigRequest struct {
 
 func (x *GetQueueConfigRequest) Reset() {
 	*x = GetQueueConfigRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[12]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +884,7 @@ func (x *GetQueueConfigRequest) String() string {
 func (*GetQueueConfigRequest) ProtoMessage() {}
 
 func (x *GetQueueConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[12]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +897,7 @@ func (x *GetQueueConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueConfigRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{12}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetQueueConfigRequest) GetQueue() string {
@@ -778,7 +918,7 @@ type GetQueueConfigResponse struct {
 
 func (x *GetQueueConfigResponse) Reset() {
 	*x = GetQueueConfigResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[13]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +930,7 @@ func (x *GetQueueConfigResponse) String() string {
 func (*GetQueueConfigResponse) ProtoMessage() {}
 
 func (x *GetQueueConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[13]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +943,7 @@ func (x *GetQueueConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueConfigResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{13}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetQueueConfigResponse) GetConfig() *QueueConfig {
@@ -829,7 +969,7 @@ type UpdateQueueConfigRequest struct {
 
 func (x *UpdateQueueConfigRequest) Reset() {
 	*x = UpdateQueueConfigRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[14]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +981,7 @@ func (x *UpdateQueueConfigRequest) String() string {
 func (*UpdateQueueConfigRequest) ProtoMessage() {}
 
 func (x *UpdateQueueConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[14]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +994,7 @@ func (x *UpdateQueueConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueueConfigRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{14}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateQueueConfigRequest) GetQueue() string {
@@ -889,7 +1029,7 @@ type UpdateQueueConfigResponse struct {
 
 func (x *UpdateQueueConfigResponse) Reset() {
 	*x = UpdateQueueConfigResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[15]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1041,7 @@ func (x *UpdateQueueConfigResponse) String() string {
 func (*UpdateQueueConfigResponse) ProtoMessage() {}
 
 func (x *UpdateQueueConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[15]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1054,7 @@ func (x *UpdateQueueConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueueConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueueConfigResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{15}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateQueueConfigResponse) GetConfig() *QueueConfig {
@@ -939,7 +1079,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[16]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1091,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[16]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1104,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{16}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeQueueRequest) GetQueue() string {
@@ -999,7 +1139,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[17]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1151,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[17]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1164,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{17}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeQueueResponse) GetDeleted() uint64 {
@@ -1047,7 +1187,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[18]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1199,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[18]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1212,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{18}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteQueueRequest) GetQueue() string {
@@ -1108,7 +1248,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[19]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1260,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[19]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1273,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{19}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteQueueResponse) GetWaiting() uint64 {
@@ -1183,7 +1323,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1335,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[20]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1348,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{20}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkersRequest) GetQueue() string {
@@ -1231,7 +1371,7 @@ type HeldLease struct {
 
 func (x *HeldLease) Reset() {
 	*x = HeldLease{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1383,7 @@ func (x *HeldLease) String() string {
 func (*HeldLease) ProtoMessage() {}
 
 func (x *HeldLease) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[21]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1396,7 @@ func (x *HeldLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLease.ProtoReflect.Descriptor instead.
 func (*HeldLease) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{21}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeldLease) GetQueue() string {
@@ -1302,7 +1442,7 @@ type WorkerStream struct {
 
 func (x *WorkerStream) Reset() {
 	*x = WorkerStream{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1454,7 @@ func (x *WorkerStream) String() string {
 func (*WorkerStream) ProtoMessage() {}
 
 func (x *WorkerStream) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[22]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1467,7 @@ func (x *WorkerStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStream.ProtoReflect.Descriptor instead.
 func (*WorkerStream) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{22}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerStream) GetReplicaId() string {
@@ -1416,7 +1556,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1568,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[23]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1581,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{23}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Replica) GetReplicaId() string {
@@ -1478,7 +1618,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1630,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_queue_service_proto_msgTypes[24]
+	mi := &file_jobwire_v1_queue_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1643,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{24}
+	return file_jobwire_v1_queue_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWorkersResponse) GetStreams() []*WorkerStream {
@@ -1537,7 +1677,7 @@ const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"deadMaxAgeB\x11\n" +
 	"\x0f_keep_completedB\f\n" +
 	"\n" +
-	"_keep_dead\"\xfd\x02\n" +
+	"_keep_dead\"\xf0\x04\n" +
 	"\vQueueConfig\x125\n" +
 	"\x14default_max_attempts\x18\x01 \x01(\rH\x00R\x12defaultMaxAttempts\x88\x01\x01\x12<\n" +
 	"\x0fdefault_backoff\x18\x02 \x01(\v2\x13.jobwire.v1.BackoffR\x0edefaultBackoff\x12B\n" +
@@ -1546,9 +1686,15 @@ const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18\x05 \x01(\v2\x15.jobwire.v1.RateLimitR\trateLimit\x12\"\n" +
 	"\n" +
-	"max_active\x18\x06 \x01(\rH\x01R\tmaxActive\x88\x01\x01B\x17\n" +
+	"max_active\x18\x06 \x01(\rH\x01R\tmaxActive\x88\x01\x01\x12-\n" +
+	"\x10group_max_active\x18\a \x01(\rH\x02R\x0egroupMaxActive\x88\x01\x01\x12?\n" +
+	"\x10group_rate_limit\x18\b \x01(\v2\x15.jobwire.v1.RateLimitR\x0egroupRateLimit\x12<\n" +
+	"\fcancel_grace\x18\t \x01(\v2\x19.google.protobuf.DurationR\vcancelGrace\x12.\n" +
+	"\x13dead_letter_expired\x18\n" +
+	" \x01(\bR\x11deadLetterExpiredB\x17\n" +
 	"\x15_default_max_attemptsB\r\n" +
-	"\v_max_active\"\xa2\x03\n" +
+	"\v_max_activeB\x13\n" +
+	"\x11_group_max_active\"\xb8\x04\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
@@ -1562,7 +1708,17 @@ const file_jobwire_v1_queue_service_proto_rawDesc = "" +
 	"\x06paused\x18\t \x01(\bR\x06paused\x12+\n" +
 	"\x11workers_connected\x18\n" +
 	" \x01(\rR\x10workersConnected\x12/\n" +
-	"\x06config\x18\v \x01(\v2\x17.jobwire.v1.QueueConfigR\x06config\"\x13\n" +
+	"\x06config\x18\v \x01(\v2\x17.jobwire.v1.QueueConfigR\x06config\x12\x1c\n" +
+	"\tcancelled\x18\f \x01(\x04R\tcancelled\x12\x18\n" +
+	"\aexpired\x18\r \x01(\x04R\aexpired\x12%\n" +
+	"\x0egroups_waiting\x18\x0e \x01(\x04R\rgroupsWaiting\x125\n" +
+	"\n" +
+	"top_groups\x18\x0f \x03(\v2\x16.jobwire.v1.GroupCountR\ttopGroups\"[\n" +
+	"\n" +
+	"GroupCount\x12\x1b\n" +
+	"\tgroup_key\x18\x01 \x01(\tR\bgroupKey\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x04R\awaiting\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\x04R\x06active\"\x13\n" +
 	"\x11ListQueuesRequest\"D\n" +
 	"\x12ListQueuesResponse\x12.\n" +
 	"\x06queues\x18\x01 \x03(\v2\x16.jobwire.v1.QueueStatsR\x06queues\",\n" +
@@ -1658,84 +1814,88 @@ func file_jobwire_v1_queue_service_proto_rawDescGZIP() []byte {
 	return file_jobwire_v1_queue_service_proto_rawDescData
 }
 
-var file_jobwire_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_jobwire_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_jobwire_v1_queue_service_proto_goTypes = []any{
 	(*RateLimit)(nil),                 // 0: jobwire.v1.RateLimit
 	(*Retention)(nil),                 // 1: jobwire.v1.Retention
 	(*QueueConfig)(nil),               // 2: jobwire.v1.QueueConfig
 	(*QueueStats)(nil),                // 3: jobwire.v1.QueueStats
-	(*ListQueuesRequest)(nil),         // 4: jobwire.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),        // 5: jobwire.v1.ListQueuesResponse
-	(*GetQueueStatsRequest)(nil),      // 6: jobwire.v1.GetQueueStatsRequest
-	(*GetQueueStatsResponse)(nil),     // 7: jobwire.v1.GetQueueStatsResponse
-	(*PauseQueueRequest)(nil),         // 8: jobwire.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),        // 9: jobwire.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),        // 10: jobwire.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),       // 11: jobwire.v1.ResumeQueueResponse
-	(*GetQueueConfigRequest)(nil),     // 12: jobwire.v1.GetQueueConfigRequest
-	(*GetQueueConfigResponse)(nil),    // 13: jobwire.v1.GetQueueConfigResponse
-	(*UpdateQueueConfigRequest)(nil),  // 14: jobwire.v1.UpdateQueueConfigRequest
-	(*UpdateQueueConfigResponse)(nil), // 15: jobwire.v1.UpdateQueueConfigResponse
-	(*PurgeQueueRequest)(nil),         // 16: jobwire.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),        // 17: jobwire.v1.PurgeQueueResponse
-	(*DeleteQueueRequest)(nil),        // 18: jobwire.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),       // 19: jobwire.v1.DeleteQueueResponse
-	(*ListWorkersRequest)(nil),        // 20: jobwire.v1.ListWorkersRequest
-	(*HeldLease)(nil),                 // 21: jobwire.v1.HeldLease
-	(*WorkerStream)(nil),              // 22: jobwire.v1.WorkerStream
-	(*Replica)(nil),                   // 23: jobwire.v1.Replica
-	(*ListWorkersResponse)(nil),       // 24: jobwire.v1.ListWorkersResponse
-	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
-	(*Backoff)(nil),                   // 26: jobwire.v1.Backoff
-	(*fieldmaskpb.FieldMask)(nil),     // 27: google.protobuf.FieldMask
-	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
+	(*GroupCount)(nil),                // 4: jobwire.v1.GroupCount
+	(*ListQueuesRequest)(nil),         // 5: jobwire.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),        // 6: jobwire.v1.ListQueuesResponse
+	(*GetQueueStatsRequest)(nil),      // 7: jobwire.v1.GetQueueStatsRequest
+	(*GetQueueStatsResponse)(nil),     // 8: jobwire.v1.GetQueueStatsResponse
+	(*PauseQueueRequest)(nil),         // 9: jobwire.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),        // 10: jobwire.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),        // 11: jobwire.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),       // 12: jobwire.v1.ResumeQueueResponse
+	(*GetQueueConfigRequest)(nil),     // 13: jobwire.v1.GetQueueConfigRequest
+	(*GetQueueConfigResponse)(nil),    // 14: jobwire.v1.GetQueueConfigResponse
+	(*UpdateQueueConfigRequest)(nil),  // 15: jobwire.v1.UpdateQueueConfigRequest
+	(*UpdateQueueConfigResponse)(nil), // 16: jobwire.v1.UpdateQueueConfigResponse
+	(*PurgeQueueRequest)(nil),         // 17: jobwire.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),        // 18: jobwire.v1.PurgeQueueResponse
+	(*DeleteQueueRequest)(nil),        // 19: jobwire.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),       // 20: jobwire.v1.DeleteQueueResponse
+	(*ListWorkersRequest)(nil),        // 21: jobwire.v1.ListWorkersRequest
+	(*HeldLease)(nil),                 // 22: jobwire.v1.HeldLease
+	(*WorkerStream)(nil),              // 23: jobwire.v1.WorkerStream
+	(*Replica)(nil),                   // 24: jobwire.v1.Replica
+	(*ListWorkersResponse)(nil),       // 25: jobwire.v1.ListWorkersResponse
+	(*durationpb.Duration)(nil),       // 26: google.protobuf.Duration
+	(*Backoff)(nil),                   // 27: jobwire.v1.Backoff
+	(*fieldmaskpb.FieldMask)(nil),     // 28: google.protobuf.FieldMask
+	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
 }
 var file_jobwire_v1_queue_service_proto_depIdxs = []int32{
-	25, // 0: jobwire.v1.RateLimit.period:type_name -> google.protobuf.Duration
-	25, // 1: jobwire.v1.Retention.completed_max_age:type_name -> google.protobuf.Duration
-	25, // 2: jobwire.v1.Retention.dead_max_age:type_name -> google.protobuf.Duration
-	26, // 3: jobwire.v1.QueueConfig.default_backoff:type_name -> jobwire.v1.Backoff
-	25, // 4: jobwire.v1.QueueConfig.default_timeout:type_name -> google.protobuf.Duration
+	26, // 0: jobwire.v1.RateLimit.period:type_name -> google.protobuf.Duration
+	26, // 1: jobwire.v1.Retention.completed_max_age:type_name -> google.protobuf.Duration
+	26, // 2: jobwire.v1.Retention.dead_max_age:type_name -> google.protobuf.Duration
+	27, // 3: jobwire.v1.QueueConfig.default_backoff:type_name -> jobwire.v1.Backoff
+	26, // 4: jobwire.v1.QueueConfig.default_timeout:type_name -> google.protobuf.Duration
 	1,  // 5: jobwire.v1.QueueConfig.retention:type_name -> jobwire.v1.Retention
 	0,  // 6: jobwire.v1.QueueConfig.rate_limit:type_name -> jobwire.v1.RateLimit
-	25, // 7: jobwire.v1.QueueStats.oldest_waiting_age:type_name -> google.protobuf.Duration
-	25, // 8: jobwire.v1.QueueStats.oldest_dead_age:type_name -> google.protobuf.Duration
-	2,  // 9: jobwire.v1.QueueStats.config:type_name -> jobwire.v1.QueueConfig
-	3,  // 10: jobwire.v1.ListQueuesResponse.queues:type_name -> jobwire.v1.QueueStats
-	3,  // 11: jobwire.v1.GetQueueStatsResponse.stats:type_name -> jobwire.v1.QueueStats
-	2,  // 12: jobwire.v1.GetQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
-	2,  // 13: jobwire.v1.UpdateQueueConfigRequest.config:type_name -> jobwire.v1.QueueConfig
-	27, // 14: jobwire.v1.UpdateQueueConfigRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,  // 15: jobwire.v1.UpdateQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
-	21, // 16: jobwire.v1.WorkerStream.leases:type_name -> jobwire.v1.HeldLease
-	28, // 17: jobwire.v1.WorkerStream.connect_time:type_name -> google.protobuf.Timestamp
-	28, // 18: jobwire.v1.WorkerStream.last_heard_time:type_name -> google.protobuf.Timestamp
-	28, // 19: jobwire.v1.Replica.snapshot_time:type_name -> google.protobuf.Timestamp
-	22, // 20: jobwire.v1.ListWorkersResponse.streams:type_name -> jobwire.v1.WorkerStream
-	23, // 21: jobwire.v1.ListWorkersResponse.replicas:type_name -> jobwire.v1.Replica
-	4,  // 22: jobwire.v1.QueueService.ListQueues:input_type -> jobwire.v1.ListQueuesRequest
-	6,  // 23: jobwire.v1.QueueService.GetQueueStats:input_type -> jobwire.v1.GetQueueStatsRequest
-	8,  // 24: jobwire.v1.QueueService.PauseQueue:input_type -> jobwire.v1.PauseQueueRequest
-	10, // 25: jobwire.v1.QueueService.ResumeQueue:input_type -> jobwire.v1.ResumeQueueRequest
-	12, // 26: jobwire.v1.QueueService.GetQueueConfig:input_type -> jobwire.v1.GetQueueConfigRequest
-	14, // 27: jobwire.v1.QueueService.UpdateQueueConfig:input_type -> jobwire.v1.UpdateQueueConfigRequest
-	16, // 28: jobwire.v1.QueueService.PurgeQueue:input_type -> jobwire.v1.PurgeQueueRequest
-	18, // 29: jobwire.v1.QueueService.DeleteQueue:input_type -> jobwire.v1.DeleteQueueRequest
-	20, // 30: jobwire.v1.QueueService.ListWorkers:input_type -> jobwire.v1.ListWorkersRequest
-	5,  // 31: jobwire.v1.QueueService.ListQueues:output_type -> jobwire.v1.ListQueuesResponse
-	7,  // 32: jobwire.v1.QueueService.GetQueueStats:output_type -> jobwire.v1.GetQueueStatsResponse
-	9,  // 33: jobwire.v1.QueueService.PauseQueue:output_type -> jobwire.v1.PauseQueueResponse
-	11, // 34: jobwire.v1.QueueService.ResumeQueue:output_type -> jobwire.v1.ResumeQueueResponse
-	13, // 35: jobwire.v1.QueueService.GetQueueConfig:output_type -> jobwire.v1.GetQueueConfigResponse
-	15, // 36: jobwire.v1.QueueService.UpdateQueueConfig:output_type -> jobwire.v1.UpdateQueueConfigResponse
-	17, // 37: jobwire.v1.QueueService.PurgeQueue:output_type -> jobwire.v1.PurgeQueueResponse
-	19, // 38: jobwire.v1.QueueService.DeleteQueue:output_type -> jobwire.v1.DeleteQueueResponse
-	24, // 39: jobwire.v1.QueueService.ListWorkers:output_type -> jobwire.v1.ListWorkersResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	0,  // 7: jobwire.v1.QueueConfig.group_rate_limit:type_name -> jobwire.v1.RateLimit
+	26, // 8: jobwire.v1.QueueConfig.cancel_grace:type_name -> google.protobuf.Duration
+	26, // 9: jobwire.v1.QueueStats.oldest_waiting_age:type_name -> google.protobuf.Duration
+	26, // 10: jobwire.v1.QueueStats.oldest_dead_age:type_name -> google.protobuf.Duration
+	2,  // 11: jobwire.v1.QueueStats.config:type_name -> jobwire.v1.QueueConfig
+	4,  // 12: jobwire.v1.QueueStats.top_groups:type_name -> jobwire.v1.GroupCount
+	3,  // 13: jobwire.v1.ListQueuesResponse.queues:type_name -> jobwire.v1.QueueStats
+	3,  // 14: jobwire.v1.GetQueueStatsResponse.stats:type_name -> jobwire.v1.QueueStats
+	2,  // 15: jobwire.v1.GetQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
+	2,  // 16: jobwire.v1.UpdateQueueConfigRequest.config:type_name -> jobwire.v1.QueueConfig
+	28, // 17: jobwire.v1.UpdateQueueConfigRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 18: jobwire.v1.UpdateQueueConfigResponse.config:type_name -> jobwire.v1.QueueConfig
+	22, // 19: jobwire.v1.WorkerStream.leases:type_name -> jobwire.v1.HeldLease
+	29, // 20: jobwire.v1.WorkerStream.connect_time:type_name -> google.protobuf.Timestamp
+	29, // 21: jobwire.v1.WorkerStream.last_heard_time:type_name -> google.protobuf.Timestamp
+	29, // 22: jobwire.v1.Replica.snapshot_time:type_name -> google.protobuf.Timestamp
+	23, // 23: jobwire.v1.ListWorkersResponse.streams:type_name -> jobwire.v1.WorkerStream
+	24, // 24: jobwire.v1.ListWorkersResponse.replicas:type_name -> jobwire.v1.Replica
+	5,  // 25: jobwire.v1.QueueService.ListQueues:input_type -> jobwire.v1.ListQueuesRequest
+	7,  // 26: jobwire.v1.QueueService.GetQueueStats:input_type -> jobwire.v1.GetQueueStatsRequest
+	9,  // 27: jobwire.v1.QueueService.PauseQueue:input_type -> jobwire.v1.PauseQueueRequest
+	11, // 28: jobwire.v1.QueueService.ResumeQueue:input_type -> jobwire.v1.ResumeQueueRequest
+	13, // 29: jobwire.v1.QueueService.GetQueueConfig:input_type -> jobwire.v1.GetQueueConfigRequest
+	15, // 30: jobwire.v1.QueueService.UpdateQueueConfig:input_type -> jobwire.v1.UpdateQueueConfigRequest
+	17, // 31: jobwire.v1.QueueService.PurgeQueue:input_type -> jobwire.v1.PurgeQueueRequest
+	19, // 32: jobwire.v1.QueueService.DeleteQueue:input_type -> jobwire.v1.DeleteQueueRequest
+	21, // 33: jobwire.v1.QueueService.ListWorkers:input_type -> jobwire.v1.ListWorkersRequest
+	6,  // 34: jobwire.v1.QueueService.ListQueues:output_type -> jobwire.v1.ListQueuesResponse
+	8,  // 35: jobwire.v1.QueueService.GetQueueStats:output_type -> jobwire.v1.GetQueueStatsResponse
+	10, // 36: jobwire.v1.QueueService.PauseQueue:output_type -> jobwire.v1.PauseQueueResponse
+	12, // 37: jobwire.v1.QueueService.ResumeQueue:output_type -> jobwire.v1.ResumeQueueResponse
+	14, // 38: jobwire.v1.QueueService.GetQueueConfig:output_type -> jobwire.v1.GetQueueConfigResponse
+	16, // 39: jobwire.v1.QueueService.UpdateQueueConfig:output_type -> jobwire.v1.UpdateQueueConfigResponse
+	18, // 40: jobwire.v1.QueueService.PurgeQueue:output_type -> jobwire.v1.PurgeQueueResponse
+	20, // 41: jobwire.v1.QueueService.DeleteQueue:output_type -> jobwire.v1.DeleteQueueResponse
+	25, // 42: jobwire.v1.QueueService.ListWorkers:output_type -> jobwire.v1.ListWorkersResponse
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_queue_service_proto_init() }
@@ -1752,7 +1912,7 @@ func file_jobwire_v1_queue_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwire_v1_queue_service_proto_rawDesc), len(file_jobwire_v1_queue_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -216,7 +216,10 @@ type AckRequest struct {
 	// The job's id.
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The lease token from the Lease.
-	LeaseToken    string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// Optional result bytes, kept on the completed job for GetJob (up to the server's result
+	// limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+	Result        []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +273,13 @@ func (x *AckRequest) GetLeaseToken() string {
 		return x.LeaseToken
 	}
 	return ""
+}
+
+func (x *AckRequest) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
 }
 
 // Response of Ack.
@@ -392,7 +402,10 @@ type FailRequest struct {
 	RetryAfter *durationpb.Duration `protobuf:"bytes,6,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// With RATE_LIMITED: the whole queue leases nothing for retry_after, on every replica
 	// (the downstream's limit is the queue's, like BullMQ's queue-wide rate limit after a 429).
-	PauseQueue    bool `protobuf:"varint,7,opt,name=pause_queue,json=pauseQueue,proto3" json:"pause_queue,omitempty"`
+	PauseQueue bool `protobuf:"varint,7,opt,name=pause_queue,json=pauseQueue,proto3" json:"pause_queue,omitempty"`
+	// With RATE_LIMITED: the job's group leases nothing for retry_after, on every replica
+	// (the downstream's limit is the tenant's); the rest of the queue goes on.
+	PauseGroup    bool `protobuf:"varint,8,opt,name=pause_group,json=pauseGroup,proto3" json:"pause_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -472,6 +485,13 @@ func (x *FailRequest) GetRetryAfter() *durationpb.Duration {
 func (x *FailRequest) GetPauseQueue() bool {
 	if x != nil {
 		return x.PauseQueue
+	}
+	return false
+}
+
+func (x *FailRequest) GetPauseGroup() bool {
+	if x != nil {
+		return x.PauseGroup
 	}
 	return false
 }
@@ -659,6 +679,136 @@ func (x *ExtendLeaseResponse) GetLeaseDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+// Saves progress and/or a checkpoint of a leased job, fenced by its lease token.
+type ReportProgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The lease token from the Lease.
+	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// Percent done, 0 to 100; unset keeps the last value.
+	Progress *uint32 `protobuf:"varint,4,opt,name=progress,proto3,oneof" json:"progress,omitempty"`
+	// A short message shown with the progress (up to 256 bytes); unset keeps the last one.
+	Message *string `protobuf:"bytes,5,opt,name=message,proto3,oneof" json:"message,omitempty"`
+	// Bytes the next attempt receives in its Lease (job.checkpoint), up to the server's
+	// checkpoint limit (64 KiB by default: longer is RESOURCE_EXHAUSTED, nothing saved);
+	// unset keeps the last checkpoint, empty clears it.
+	Checkpoint    []byte `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportProgressRequest) Reset() {
+	*x = ReportProgressRequest{}
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportProgressRequest) ProtoMessage() {}
+
+func (x *ReportProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportProgressRequest.ProtoReflect.Descriptor instead.
+func (*ReportProgressRequest) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReportProgressRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ReportProgressRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReportProgressRequest) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
+}
+
+func (x *ReportProgressRequest) GetProgress() uint32 {
+	if x != nil && x.Progress != nil {
+		return *x.Progress
+	}
+	return 0
+}
+
+func (x *ReportProgressRequest) GetMessage() string {
+	if x != nil && x.Message != nil {
+		return *x.Message
+	}
+	return ""
+}
+
+func (x *ReportProgressRequest) GetCheckpoint() []byte {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+// Response of ReportProgress.
+type ReportProgressResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportProgressResponse) Reset() {
+	*x = ReportProgressResponse{}
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportProgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportProgressResponse) ProtoMessage() {}
+
+func (x *ReportProgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportProgressResponse.ProtoReflect.Descriptor instead.
+func (*ReportProgressResponse) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{12}
+}
+
 // A message from the worker on a Subscribe stream.
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -672,6 +822,7 @@ type SubscribeRequest struct {
 	//	*SubscribeRequest_Heartbeat
 	//	*SubscribeRequest_GrantCredits
 	//	*SubscribeRequest_Drain
+	//	*SubscribeRequest_Progress
 	Message       isSubscribeRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -679,7 +830,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[11]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +842,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[11]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +855,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{11}
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubscribeRequest) GetMessage() isSubscribeRequest_Message {
@@ -768,6 +919,15 @@ func (x *SubscribeRequest) GetDrain() *DrainStream {
 	return nil
 }
 
+func (x *SubscribeRequest) GetProgress() *ReportProgressRequest {
+	if x != nil {
+		if x, ok := x.Message.(*SubscribeRequest_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isSubscribeRequest_Message interface {
 	isSubscribeRequest_Message()
 }
@@ -802,6 +962,11 @@ type SubscribeRequest_Drain struct {
 	Drain *DrainStream `protobuf:"bytes,6,opt,name=drain,proto3,oneof"`
 }
 
+type SubscribeRequest_Progress struct {
+	// Saves progress and/or a checkpoint; the server answers with a ProgressSaved.
+	Progress *ReportProgressRequest `protobuf:"bytes,7,opt,name=progress,proto3,oneof"`
+}
+
 func (*SubscribeRequest_Open) isSubscribeRequest_Message() {}
 
 func (*SubscribeRequest_Ack) isSubscribeRequest_Message() {}
@@ -813,6 +978,8 @@ func (*SubscribeRequest_Heartbeat) isSubscribeRequest_Message() {}
 func (*SubscribeRequest_GrantCredits) isSubscribeRequest_Message() {}
 
 func (*SubscribeRequest_Drain) isSubscribeRequest_Message() {}
+
+func (*SubscribeRequest_Progress) isSubscribeRequest_Message() {}
 
 // A job leased to this worker.
 type Lease struct {
@@ -835,7 +1002,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[12]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1014,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[12]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1027,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{12}
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Lease) GetJob() *Job {
@@ -919,7 +1086,7 @@ type Settled struct {
 
 func (x *Settled) Reset() {
 	*x = Settled{}
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[13]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1098,7 @@ func (x *Settled) String() string {
 func (*Settled) ProtoMessage() {}
 
 func (x *Settled) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[13]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1111,7 @@ func (x *Settled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settled.ProtoReflect.Descriptor instead.
 func (*Settled) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{13}
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Settled) GetQueue() string {
@@ -989,6 +1156,174 @@ func (x *Settled) GetState() JobState {
 	return JobState_JOB_STATE_UNSPECIFIED
 }
 
+// The job held under this lease was cancelled (CancelJob or CancelJobs): stop working on it
+// and settle it. A Fail (any disposition) ends it as CANCELLED, never retried; an Ack says it
+// finished anyway and ends it as COMPLETED. The lease stays valid until revoke_time; then
+// it is revoked, the job is CANCELLED and a late Ack or Fail gets FAILED_PRECONDITION.
+type CancelLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The lease token of the lease being cancelled.
+	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// The reason given with the cancel.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the lease is revoked if the worker has not settled the job (now + the queue's
+	// cancel_grace).
+	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelLease) Reset() {
+	*x = CancelLease{}
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelLease) ProtoMessage() {}
+
+func (x *CancelLease) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelLease.ProtoReflect.Descriptor instead.
+func (*CancelLease) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CancelLease) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CancelLease) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CancelLease) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
+}
+
+func (x *CancelLease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelLease) GetRevokeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeTime
+	}
+	return nil
+}
+
+// The outcome of a ReportProgressRequest sent on the stream.
+type ProgressSaved struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The job's id.
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The lease token that was presented.
+	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// A google.rpc.Code value: 0 (OK), 9 (FAILED_PRECONDITION: lease lost), 3, 8...
+	Code int32 `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
+	// Why it was refused, when code is not 0.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressSaved) Reset() {
+	*x = ProgressSaved{}
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressSaved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressSaved) ProtoMessage() {}
+
+func (x *ProgressSaved) ProtoReflect() protoreflect.Message {
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressSaved.ProtoReflect.Descriptor instead.
+func (*ProgressSaved) Descriptor() ([]byte, []int) {
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ProgressSaved) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ProgressSaved) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ProgressSaved) GetLeaseToken() string {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return ""
+}
+
+func (x *ProgressSaved) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ProgressSaved) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // The server is shutting down: no more leases on this stream; finish what you hold.
 type Draining struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1000,7 +1335,7 @@ type Draining struct {
 
 func (x *Draining) Reset() {
 	*x = Draining{}
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[14]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1347,7 @@ func (x *Draining) String() string {
 func (*Draining) ProtoMessage() {}
 
 func (x *Draining) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[14]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1360,7 @@ func (x *Draining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Draining.ProtoReflect.Descriptor instead.
 func (*Draining) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{14}
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Draining) GetGrace() *durationpb.Duration {
@@ -1045,6 +1380,8 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_Lease
 	//	*SubscribeResponse_Settled
 	//	*SubscribeResponse_Draining
+	//	*SubscribeResponse_Cancel
+	//	*SubscribeResponse_ProgressSaved
 	Message       isSubscribeResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1052,7 +1389,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[15]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1401,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_jobwire_v1_worker_service_proto_msgTypes[15]
+	mi := &file_jobwire_v1_worker_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1414,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{15}
+	return file_jobwire_v1_worker_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubscribeResponse) GetMessage() isSubscribeResponse_Message {
@@ -1114,6 +1451,24 @@ func (x *SubscribeResponse) GetDraining() *Draining {
 	return nil
 }
 
+func (x *SubscribeResponse) GetCancel() *CancelLease {
+	if x != nil {
+		if x, ok := x.Message.(*SubscribeResponse_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *SubscribeResponse) GetProgressSaved() *ProgressSaved {
+	if x != nil {
+		if x, ok := x.Message.(*SubscribeResponse_ProgressSaved); ok {
+			return x.ProgressSaved
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Message interface {
 	isSubscribeResponse_Message()
 }
@@ -1133,11 +1488,25 @@ type SubscribeResponse_Draining struct {
 	Draining *Draining `protobuf:"bytes,3,opt,name=draining,proto3,oneof"`
 }
 
+type SubscribeResponse_Cancel struct {
+	// A job this stream holds was cancelled.
+	Cancel *CancelLease `protobuf:"bytes,4,opt,name=cancel,proto3,oneof"`
+}
+
+type SubscribeResponse_ProgressSaved struct {
+	// The outcome of a progress report on this stream.
+	ProgressSaved *ProgressSaved `protobuf:"bytes,5,opt,name=progress_saved,json=progressSaved,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Lease) isSubscribeResponse_Message() {}
 
 func (*SubscribeResponse_Settled) isSubscribeResponse_Message() {}
 
 func (*SubscribeResponse_Draining) isSubscribeResponse_Message() {}
+
+func (*SubscribeResponse_Cancel) isSubscribeResponse_Message() {}
+
+func (*SubscribeResponse_ProgressSaved) isSubscribeResponse_Message() {}
 
 var File_jobwire_v1_worker_service_proto protoreflect.FileDescriptor
 
@@ -1153,19 +1522,20 @@ const file_jobwire_v1_worker_service_proto_rawDesc = "" +
 	"\fGrantCredits\x12\x18\n" +
 	"\acredits\x18\x01 \x01(\rR\acredits\"\v\n" +
 	"\tHeartbeat\"\r\n" +
-	"\vDrainStream\"Z\n" +
+	"\vDrainStream\"r\n" +
 	"\n" +
 	"AckRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vlease_token\x18\x03 \x01(\tR\n" +
-	"leaseToken\"\r\n" +
+	"leaseToken\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\fR\x06result\"\r\n" +
 	"\vAckResponse\"]\n" +
 	"\bJobError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
 	"error_type\x18\x02 \x01(\tR\terrorType\x12\x18\n" +
-	"\adetails\x18\x03 \x01(\tR\adetails\"\xa3\x02\n" +
+	"\adetails\x18\x03 \x01(\tR\adetails\"\xc4\x02\n" +
 	"\vFailRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n" +
@@ -1176,7 +1546,9 @@ const file_jobwire_v1_worker_service_proto_rawDesc = "" +
 	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x1f\n" +
 	"\vpause_queue\x18\a \x01(\bR\n" +
-	"pauseQueue\"\xae\x01\n" +
+	"pauseQueue\x12\x1f\n" +
+	"\vpause_group\x18\b \x01(\bR\n" +
+	"pauseGroup\"\xae\x01\n" +
 	"\fFailResponse\x12*\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x14.jobwire.v1.JobStateR\x05state\x129\n" +
 	"\n" +
@@ -1190,14 +1562,30 @@ const file_jobwire_v1_worker_service_proto_rawDesc = "" +
 	"leaseToken\x12@\n" +
 	"\x0elease_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"X\n" +
 	"\x13ExtendLeaseResponse\x12A\n" +
-	"\x0elease_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xcf\x02\n" +
+	"\x0elease_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xf2\x01\n" +
+	"\x15ReportProgressRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\tR\n" +
+	"leaseToken\x12\x1f\n" +
+	"\bprogress\x18\x04 \x01(\rH\x00R\bprogress\x88\x01\x01\x12\x1d\n" +
+	"\amessage\x18\x05 \x01(\tH\x01R\amessage\x88\x01\x01\x12#\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\fH\x02R\n" +
+	"checkpoint\x88\x01\x01B\v\n" +
+	"\t_progressB\n" +
+	"\n" +
+	"\b_messageB\r\n" +
+	"\v_checkpoint\"\x18\n" +
+	"\x16ReportProgressResponse\"\x90\x03\n" +
 	"\x10SubscribeRequest\x12,\n" +
 	"\x04open\x18\x01 \x01(\v2\x16.jobwire.v1.OpenStreamH\x00R\x04open\x12*\n" +
 	"\x03ack\x18\x02 \x01(\v2\x16.jobwire.v1.AckRequestH\x00R\x03ack\x12-\n" +
 	"\x04fail\x18\x03 \x01(\v2\x17.jobwire.v1.FailRequestH\x00R\x04fail\x125\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x15.jobwire.v1.HeartbeatH\x00R\theartbeat\x12?\n" +
 	"\rgrant_credits\x18\x05 \x01(\v2\x18.jobwire.v1.GrantCreditsH\x00R\fgrantCredits\x12/\n" +
-	"\x05drain\x18\x06 \x01(\v2\x17.jobwire.v1.DrainStreamH\x00R\x05drainB\t\n" +
+	"\x05drain\x18\x06 \x01(\v2\x17.jobwire.v1.DrainStreamH\x00R\x05drain\x12?\n" +
+	"\bprogress\x18\a \x01(\v2!.jobwire.v1.ReportProgressRequestH\x00R\bprogressB\t\n" +
 	"\amessage\"\xd1\x01\n" +
 	"\x05Lease\x12!\n" +
 	"\x03job\x18\x01 \x01(\v2\x0f.jobwire.v1.JobR\x03job\x12\x18\n" +
@@ -1213,19 +1601,37 @@ const file_jobwire_v1_worker_service_proto_rawDesc = "" +
 	"leaseToken\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
-	"\x05state\x18\x06 \x01(\x0e2\x14.jobwire.v1.JobStateR\x05state\";\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x14.jobwire.v1.JobStateR\x05state\"\xb0\x01\n" +
+	"\vCancelLease\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\tR\n" +
+	"leaseToken\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12;\n" +
+	"\vrevoke_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"revokeTime\"\x8b\x01\n" +
+	"\rProgressSaved\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\tR\n" +
+	"leaseToken\x12\x12\n" +
+	"\x04code\x18\x04 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\";\n" +
 	"\bDraining\x12/\n" +
-	"\x05grace\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"\xae\x01\n" +
+	"\x05grace\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"\xa5\x02\n" +
 	"\x11SubscribeResponse\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x11.jobwire.v1.LeaseH\x00R\x05lease\x12/\n" +
 	"\asettled\x18\x02 \x01(\v2\x13.jobwire.v1.SettledH\x00R\asettled\x122\n" +
-	"\bdraining\x18\x03 \x01(\v2\x14.jobwire.v1.DrainingH\x00R\bdrainingB\t\n" +
-	"\amessage2\xa0\x02\n" +
+	"\bdraining\x18\x03 \x01(\v2\x14.jobwire.v1.DrainingH\x00R\bdraining\x121\n" +
+	"\x06cancel\x18\x04 \x01(\v2\x17.jobwire.v1.CancelLeaseH\x00R\x06cancel\x12B\n" +
+	"\x0eprogress_saved\x18\x05 \x01(\v2\x19.jobwire.v1.ProgressSavedH\x00R\rprogressSavedB\t\n" +
+	"\amessage2\xf9\x02\n" +
 	"\rWorkerService\x12L\n" +
 	"\tSubscribe\x12\x1c.jobwire.v1.SubscribeRequest\x1a\x1d.jobwire.v1.SubscribeResponse(\x010\x01\x126\n" +
 	"\x03Ack\x12\x16.jobwire.v1.AckRequest\x1a\x17.jobwire.v1.AckResponse\x129\n" +
 	"\x04Fail\x12\x17.jobwire.v1.FailRequest\x1a\x18.jobwire.v1.FailResponse\x12N\n" +
-	"\vExtendLease\x12\x1e.jobwire.v1.ExtendLeaseRequest\x1a\x1f.jobwire.v1.ExtendLeaseResponseB\xad\x01\n" +
+	"\vExtendLease\x12\x1e.jobwire.v1.ExtendLeaseRequest\x1a\x1f.jobwire.v1.ExtendLeaseResponse\x12W\n" +
+	"\x0eReportProgress\x12!.jobwire.v1.ReportProgressRequest\x1a\".jobwire.v1.ReportProgressResponseB\xad\x01\n" +
 	"\x0ecom.jobwire.v1B\x12WorkerServiceProtoP\x01Z>github.com/jobwire/jobwire/clients/go/gen/jobwire/v1;jobwirev1\xa2\x02\x03JXX\xaa\x02\n" +
 	"Jobwire.V1\xca\x02\n" +
 	"Jobwire\\V1\xe2\x02\x16Jobwire\\V1\\GPBMetadata\xea\x02\vJobwire::V1b\x06proto3"
@@ -1242,66 +1648,76 @@ func file_jobwire_v1_worker_service_proto_rawDescGZIP() []byte {
 	return file_jobwire_v1_worker_service_proto_rawDescData
 }
 
-var file_jobwire_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_jobwire_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_jobwire_v1_worker_service_proto_goTypes = []any{
-	(*OpenStream)(nil),            // 0: jobwire.v1.OpenStream
-	(*GrantCredits)(nil),          // 1: jobwire.v1.GrantCredits
-	(*Heartbeat)(nil),             // 2: jobwire.v1.Heartbeat
-	(*DrainStream)(nil),           // 3: jobwire.v1.DrainStream
-	(*AckRequest)(nil),            // 4: jobwire.v1.AckRequest
-	(*AckResponse)(nil),           // 5: jobwire.v1.AckResponse
-	(*JobError)(nil),              // 6: jobwire.v1.JobError
-	(*FailRequest)(nil),           // 7: jobwire.v1.FailRequest
-	(*FailResponse)(nil),          // 8: jobwire.v1.FailResponse
-	(*ExtendLeaseRequest)(nil),    // 9: jobwire.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),   // 10: jobwire.v1.ExtendLeaseResponse
-	(*SubscribeRequest)(nil),      // 11: jobwire.v1.SubscribeRequest
-	(*Lease)(nil),                 // 12: jobwire.v1.Lease
-	(*Settled)(nil),               // 13: jobwire.v1.Settled
-	(*Draining)(nil),              // 14: jobwire.v1.Draining
-	(*SubscribeResponse)(nil),     // 15: jobwire.v1.SubscribeResponse
-	(FailDisposition)(0),          // 16: jobwire.v1.FailDisposition
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(JobState)(0),                 // 18: jobwire.v1.JobState
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(DeadReason)(0),               // 20: jobwire.v1.DeadReason
-	(*Job)(nil),                   // 21: jobwire.v1.Job
+	(*OpenStream)(nil),             // 0: jobwire.v1.OpenStream
+	(*GrantCredits)(nil),           // 1: jobwire.v1.GrantCredits
+	(*Heartbeat)(nil),              // 2: jobwire.v1.Heartbeat
+	(*DrainStream)(nil),            // 3: jobwire.v1.DrainStream
+	(*AckRequest)(nil),             // 4: jobwire.v1.AckRequest
+	(*AckResponse)(nil),            // 5: jobwire.v1.AckResponse
+	(*JobError)(nil),               // 6: jobwire.v1.JobError
+	(*FailRequest)(nil),            // 7: jobwire.v1.FailRequest
+	(*FailResponse)(nil),           // 8: jobwire.v1.FailResponse
+	(*ExtendLeaseRequest)(nil),     // 9: jobwire.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),    // 10: jobwire.v1.ExtendLeaseResponse
+	(*ReportProgressRequest)(nil),  // 11: jobwire.v1.ReportProgressRequest
+	(*ReportProgressResponse)(nil), // 12: jobwire.v1.ReportProgressResponse
+	(*SubscribeRequest)(nil),       // 13: jobwire.v1.SubscribeRequest
+	(*Lease)(nil),                  // 14: jobwire.v1.Lease
+	(*Settled)(nil),                // 15: jobwire.v1.Settled
+	(*CancelLease)(nil),            // 16: jobwire.v1.CancelLease
+	(*ProgressSaved)(nil),          // 17: jobwire.v1.ProgressSaved
+	(*Draining)(nil),               // 18: jobwire.v1.Draining
+	(*SubscribeResponse)(nil),      // 19: jobwire.v1.SubscribeResponse
+	(FailDisposition)(0),           // 20: jobwire.v1.FailDisposition
+	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
+	(JobState)(0),                  // 22: jobwire.v1.JobState
+	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
+	(DeadReason)(0),                // 24: jobwire.v1.DeadReason
+	(*Job)(nil),                    // 25: jobwire.v1.Job
 }
 var file_jobwire_v1_worker_service_proto_depIdxs = []int32{
-	16, // 0: jobwire.v1.FailRequest.disposition:type_name -> jobwire.v1.FailDisposition
+	20, // 0: jobwire.v1.FailRequest.disposition:type_name -> jobwire.v1.FailDisposition
 	6,  // 1: jobwire.v1.FailRequest.error:type_name -> jobwire.v1.JobError
-	17, // 2: jobwire.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	18, // 3: jobwire.v1.FailResponse.state:type_name -> jobwire.v1.JobState
-	19, // 4: jobwire.v1.FailResponse.ready_time:type_name -> google.protobuf.Timestamp
-	20, // 5: jobwire.v1.FailResponse.dead_reason:type_name -> jobwire.v1.DeadReason
-	17, // 6: jobwire.v1.ExtendLeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	19, // 7: jobwire.v1.ExtendLeaseResponse.lease_deadline:type_name -> google.protobuf.Timestamp
+	21, // 2: jobwire.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	22, // 3: jobwire.v1.FailResponse.state:type_name -> jobwire.v1.JobState
+	23, // 4: jobwire.v1.FailResponse.ready_time:type_name -> google.protobuf.Timestamp
+	24, // 5: jobwire.v1.FailResponse.dead_reason:type_name -> jobwire.v1.DeadReason
+	21, // 6: jobwire.v1.ExtendLeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	23, // 7: jobwire.v1.ExtendLeaseResponse.lease_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 8: jobwire.v1.SubscribeRequest.open:type_name -> jobwire.v1.OpenStream
 	4,  // 9: jobwire.v1.SubscribeRequest.ack:type_name -> jobwire.v1.AckRequest
 	7,  // 10: jobwire.v1.SubscribeRequest.fail:type_name -> jobwire.v1.FailRequest
 	2,  // 11: jobwire.v1.SubscribeRequest.heartbeat:type_name -> jobwire.v1.Heartbeat
 	1,  // 12: jobwire.v1.SubscribeRequest.grant_credits:type_name -> jobwire.v1.GrantCredits
 	3,  // 13: jobwire.v1.SubscribeRequest.drain:type_name -> jobwire.v1.DrainStream
-	21, // 14: jobwire.v1.Lease.job:type_name -> jobwire.v1.Job
-	19, // 15: jobwire.v1.Lease.lease_deadline:type_name -> google.protobuf.Timestamp
-	18, // 16: jobwire.v1.Settled.state:type_name -> jobwire.v1.JobState
-	17, // 17: jobwire.v1.Draining.grace:type_name -> google.protobuf.Duration
-	12, // 18: jobwire.v1.SubscribeResponse.lease:type_name -> jobwire.v1.Lease
-	13, // 19: jobwire.v1.SubscribeResponse.settled:type_name -> jobwire.v1.Settled
-	14, // 20: jobwire.v1.SubscribeResponse.draining:type_name -> jobwire.v1.Draining
-	11, // 21: jobwire.v1.WorkerService.Subscribe:input_type -> jobwire.v1.SubscribeRequest
-	4,  // 22: jobwire.v1.WorkerService.Ack:input_type -> jobwire.v1.AckRequest
-	7,  // 23: jobwire.v1.WorkerService.Fail:input_type -> jobwire.v1.FailRequest
-	9,  // 24: jobwire.v1.WorkerService.ExtendLease:input_type -> jobwire.v1.ExtendLeaseRequest
-	15, // 25: jobwire.v1.WorkerService.Subscribe:output_type -> jobwire.v1.SubscribeResponse
-	5,  // 26: jobwire.v1.WorkerService.Ack:output_type -> jobwire.v1.AckResponse
-	8,  // 27: jobwire.v1.WorkerService.Fail:output_type -> jobwire.v1.FailResponse
-	10, // 28: jobwire.v1.WorkerService.ExtendLease:output_type -> jobwire.v1.ExtendLeaseResponse
-	25, // [25:29] is the sub-list for method output_type
-	21, // [21:25] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	11, // 14: jobwire.v1.SubscribeRequest.progress:type_name -> jobwire.v1.ReportProgressRequest
+	25, // 15: jobwire.v1.Lease.job:type_name -> jobwire.v1.Job
+	23, // 16: jobwire.v1.Lease.lease_deadline:type_name -> google.protobuf.Timestamp
+	22, // 17: jobwire.v1.Settled.state:type_name -> jobwire.v1.JobState
+	23, // 18: jobwire.v1.CancelLease.revoke_time:type_name -> google.protobuf.Timestamp
+	21, // 19: jobwire.v1.Draining.grace:type_name -> google.protobuf.Duration
+	14, // 20: jobwire.v1.SubscribeResponse.lease:type_name -> jobwire.v1.Lease
+	15, // 21: jobwire.v1.SubscribeResponse.settled:type_name -> jobwire.v1.Settled
+	18, // 22: jobwire.v1.SubscribeResponse.draining:type_name -> jobwire.v1.Draining
+	16, // 23: jobwire.v1.SubscribeResponse.cancel:type_name -> jobwire.v1.CancelLease
+	17, // 24: jobwire.v1.SubscribeResponse.progress_saved:type_name -> jobwire.v1.ProgressSaved
+	13, // 25: jobwire.v1.WorkerService.Subscribe:input_type -> jobwire.v1.SubscribeRequest
+	4,  // 26: jobwire.v1.WorkerService.Ack:input_type -> jobwire.v1.AckRequest
+	7,  // 27: jobwire.v1.WorkerService.Fail:input_type -> jobwire.v1.FailRequest
+	9,  // 28: jobwire.v1.WorkerService.ExtendLease:input_type -> jobwire.v1.ExtendLeaseRequest
+	11, // 29: jobwire.v1.WorkerService.ReportProgress:input_type -> jobwire.v1.ReportProgressRequest
+	19, // 30: jobwire.v1.WorkerService.Subscribe:output_type -> jobwire.v1.SubscribeResponse
+	5,  // 31: jobwire.v1.WorkerService.Ack:output_type -> jobwire.v1.AckResponse
+	8,  // 32: jobwire.v1.WorkerService.Fail:output_type -> jobwire.v1.FailResponse
+	10, // 33: jobwire.v1.WorkerService.ExtendLease:output_type -> jobwire.v1.ExtendLeaseResponse
+	12, // 34: jobwire.v1.WorkerService.ReportProgress:output_type -> jobwire.v1.ReportProgressResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_jobwire_v1_worker_service_proto_init() }
@@ -1310,18 +1726,22 @@ func file_jobwire_v1_worker_service_proto_init() {
 		return
 	}
 	file_jobwire_v1_job_proto_init()
-	file_jobwire_v1_worker_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_jobwire_v1_worker_service_proto_msgTypes[11].OneofWrappers = []any{}
+	file_jobwire_v1_worker_service_proto_msgTypes[13].OneofWrappers = []any{
 		(*SubscribeRequest_Open)(nil),
 		(*SubscribeRequest_Ack)(nil),
 		(*SubscribeRequest_Fail)(nil),
 		(*SubscribeRequest_Heartbeat)(nil),
 		(*SubscribeRequest_GrantCredits)(nil),
 		(*SubscribeRequest_Drain)(nil),
+		(*SubscribeRequest_Progress)(nil),
 	}
-	file_jobwire_v1_worker_service_proto_msgTypes[15].OneofWrappers = []any{
+	file_jobwire_v1_worker_service_proto_msgTypes[19].OneofWrappers = []any{
 		(*SubscribeResponse_Lease)(nil),
 		(*SubscribeResponse_Settled)(nil),
 		(*SubscribeResponse_Draining)(nil),
+		(*SubscribeResponse_Cancel)(nil),
+		(*SubscribeResponse_ProgressSaved)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1329,7 +1749,7 @@ func file_jobwire_v1_worker_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_jobwire_v1_worker_service_proto_rawDesc), len(file_jobwire_v1_worker_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkerService_Subscribe_FullMethodName   = "/jobwire.v1.WorkerService/Subscribe"
-	WorkerService_Ack_FullMethodName         = "/jobwire.v1.WorkerService/Ack"
-	WorkerService_Fail_FullMethodName        = "/jobwire.v1.WorkerService/Fail"
-	WorkerService_ExtendLease_FullMethodName = "/jobwire.v1.WorkerService/ExtendLease"
+	WorkerService_Subscribe_FullMethodName      = "/jobwire.v1.WorkerService/Subscribe"
+	WorkerService_Ack_FullMethodName            = "/jobwire.v1.WorkerService/Ack"
+	WorkerService_Fail_FullMethodName           = "/jobwire.v1.WorkerService/Fail"
+	WorkerService_ExtendLease_FullMethodName    = "/jobwire.v1.WorkerService/ExtendLease"
+	WorkerService_ReportProgress_FullMethodName = "/jobwire.v1.WorkerService/ReportProgress"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -40,6 +41,9 @@ type WorkerServiceClient interface {
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*FailResponse, error)
 	// Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token.
 	ExtendLease(ctx context.Context, in *ExtendLeaseRequest, opts ...grpc.CallOption) (*ExtendLeaseResponse, error)
+	// Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+	// token like Ack (FAILED_PRECONDITION when the lease is lost).
+	ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error)
 }
 
 type workerServiceClient struct {
@@ -93,6 +97,16 @@ func (c *workerServiceClient) ExtendLease(ctx context.Context, in *ExtendLeaseRe
 	return out, nil
 }
 
+func (c *workerServiceClient) ReportProgress(ctx context.Context, in *ReportProgressRequest, opts ...grpc.CallOption) (*ReportProgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportProgressResponse)
+	err := c.cc.Invoke(ctx, WorkerService_ReportProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -108,6 +122,9 @@ type WorkerServiceServer interface {
 	Fail(context.Context, *FailRequest) (*FailResponse, error)
 	// Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token.
 	ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error)
+	// Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+	// token like Ack (FAILED_PRECONDITION when the lease is lost).
+	ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -129,6 +146,9 @@ func (UnimplementedWorkerServiceServer) Fail(context.Context, *FailRequest) (*Fa
 }
 func (UnimplementedWorkerServiceServer) ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExtendLease not implemented")
+}
+func (UnimplementedWorkerServiceServer) ReportProgress(context.Context, *ReportProgressRequest) (*ReportProgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportProgress not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -212,6 +232,24 @@ func _WorkerService_ExtendLease_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkerService_ReportProgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).ReportProgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_ReportProgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).ReportProgress(ctx, req.(*ReportProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -230,6 +268,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExtendLease",
 			Handler:    _WorkerService_ExtendLease_Handler,
+		},
+		{
+			MethodName: "ReportProgress",
+			Handler:    _WorkerService_ReportProgress_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

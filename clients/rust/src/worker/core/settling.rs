@@ -58,6 +58,7 @@ impl Core {
                     Outcome::Ack => {
                         live.tx
                             .send(pb::subscribe_request::Message::Ack(pb::AckRequest {
+                                result: Vec::new(),
                                 queue: h.ids.0.clone(),
                                 job_id: h.ids.1.clone(),
                                 lease_token: h.ids.2.clone(),

@@ -23,6 +23,17 @@ export enum JobState {
   JOB_STATE_COMPLETED = 4,
   /** JOB_STATE_DEAD - In the dead-letter queue: failed for good, waiting for a person to replay or delete it. */
   JOB_STATE_DEAD = 5,
+  /**
+   * JOB_STATE_CANCELLED - Cancelled by CancelJob or CancelJobs before it finished; never runs again, is not
+   * dead-lettered, and is kept per the queue's completed retention.
+   */
+  JOB_STATE_CANCELLED = 6,
+  /**
+   * JOB_STATE_EXPIRED - Not started before its expire_time; never runs, is not dead-lettered (unless the
+   * queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
+   * per the queue's completed retention.
+   */
+  JOB_STATE_EXPIRED = 7,
   UNRECOGNIZED = -1,
 }
 
@@ -62,6 +73,8 @@ export enum DeadReason {
   DEAD_REASON_LEASE_EXPIRED = 3,
   /** DEAD_REASON_TIMED_OUT - Its last attempt ran past the job's timeout. */
   DEAD_REASON_TIMED_OUT = 4,
+  /** DEAD_REASON_EXPIRED - It was not started before its expire_time and its queue dead-letters expired jobs. */
+  DEAD_REASON_EXPIRED = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -114,7 +127,25 @@ export interface JobSpec {
     | Backoff
     | undefined;
   /** Per-attempt timeout (1 ms to 7 days); an attempt that runs longer fails with TIMED_OUT. */
-  timeout?: Duration | undefined;
+  timeout?:
+    | Duration
+    | undefined;
+  /**
+   * Optional group (a tenant, a customer): 1-128 bytes of UTF-8 without control
+   * characters; empty: the queue's default group. Within a queue the groups with waiting
+   * jobs are leased round-robin (weighted, see GroupConfig), and each group may have its
+   * own concurrency and rate limit (QueueConfig.group_max_active, group_rate_limit).
+   */
+  groupKey: string;
+  /**
+   * A job not leased by this time moves to EXPIRED (checked at lease time and by the
+   * reaper). At most one of expire_time and ttl; unset: never expires.
+   */
+  expireTime?:
+    | Date
+    | undefined;
+  /** The same as expire_time = enqueue time + ttl (1 ms to 365 days). */
+  ttl?: Duration | undefined;
 }
 
 export interface JobSpec_MetadataEntry {
@@ -205,6 +236,44 @@ export interface Job {
   replays: number;
   /** Failed attempts removed from `errors` to keep the history bounded (0 in a Lease). */
   errorsDropped: number;
+  /** Its group (empty: the queue's default group). */
+  groupKey: string;
+  /** When it expires if not started by then (unset: never). */
+  expireTime?:
+    | Date
+    | undefined;
+  /** The last progress its worker reported, 0-100 (kept across attempts; 0 when none). */
+  progress: number;
+  /** The message of the last progress report (up to 256 bytes). */
+  progressMessage: string;
+  /**
+   * The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
+   * default). A Lease carries it, so the next attempt resumes where the last one stopped.
+   * Empty in ListJobs.
+   */
+  checkpoint: Buffer;
+  /**
+   * The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
+   * limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+   */
+  result: Buffer;
+  /** When a cancel was requested (CANCELLED, or ACTIVE while its holder is told to stop). */
+  cancelTime?:
+    | Date
+    | undefined;
+  /** The reason given with the cancel (up to 1024 bytes). */
+  cancelReason: string;
+  /**
+   * ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
+   * deadline and the attempt's timeout).
+   */
+  leaseDeadline?:
+    | Date
+    | undefined;
+  /** ACTIVE only: the worker id of the stream (or unary caller) holding the lease. */
+  workerId: string;
+  /** When the last progress or checkpoint was saved. */
+  progressTime?: Date | undefined;
 }
 
 export interface Job_MetadataEntry {
@@ -320,6 +389,9 @@ function createBaseJobSpec(): JobSpec {
     maxAttempts: undefined,
     backoff: undefined,
     timeout: undefined,
+    groupKey: "",
+    expireTime: undefined,
+    ttl: undefined,
   };
 }
 
@@ -357,6 +429,15 @@ export const JobSpec: MessageFns<JobSpec> = {
     }
     if (message.timeout !== undefined) {
       Duration.encode(message.timeout, writer.uint32(90).fork()).join();
+    }
+    if (message.groupKey !== "") {
+      writer.uint32(98).string(message.groupKey);
+    }
+    if (message.expireTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.expireTime), writer.uint32(106).fork()).join();
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(114).fork()).join();
     }
     return writer;
   },
@@ -465,6 +546,30 @@ export const JobSpec: MessageFns<JobSpec> = {
             message.timeout = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.groupKey = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.expireTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -507,6 +612,9 @@ export const JobSpec: MessageFns<JobSpec> = {
     message.timeout = (object.timeout !== undefined && object.timeout !== null)
       ? Duration.fromPartial(object.timeout)
       : undefined;
+    message.groupKey = object.groupKey ?? "";
+    message.expireTime = object.expireTime ?? undefined;
+    message.ttl = (object.ttl !== undefined && object.ttl !== null) ? Duration.fromPartial(object.ttl) : undefined;
     return message;
   },
 };
@@ -751,6 +859,17 @@ function createBaseJob(): Job {
     idempotencyKey: "",
     replays: 0,
     errorsDropped: 0,
+    groupKey: "",
+    expireTime: undefined,
+    progress: 0,
+    progressMessage: "",
+    checkpoint: Buffer.alloc(0),
+    result: Buffer.alloc(0),
+    cancelTime: undefined,
+    cancelReason: "",
+    leaseDeadline: undefined,
+    workerId: "",
+    progressTime: undefined,
   };
 }
 
@@ -818,6 +937,39 @@ export const Job: MessageFns<Job> = {
     }
     if (message.errorsDropped !== 0) {
       writer.uint32(168).uint64(message.errorsDropped);
+    }
+    if (message.groupKey !== "") {
+      writer.uint32(178).string(message.groupKey);
+    }
+    if (message.expireTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.expireTime), writer.uint32(186).fork()).join();
+    }
+    if (message.progress !== 0) {
+      writer.uint32(192).uint32(message.progress);
+    }
+    if (message.progressMessage !== "") {
+      writer.uint32(202).string(message.progressMessage);
+    }
+    if (message.checkpoint.length !== 0) {
+      writer.uint32(210).bytes(message.checkpoint);
+    }
+    if (message.result.length !== 0) {
+      writer.uint32(218).bytes(message.result);
+    }
+    if (message.cancelTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.cancelTime), writer.uint32(226).fork()).join();
+    }
+    if (message.cancelReason !== "") {
+      writer.uint32(234).string(message.cancelReason);
+    }
+    if (message.leaseDeadline !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaseDeadline), writer.uint32(242).fork()).join();
+    }
+    if (message.workerId !== "") {
+      writer.uint32(250).string(message.workerId);
+    }
+    if (message.progressTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.progressTime), writer.uint32(258).fork()).join();
     }
     return writer;
   },
@@ -1006,6 +1158,94 @@ export const Job: MessageFns<Job> = {
             message.errorsDropped = longToNumber(reader.uint64());
             continue;
           }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.groupKey = reader.string();
+            continue;
+          }
+          case 23: {
+            if (tag !== 186) {
+              break;
+            }
+
+            message.expireTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 24: {
+            if (tag !== 192) {
+              break;
+            }
+
+            message.progress = reader.uint32();
+            continue;
+          }
+          case 25: {
+            if (tag !== 202) {
+              break;
+            }
+
+            message.progressMessage = reader.string();
+            continue;
+          }
+          case 26: {
+            if (tag !== 210) {
+              break;
+            }
+
+            message.checkpoint = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 27: {
+            if (tag !== 218) {
+              break;
+            }
+
+            message.result = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 28: {
+            if (tag !== 226) {
+              break;
+            }
+
+            message.cancelTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 29: {
+            if (tag !== 234) {
+              break;
+            }
+
+            message.cancelReason = reader.string();
+            continue;
+          }
+          case 30: {
+            if (tag !== 242) {
+              break;
+            }
+
+            message.leaseDeadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 31: {
+            if (tag !== 250) {
+              break;
+            }
+
+            message.workerId = reader.string();
+            continue;
+          }
+          case 32: {
+            if (tag !== 258) {
+              break;
+            }
+
+            message.progressTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1056,6 +1296,17 @@ export const Job: MessageFns<Job> = {
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.replays = object.replays ?? 0;
     message.errorsDropped = object.errorsDropped ?? 0;
+    message.groupKey = object.groupKey ?? "";
+    message.expireTime = object.expireTime ?? undefined;
+    message.progress = object.progress ?? 0;
+    message.progressMessage = object.progressMessage ?? "";
+    message.checkpoint = object.checkpoint ?? Buffer.alloc(0);
+    message.result = object.result ?? Buffer.alloc(0);
+    message.cancelTime = object.cancelTime ?? undefined;
+    message.cancelReason = object.cancelReason ?? "";
+    message.leaseDeadline = object.leaseDeadline ?? undefined;
+    message.workerId = object.workerId ?? "";
+    message.progressTime = object.progressTime ?? undefined;
     return message;
   },
 };

@@ -138,6 +138,84 @@ export interface ListJobsResponse {
   nextPageToken: string;
 }
 
+/** Request of CancelJob. */
+export interface CancelJobRequest {
+  /** The queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+  /** Why, recorded on the job and sent to its holder (up to 1024 bytes). */
+  reason: string;
+}
+
+/** Response of CancelJob. */
+export interface CancelJobResponse {
+  /**
+   * The job after the call: CANCELLED, ACTIVE with cancel_time set (its holder was told),
+   * or unchanged when it had already finished.
+   */
+  job?:
+    | Job
+    | undefined;
+  /**
+   * True when this call cancelled the job (or told its holder); false when it had already
+   * finished or a cancel was already pending.
+   */
+  cancelled: boolean;
+}
+
+/** Selects jobs in CancelJobs; every set field must match, and at least one must be set. */
+export interface JobFilter {
+  /** Exact job name (up to 128 bytes). */
+  name: string;
+  /** Exact group key (up to 128 bytes). */
+  groupKey: string;
+  /** The job's metadata has this key (up to 128 bytes)... */
+  metadataKey: string;
+  /** ... with this value, when set (up to 4096 bytes). */
+  metadataValue?: string | undefined;
+}
+
+/** Request of CancelJobs. */
+export interface CancelJobsRequest {
+  /** The queue. */
+  queue: string;
+  /** Which jobs (at least one field set). */
+  filter?:
+    | JobFilter
+    | undefined;
+  /** Why, recorded on each job and sent to the holders. */
+  reason: string;
+  /** Most jobs cancelled by this call, 1 to 10000; 0 means 1000. */
+  limit: number;
+  /** From the previous response's next_page_token; empty for the first call. */
+  pageToken: string;
+}
+
+/** Response of CancelJobs. */
+export interface CancelJobsResponse {
+  /** WAITING and DELAYED jobs moved to CANCELLED by this call. */
+  cancelled: number;
+  /** ACTIVE jobs whose holders were told (CANCELLED when they settle or after cancel_grace). */
+  signalled: number;
+  /** Empty when every matching job was reached; else call again with it. */
+  nextPageToken: string;
+}
+
+/** Request of DeleteJob. */
+export interface DeleteJobRequest {
+  /** The queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+}
+
+/** Response of DeleteJob. */
+export interface DeleteJobResponse {
+  /** The state the job was in when it was deleted. */
+  state: JobState;
+}
+
 function createBaseEnqueueRequest(): EnqueueRequest {
   return { job: undefined };
 }
@@ -903,6 +981,549 @@ export const ListJobsResponse: MessageFns<ListJobsResponse> = {
   },
 };
 
+function createBaseCancelJobRequest(): CancelJobRequest {
+  return { queue: "", jobId: "", reason: "" };
+}
+
+export const CancelJobRequest: MessageFns<CancelJobRequest> = {
+  encode(message: CancelJobRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelJobRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelJobRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<CancelJobRequest>): CancelJobRequest {
+    return CancelJobRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelJobRequest>): CancelJobRequest {
+    const message = createBaseCancelJobRequest();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelJobResponse(): CancelJobResponse {
+  return { job: undefined, cancelled: false };
+}
+
+export const CancelJobResponse: MessageFns<CancelJobResponse> = {
+  encode(message: CancelJobResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== undefined) {
+      Job.encode(message.job, writer.uint32(10).fork()).join();
+    }
+    if (message.cancelled !== false) {
+      writer.uint32(16).bool(message.cancelled);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelJobResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelJobResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = Job.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.cancelled = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<CancelJobResponse>): CancelJobResponse {
+    return CancelJobResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelJobResponse>): CancelJobResponse {
+    const message = createBaseCancelJobResponse();
+    message.job = (object.job !== undefined && object.job !== null) ? Job.fromPartial(object.job) : undefined;
+    message.cancelled = object.cancelled ?? false;
+    return message;
+  },
+};
+
+function createBaseJobFilter(): JobFilter {
+  return { name: "", groupKey: "", metadataKey: "", metadataValue: undefined };
+}
+
+export const JobFilter: MessageFns<JobFilter> = {
+  encode(message: JobFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.groupKey !== "") {
+      writer.uint32(18).string(message.groupKey);
+    }
+    if (message.metadataKey !== "") {
+      writer.uint32(26).string(message.metadataKey);
+    }
+    if (message.metadataValue !== undefined) {
+      writer.uint32(34).string(message.metadataValue);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): JobFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseJobFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.groupKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.metadataKey = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.metadataValue = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<JobFilter>): JobFilter {
+    return JobFilter.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<JobFilter>): JobFilter {
+    const message = createBaseJobFilter();
+    message.name = object.name ?? "";
+    message.groupKey = object.groupKey ?? "";
+    message.metadataKey = object.metadataKey ?? "";
+    message.metadataValue = object.metadataValue ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCancelJobsRequest(): CancelJobsRequest {
+  return { queue: "", filter: undefined, reason: "", limit: 0, pageToken: "" };
+}
+
+export const CancelJobsRequest: MessageFns<CancelJobsRequest> = {
+  encode(message: CancelJobsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.filter !== undefined) {
+      JobFilter.encode(message.filter, writer.uint32(18).fork()).join();
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(32).int32(message.limit);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(42).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelJobsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelJobsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.filter = JobFilter.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<CancelJobsRequest>): CancelJobsRequest {
+    return CancelJobsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelJobsRequest>): CancelJobsRequest {
+    const message = createBaseCancelJobsRequest();
+    message.queue = object.queue ?? "";
+    message.filter = (object.filter !== undefined && object.filter !== null)
+      ? JobFilter.fromPartial(object.filter)
+      : undefined;
+    message.reason = object.reason ?? "";
+    message.limit = object.limit ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelJobsResponse(): CancelJobsResponse {
+  return { cancelled: 0, signalled: 0, nextPageToken: "" };
+}
+
+export const CancelJobsResponse: MessageFns<CancelJobsResponse> = {
+  encode(message: CancelJobsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.cancelled !== 0) {
+      writer.uint32(8).uint64(message.cancelled);
+    }
+    if (message.signalled !== 0) {
+      writer.uint32(16).uint64(message.signalled);
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(26).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelJobsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelJobsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.cancelled = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.signalled = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<CancelJobsResponse>): CancelJobsResponse {
+    return CancelJobsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelJobsResponse>): CancelJobsResponse {
+    const message = createBaseCancelJobsResponse();
+    message.cancelled = object.cancelled ?? 0;
+    message.signalled = object.signalled ?? 0;
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteJobRequest(): DeleteJobRequest {
+  return { queue: "", jobId: "" };
+}
+
+export const DeleteJobRequest: MessageFns<DeleteJobRequest> = {
+  encode(message: DeleteJobRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<DeleteJobRequest>): DeleteJobRequest {
+    return DeleteJobRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteJobRequest>): DeleteJobRequest {
+    const message = createBaseDeleteJobRequest();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteJobResponse(): DeleteJobResponse {
+  return { state: 0 };
+}
+
+export const DeleteJobResponse: MessageFns<DeleteJobResponse> = {
+  encode(message: DeleteJobResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== 0) {
+      writer.uint32(8).int32(message.state);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<DeleteJobResponse>): DeleteJobResponse {
+    return DeleteJobResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteJobResponse>): DeleteJobResponse {
+    const message = createBaseDeleteJobResponse();
+    message.state = object.state ?? 0;
+    return message;
+  },
+};
+
 /** Producers create and read jobs. */
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
@@ -958,6 +1579,49 @@ export const JobServiceService = {
     responseSerialize: (value: ListJobsResponse): Buffer => Buffer.from(ListJobsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListJobsResponse => ListJobsResponse.decode(value),
   },
+  /**
+   * Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+   * holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+   * cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+   * finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+   * (cancelled = false). NOT_FOUND for an unknown job.
+   */
+  cancelJob: {
+    path: "/jobwire.v1.JobService/CancelJob" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CancelJobRequest): Buffer => Buffer.from(CancelJobRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CancelJobRequest => CancelJobRequest.decode(value),
+    responseSerialize: (value: CancelJobResponse): Buffer => Buffer.from(CancelJobResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CancelJobResponse => CancelJobResponse.decode(value),
+  },
+  /**
+   * Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+   * as CancelJob does each; paged: call again with next_page_token until it is empty.
+   */
+  cancelJobs: {
+    path: "/jobwire.v1.JobService/CancelJobs" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CancelJobsRequest): Buffer => Buffer.from(CancelJobsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CancelJobsRequest => CancelJobsRequest.decode(value),
+    responseSerialize: (value: CancelJobsResponse): Buffer => Buffer.from(CancelJobsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CancelJobsResponse => CancelJobsResponse.decode(value),
+  },
+  /**
+   * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
+   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   */
+  deleteJob: {
+    path: "/jobwire.v1.JobService/DeleteJob" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteJobRequest): Buffer => Buffer.from(DeleteJobRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteJobRequest => DeleteJobRequest.decode(value),
+    responseSerialize: (value: DeleteJobResponse): Buffer => Buffer.from(DeleteJobResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteJobResponse => DeleteJobResponse.decode(value),
+  },
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
@@ -980,6 +1644,25 @@ export interface JobServiceServer extends UntypedServiceImplementation {
    * unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
    */
   listJobs: handleUnaryCall<ListJobsRequest, ListJobsResponse>;
+  /**
+   * Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+   * holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+   * cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+   * finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+   * (cancelled = false). NOT_FOUND for an unknown job.
+   */
+  cancelJob: handleUnaryCall<CancelJobRequest, CancelJobResponse>;
+  /**
+   * Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+   * as CancelJob does each; paged: call again with next_page_token until it is empty.
+   */
+  cancelJobs: handleUnaryCall<CancelJobsRequest, CancelJobsResponse>;
+  /**
+   * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
+   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   */
+  deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
 }
 
 export interface JobServiceClient extends Client {
@@ -1058,6 +1741,67 @@ export interface JobServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListJobsResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+   * holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+   * cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+   * finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+   * (cancelled = false). NOT_FOUND for an unknown job.
+   */
+  cancelJob(
+    request: CancelJobRequest,
+    callback: (error: ServiceError | null, response: CancelJobResponse) => void,
+  ): ClientUnaryCall;
+  cancelJob(
+    request: CancelJobRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CancelJobResponse) => void,
+  ): ClientUnaryCall;
+  cancelJob(
+    request: CancelJobRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CancelJobResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+   * as CancelJob does each; paged: call again with next_page_token until it is empty.
+   */
+  cancelJobs(
+    request: CancelJobsRequest,
+    callback: (error: ServiceError | null, response: CancelJobsResponse) => void,
+  ): ClientUnaryCall;
+  cancelJobs(
+    request: CancelJobsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CancelJobsResponse) => void,
+  ): ClientUnaryCall;
+  cancelJobs(
+    request: CancelJobsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CancelJobsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
+   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   */
+  deleteJob(
+    request: DeleteJobRequest,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const JobServiceClient = makeGenericClientConstructor(JobServiceService, "jobwire.v1.JobService") as unknown as {
@@ -1085,6 +1829,17 @@ function fromTimestamp(t: Timestamp): Date {
   let millis = (t.seconds || 0) * 1_000;
   millis += (t.nanos || 0) / 1_000_000;
   return new globalThis.Date(millis);
+}
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
 }
 
 interface MessageFns<T> {

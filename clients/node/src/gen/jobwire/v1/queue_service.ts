@@ -75,7 +75,32 @@ export interface QueueConfig {
     | RateLimit
     | undefined;
   /** Most jobs leased at once across everyone (1 to 1000000; unset: no limit). */
-  maxActive?: number | undefined;
+  maxActive?:
+    | number
+    | undefined;
+  /**
+   * Most jobs of one group leased at once across everyone (1 to 1000000; unset: no limit);
+   * a group's own GroupConfig.max_active overrides it.
+   */
+  groupMaxActive?:
+    | number
+    | undefined;
+  /**
+   * Rate limit on the job starts of each group (a sliding window like rate_limit; unset:
+   * none); a group's own GroupConfig.rate_limit overrides it.
+   */
+  groupRateLimit?:
+    | RateLimit
+    | undefined;
+  /**
+   * How long the holder of a cancelled ACTIVE job may take to settle it before its lease is
+   * revoked (0 to 1 h; unset: 30 s).
+   */
+  cancelGrace?:
+    | Duration
+    | undefined;
+  /** Expired jobs go to the dead-letter queue (reason EXPIRED) instead of EXPIRED. */
+  deadLetterExpired: boolean;
 }
 
 /** A queue's numbers, read from Redis. */
@@ -105,7 +130,30 @@ export interface QueueStats {
   /** Worker streams subscribed to the queue on the replica that answered. */
   workersConnected: number;
   /** The queue's config, limits included. */
-  config?: QueueConfig | undefined;
+  config?:
+    | QueueConfig
+    | undefined;
+  /** Jobs cancelled, kept by the completed retention. */
+  cancelled: number;
+  /** Jobs expired, kept by the completed retention. */
+  expired: number;
+  /** Groups with waiting jobs (the default group included when it has any). */
+  groupsWaiting: number;
+  /**
+   * The groups with the most waiting jobs, at most 10, most first (ListGroups pages them
+   * all).
+   */
+  topGroups: GroupCount[];
+}
+
+/** One group's counts in QueueStats (GroupService has the rest). */
+export interface GroupCount {
+  /** The group key (empty: the queue's default group, of jobs without one). */
+  groupKey: string;
+  /** Its jobs ready to lease. */
+  waiting: number;
+  /** Its jobs leased. */
+  active: number;
 }
 
 /** Request of ListQueues. */
@@ -461,6 +509,10 @@ function createBaseQueueConfig(): QueueConfig {
     retention: undefined,
     rateLimit: undefined,
     maxActive: undefined,
+    groupMaxActive: undefined,
+    groupRateLimit: undefined,
+    cancelGrace: undefined,
+    deadLetterExpired: false,
   };
 }
 
@@ -483,6 +535,18 @@ export const QueueConfig: MessageFns<QueueConfig> = {
     }
     if (message.maxActive !== undefined) {
       writer.uint32(48).uint32(message.maxActive);
+    }
+    if (message.groupMaxActive !== undefined) {
+      writer.uint32(56).uint32(message.groupMaxActive);
+    }
+    if (message.groupRateLimit !== undefined) {
+      RateLimit.encode(message.groupRateLimit, writer.uint32(66).fork()).join();
+    }
+    if (message.cancelGrace !== undefined) {
+      Duration.encode(message.cancelGrace, writer.uint32(74).fork()).join();
+    }
+    if (message.deadLetterExpired !== false) {
+      writer.uint32(80).bool(message.deadLetterExpired);
     }
     return writer;
   },
@@ -548,6 +612,38 @@ export const QueueConfig: MessageFns<QueueConfig> = {
             message.maxActive = reader.uint32();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.groupMaxActive = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.groupRateLimit = RateLimit.decode(reader, reader.uint32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.cancelGrace = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.deadLetterExpired = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -579,6 +675,14 @@ export const QueueConfig: MessageFns<QueueConfig> = {
       ? RateLimit.fromPartial(object.rateLimit)
       : undefined;
     message.maxActive = object.maxActive ?? undefined;
+    message.groupMaxActive = object.groupMaxActive ?? undefined;
+    message.groupRateLimit = (object.groupRateLimit !== undefined && object.groupRateLimit !== null)
+      ? RateLimit.fromPartial(object.groupRateLimit)
+      : undefined;
+    message.cancelGrace = (object.cancelGrace !== undefined && object.cancelGrace !== null)
+      ? Duration.fromPartial(object.cancelGrace)
+      : undefined;
+    message.deadLetterExpired = object.deadLetterExpired ?? false;
     return message;
   },
 };
@@ -596,6 +700,10 @@ function createBaseQueueStats(): QueueStats {
     paused: false,
     workersConnected: 0,
     config: undefined,
+    cancelled: 0,
+    expired: 0,
+    groupsWaiting: 0,
+    topGroups: [],
   };
 }
 
@@ -633,6 +741,18 @@ export const QueueStats: MessageFns<QueueStats> = {
     }
     if (message.config !== undefined) {
       QueueConfig.encode(message.config, writer.uint32(90).fork()).join();
+    }
+    if (message.cancelled !== 0) {
+      writer.uint32(96).uint64(message.cancelled);
+    }
+    if (message.expired !== 0) {
+      writer.uint32(104).uint64(message.expired);
+    }
+    if (message.groupsWaiting !== 0) {
+      writer.uint32(112).uint64(message.groupsWaiting);
+    }
+    for (const v of message.topGroups) {
+      GroupCount.encode(v!, writer.uint32(122).fork()).join();
     }
     return writer;
   },
@@ -738,6 +858,38 @@ export const QueueStats: MessageFns<QueueStats> = {
             message.config = QueueConfig.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.cancelled = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.expired = longToNumber(reader.uint64());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.groupsWaiting = longToNumber(reader.uint64());
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.topGroups.push(GroupCount.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -772,6 +924,89 @@ export const QueueStats: MessageFns<QueueStats> = {
     message.config = (object.config !== undefined && object.config !== null)
       ? QueueConfig.fromPartial(object.config)
       : undefined;
+    message.cancelled = object.cancelled ?? 0;
+    message.expired = object.expired ?? 0;
+    message.groupsWaiting = object.groupsWaiting ?? 0;
+    message.topGroups = object.topGroups?.map((e) => GroupCount.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseGroupCount(): GroupCount {
+  return { groupKey: "", waiting: 0, active: 0 };
+}
+
+export const GroupCount: MessageFns<GroupCount> = {
+  encode(message: GroupCount, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.groupKey !== "") {
+      writer.uint32(10).string(message.groupKey);
+    }
+    if (message.waiting !== 0) {
+      writer.uint32(16).uint64(message.waiting);
+    }
+    if (message.active !== 0) {
+      writer.uint32(24).uint64(message.active);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GroupCount {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGroupCount();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.groupKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.waiting = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.active = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<GroupCount>): GroupCount {
+    return GroupCount.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GroupCount>): GroupCount {
+    const message = createBaseGroupCount();
+    message.groupKey = object.groupKey ?? "";
+    message.waiting = object.waiting ?? 0;
+    message.active = object.active ?? 0;
     return message;
   },
 };

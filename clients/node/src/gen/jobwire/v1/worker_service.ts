@@ -59,6 +59,11 @@ export interface AckRequest {
   jobId: string;
   /** The lease token from the Lease. */
   leaseToken: string;
+  /**
+   * Optional result bytes, kept on the completed job for GetJob (up to the server's result
+   * limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+   */
+  result: Buffer;
 }
 
 /** Response of Ack. */
@@ -104,6 +109,11 @@ export interface FailRequest {
    * (the downstream's limit is the queue's, like BullMQ's queue-wide rate limit after a 429).
    */
   pauseQueue: boolean;
+  /**
+   * With RATE_LIMITED: the job's group leases nothing for retry_after, on every replica
+   * (the downstream's limit is the tenant's); the rest of the queue goes on.
+   */
+  pauseGroup: boolean;
 }
 
 /** Response of Fail. */
@@ -136,6 +146,34 @@ export interface ExtendLeaseResponse {
   leaseDeadline?: Date | undefined;
 }
 
+/** Saves progress and/or a checkpoint of a leased job, fenced by its lease token. */
+export interface ReportProgressRequest {
+  /** The job's queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+  /** The lease token from the Lease. */
+  leaseToken: string;
+  /** Percent done, 0 to 100; unset keeps the last value. */
+  progress?:
+    | number
+    | undefined;
+  /** A short message shown with the progress (up to 256 bytes); unset keeps the last one. */
+  message?:
+    | string
+    | undefined;
+  /**
+   * Bytes the next attempt receives in its Lease (job.checkpoint), up to the server's
+   * checkpoint limit (64 KiB by default: longer is RESOURCE_EXHAUSTED, nothing saved);
+   * unset keeps the last checkpoint, empty clears it.
+   */
+  checkpoint?: Buffer | undefined;
+}
+
+/** Response of ReportProgress. */
+export interface ReportProgressResponse {
+}
+
 /** A message from the worker on a Subscribe stream. */
 export interface SubscribeRequest {
   /** One of these. */
@@ -158,6 +196,9 @@ export interface SubscribeRequest {
     | //
     /** No more leases on this stream. */
     { $case: "drain"; drain: DrainStream }
+    | //
+    /** Saves progress and/or a checkpoint; the server answers with a ProgressSaved. */
+    { $case: "progress"; progress: ReportProgressRequest }
     | undefined;
 }
 
@@ -201,6 +242,42 @@ export interface Settled {
   state: JobState;
 }
 
+/**
+ * The job held under this lease was cancelled (CancelJob or CancelJobs): stop working on it
+ * and settle it. A Fail (any disposition) ends it as CANCELLED, never retried; an Ack says it
+ * finished anyway and ends it as COMPLETED. The lease stays valid until revoke_time; then
+ * it is revoked, the job is CANCELLED and a late Ack or Fail gets FAILED_PRECONDITION.
+ */
+export interface CancelLease {
+  /** The job's queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+  /** The lease token of the lease being cancelled. */
+  leaseToken: string;
+  /** The reason given with the cancel. */
+  reason: string;
+  /**
+   * When the lease is revoked if the worker has not settled the job (now + the queue's
+   * cancel_grace).
+   */
+  revokeTime?: Date | undefined;
+}
+
+/** The outcome of a ReportProgressRequest sent on the stream. */
+export interface ProgressSaved {
+  /** The job's queue. */
+  queue: string;
+  /** The job's id. */
+  jobId: string;
+  /** The lease token that was presented. */
+  leaseToken: string;
+  /** A google.rpc.Code value: 0 (OK), 9 (FAILED_PRECONDITION: lease lost), 3, 8... */
+  code: number;
+  /** Why it was refused, when code is not 0. */
+  message: string;
+}
+
 /** The server is shutting down: no more leases on this stream; finish what you hold. */
 export interface Draining {
   /** How long the server waits for acks before handing the leases back. */
@@ -220,6 +297,12 @@ export interface SubscribeResponse {
     | //
     /** The server is shutting down. */
     { $case: "draining"; draining: Draining }
+    | //
+    /** A job this stream holds was cancelled. */
+    { $case: "cancel"; cancel: CancelLease }
+    | //
+    /** The outcome of a progress report on this stream. */
+    { $case: "progressSaved"; progressSaved: ProgressSaved }
     | undefined;
 }
 
@@ -444,7 +527,7 @@ export const DrainStream: MessageFns<DrainStream> = {
 };
 
 function createBaseAckRequest(): AckRequest {
-  return { queue: "", jobId: "", leaseToken: "" };
+  return { queue: "", jobId: "", leaseToken: "", result: Buffer.alloc(0) };
 }
 
 export const AckRequest: MessageFns<AckRequest> = {
@@ -457,6 +540,9 @@ export const AckRequest: MessageFns<AckRequest> = {
     }
     if (message.leaseToken !== "") {
       writer.uint32(26).string(message.leaseToken);
+    }
+    if (message.result.length !== 0) {
+      writer.uint32(34).bytes(message.result);
     }
     return writer;
   },
@@ -498,6 +584,14 @@ export const AckRequest: MessageFns<AckRequest> = {
             message.leaseToken = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.result = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -518,6 +612,7 @@ export const AckRequest: MessageFns<AckRequest> = {
     message.queue = object.queue ?? "";
     message.jobId = object.jobId ?? "";
     message.leaseToken = object.leaseToken ?? "";
+    message.result = object.result ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -653,6 +748,7 @@ function createBaseFailRequest(): FailRequest {
     error: undefined,
     retryAfter: undefined,
     pauseQueue: false,
+    pauseGroup: false,
   };
 }
 
@@ -678,6 +774,9 @@ export const FailRequest: MessageFns<FailRequest> = {
     }
     if (message.pauseQueue !== false) {
       writer.uint32(56).bool(message.pauseQueue);
+    }
+    if (message.pauseGroup !== false) {
+      writer.uint32(64).bool(message.pauseGroup);
     }
     return writer;
   },
@@ -751,6 +850,14 @@ export const FailRequest: MessageFns<FailRequest> = {
             message.pauseQueue = reader.bool();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.pauseGroup = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -779,6 +886,7 @@ export const FailRequest: MessageFns<FailRequest> = {
       ? Duration.fromPartial(object.retryAfter)
       : undefined;
     message.pauseQueue = object.pauseQueue ?? false;
+    message.pauseGroup = object.pauseGroup ?? false;
     return message;
   },
 };
@@ -1010,6 +1118,164 @@ export const ExtendLeaseResponse: MessageFns<ExtendLeaseResponse> = {
   },
 };
 
+function createBaseReportProgressRequest(): ReportProgressRequest {
+  return { queue: "", jobId: "", leaseToken: "", progress: undefined, message: undefined, checkpoint: undefined };
+}
+
+export const ReportProgressRequest: MessageFns<ReportProgressRequest> = {
+  encode(message: ReportProgressRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    if (message.leaseToken !== "") {
+      writer.uint32(26).string(message.leaseToken);
+    }
+    if (message.progress !== undefined) {
+      writer.uint32(32).uint32(message.progress);
+    }
+    if (message.message !== undefined) {
+      writer.uint32(42).string(message.message);
+    }
+    if (message.checkpoint !== undefined) {
+      writer.uint32(50).bytes(message.checkpoint);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReportProgressRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReportProgressRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseToken = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.progress = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.checkpoint = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ReportProgressRequest>): ReportProgressRequest {
+    return ReportProgressRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReportProgressRequest>): ReportProgressRequest {
+    const message = createBaseReportProgressRequest();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    message.leaseToken = object.leaseToken ?? "";
+    message.progress = object.progress ?? undefined;
+    message.message = object.message ?? undefined;
+    message.checkpoint = object.checkpoint ?? undefined;
+    return message;
+  },
+};
+
+function createBaseReportProgressResponse(): ReportProgressResponse {
+  return {};
+}
+
+export const ReportProgressResponse: MessageFns<ReportProgressResponse> = {
+  encode(_: ReportProgressResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReportProgressResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReportProgressResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ReportProgressResponse>): ReportProgressResponse {
+    return ReportProgressResponse.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ReportProgressResponse>): ReportProgressResponse {
+    const message = createBaseReportProgressResponse();
+    return message;
+  },
+};
+
 function createBaseSubscribeRequest(): SubscribeRequest {
   return { message: undefined };
 }
@@ -1034,6 +1300,9 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
         break;
       case "drain":
         DrainStream.encode(message.message.drain, writer.uint32(50).fork()).join();
+        break;
+      case "progress":
+        ReportProgressRequest.encode(message.message.progress, writer.uint32(58).fork()).join();
         break;
     }
     return writer;
@@ -1100,6 +1369,14 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
             message.message = { $case: "drain", drain: DrainStream.decode(reader, reader.uint32()) };
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.message = { $case: "progress", progress: ReportProgressRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1154,6 +1431,12 @@ export const SubscribeRequest: MessageFns<SubscribeRequest> = {
       case "drain": {
         if (object.message?.drain !== undefined && object.message?.drain !== null) {
           message.message = { $case: "drain", drain: DrainStream.fromPartial(object.message.drain) };
+        }
+        break;
+      }
+      case "progress": {
+        if (object.message?.progress !== undefined && object.message?.progress !== null) {
+          message.message = { $case: "progress", progress: ReportProgressRequest.fromPartial(object.message.progress) };
         }
         break;
       }
@@ -1380,6 +1663,212 @@ export const Settled: MessageFns<Settled> = {
   },
 };
 
+function createBaseCancelLease(): CancelLease {
+  return { queue: "", jobId: "", leaseToken: "", reason: "", revokeTime: undefined };
+}
+
+export const CancelLease: MessageFns<CancelLease> = {
+  encode(message: CancelLease, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    if (message.leaseToken !== "") {
+      writer.uint32(26).string(message.leaseToken);
+    }
+    if (message.reason !== "") {
+      writer.uint32(34).string(message.reason);
+    }
+    if (message.revokeTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.revokeTime), writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelLease {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelLease();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseToken = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.revokeTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<CancelLease>): CancelLease {
+    return CancelLease.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelLease>): CancelLease {
+    const message = createBaseCancelLease();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    message.leaseToken = object.leaseToken ?? "";
+    message.reason = object.reason ?? "";
+    message.revokeTime = object.revokeTime ?? undefined;
+    return message;
+  },
+};
+
+function createBaseProgressSaved(): ProgressSaved {
+  return { queue: "", jobId: "", leaseToken: "", code: 0, message: "" };
+}
+
+export const ProgressSaved: MessageFns<ProgressSaved> = {
+  encode(message: ProgressSaved, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queue !== "") {
+      writer.uint32(10).string(message.queue);
+    }
+    if (message.jobId !== "") {
+      writer.uint32(18).string(message.jobId);
+    }
+    if (message.leaseToken !== "") {
+      writer.uint32(26).string(message.leaseToken);
+    }
+    if (message.code !== 0) {
+      writer.uint32(32).int32(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(42).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProgressSaved {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProgressSaved();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.queue = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.jobId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseToken = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.code = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create(base?: DeepPartial<ProgressSaved>): ProgressSaved {
+    return ProgressSaved.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ProgressSaved>): ProgressSaved {
+    const message = createBaseProgressSaved();
+    message.queue = object.queue ?? "";
+    message.jobId = object.jobId ?? "";
+    message.leaseToken = object.leaseToken ?? "";
+    message.code = object.code ?? 0;
+    message.message = object.message ?? "";
+    return message;
+  },
+};
+
 function createBaseDraining(): Draining {
   return { grace: undefined };
 }
@@ -1453,6 +1942,12 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
       case "draining":
         Draining.encode(message.message.draining, writer.uint32(26).fork()).join();
         break;
+      case "cancel":
+        CancelLease.encode(message.message.cancel, writer.uint32(34).fork()).join();
+        break;
+      case "progressSaved":
+        ProgressSaved.encode(message.message.progressSaved, writer.uint32(42).fork()).join();
+        break;
     }
     return writer;
   },
@@ -1494,6 +1989,22 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
             message.message = { $case: "draining", draining: Draining.decode(reader, reader.uint32()) };
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = { $case: "cancel", cancel: CancelLease.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = { $case: "progressSaved", progressSaved: ProgressSaved.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1527,6 +2038,21 @@ export const SubscribeResponse: MessageFns<SubscribeResponse> = {
       case "draining": {
         if (object.message?.draining !== undefined && object.message?.draining !== null) {
           message.message = { $case: "draining", draining: Draining.fromPartial(object.message.draining) };
+        }
+        break;
+      }
+      case "cancel": {
+        if (object.message?.cancel !== undefined && object.message?.cancel !== null) {
+          message.message = { $case: "cancel", cancel: CancelLease.fromPartial(object.message.cancel) };
+        }
+        break;
+      }
+      case "progressSaved": {
+        if (object.message?.progressSaved !== undefined && object.message?.progressSaved !== null) {
+          message.message = {
+            $case: "progressSaved",
+            progressSaved: ProgressSaved.fromPartial(object.message.progressSaved),
+          };
         }
         break;
       }
@@ -1581,6 +2107,21 @@ export const WorkerServiceService = {
     responseSerialize: (value: ExtendLeaseResponse): Buffer => Buffer.from(ExtendLeaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ExtendLeaseResponse => ExtendLeaseResponse.decode(value),
   },
+  /**
+   * Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+   * token like Ack (FAILED_PRECONDITION when the lease is lost).
+   */
+  reportProgress: {
+    path: "/jobwire.v1.WorkerService/ReportProgress" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReportProgressRequest): Buffer =>
+      Buffer.from(ReportProgressRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReportProgressRequest => ReportProgressRequest.decode(value),
+    responseSerialize: (value: ReportProgressResponse): Buffer =>
+      Buffer.from(ReportProgressResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReportProgressResponse => ReportProgressResponse.decode(value),
+  },
 } as const;
 
 export interface WorkerServiceServer extends UntypedServiceImplementation {
@@ -1595,6 +2136,11 @@ export interface WorkerServiceServer extends UntypedServiceImplementation {
   fail: handleUnaryCall<FailRequest, FailResponse>;
   /** Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token. */
   extendLease: handleUnaryCall<ExtendLeaseRequest, ExtendLeaseResponse>;
+  /**
+   * Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+   * token like Ack (FAILED_PRECONDITION when the lease is lost).
+   */
+  reportProgress: handleUnaryCall<ReportProgressRequest, ReportProgressResponse>;
 }
 
 export interface WorkerServiceClient extends Client {
@@ -1649,6 +2195,25 @@ export interface WorkerServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ExtendLeaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+   * token like Ack (FAILED_PRECONDITION when the lease is lost).
+   */
+  reportProgress(
+    request: ReportProgressRequest,
+    callback: (error: ServiceError | null, response: ReportProgressResponse) => void,
+  ): ClientUnaryCall;
+  reportProgress(
+    request: ReportProgressRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReportProgressResponse) => void,
+  ): ClientUnaryCall;
+  reportProgress(
+    request: ReportProgressRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReportProgressResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -39,6 +39,15 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     """Acked by a worker; kept per the queue's retention."""
     JOB_STATE_DEAD: _JobState.ValueType  # 5
     """In the dead-letter queue: failed for good, waiting for a person to replay or delete it."""
+    JOB_STATE_CANCELLED: _JobState.ValueType  # 6
+    """Cancelled by CancelJob or CancelJobs before it finished; never runs again, is not
+    dead-lettered, and is kept per the queue's completed retention.
+    """
+    JOB_STATE_EXPIRED: _JobState.ValueType  # 7
+    """Not started before its expire_time; never runs, is not dead-lettered (unless the
+    queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
+    per the queue's completed retention.
+    """
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
     """The state of a job. Every transition between states is one atomic Lua script in Redis."""
@@ -55,6 +64,15 @@ JOB_STATE_COMPLETED: JobState.ValueType  # 4
 """Acked by a worker; kept per the queue's retention."""
 JOB_STATE_DEAD: JobState.ValueType  # 5
 """In the dead-letter queue: failed for good, waiting for a person to replay or delete it."""
+JOB_STATE_CANCELLED: JobState.ValueType  # 6
+"""Cancelled by CancelJob or CancelJobs before it finished; never runs again, is not
+dead-lettered, and is kept per the queue's completed retention.
+"""
+JOB_STATE_EXPIRED: JobState.ValueType  # 7
+"""Not started before its expire_time; never runs, is not dead-lettered (unless the
+queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
+per the queue's completed retention.
+"""
 Global___JobState: _TypeAlias = JobState  # noqa: Y015
 
 class _BackoffKind:
@@ -125,6 +143,8 @@ class _DeadReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeadReason
     """Its last attempt's lease expired (the worker died or hung)."""
     DEAD_REASON_TIMED_OUT: _DeadReason.ValueType  # 4
     """Its last attempt ran past the job's timeout."""
+    DEAD_REASON_EXPIRED: _DeadReason.ValueType  # 5
+    """It was not started before its expire_time and its queue dead-letters expired jobs."""
 
 class DeadReason(_DeadReason, metaclass=_DeadReasonEnumTypeWrapper):
     """Why a job is in the dead-letter queue."""
@@ -139,6 +159,8 @@ DEAD_REASON_LEASE_EXPIRED: DeadReason.ValueType  # 3
 """Its last attempt's lease expired (the worker died or hung)."""
 DEAD_REASON_TIMED_OUT: DeadReason.ValueType  # 4
 """Its last attempt ran past the job's timeout."""
+DEAD_REASON_EXPIRED: DeadReason.ValueType  # 5
+"""It was not started before its expire_time and its queue dead-letters expired jobs."""
 Global___DeadReason: _TypeAlias = DeadReason  # noqa: Y015
 
 @_typing.final
@@ -216,6 +238,9 @@ class JobSpec(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     BACKOFF_FIELD_NUMBER: _builtins.int
     TIMEOUT_FIELD_NUMBER: _builtins.int
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """The queue: 1-128 bytes of [A-Za-z0-9._-]."""
     job_id: _builtins.str
@@ -232,6 +257,12 @@ class JobSpec(_message.Message):
     """Higher runs first, -1000 to 1000; equal priorities run FIFO by ready time."""
     max_attempts: _builtins.int
     """Runs, not retries: 3 is one run plus up to two retries. 1 to 1000; unset: the default (1)."""
+    group_key: _builtins.str
+    """Optional group (a tenant, a customer): 1-128 bytes of UTF-8 without control
+    characters; empty: the queue's default group. Within a queue the groups with waiting
+    jobs are leased round-robin (weighted, see GroupConfig), and each group may have its
+    own concurrency and rate limit (QueueConfig.group_max_active, group_rate_limit).
+    """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Free-form string map (trace context, tenant, ...): at most 64 entries, keys up to 128
@@ -250,6 +281,16 @@ class JobSpec(_message.Message):
     def timeout(self) -> _duration_pb2.Duration:
         """Per-attempt timeout (1 ms to 7 days); an attempt that runs longer fails with TIMED_OUT."""
 
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """A job not leased by this time moves to EXPIRED (checked at lease time and by the
+        reaper). At most one of expire_time and ttl; unset: never expires.
+        """
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """The same as expire_time = enqueue time + ttl (1 ms to 365 days)."""
+
     def __init__(
         self,
         *,
@@ -264,10 +305,13 @@ class JobSpec(_message.Message):
         max_attempts: _builtins.int | None = ...,
         backoff: Global___Backoff | None = ...,
         timeout: _duration_pb2.Duration | None = ...,
+        group_key: _builtins.str = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
+        ttl: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "backoff", b"backoff", "delay", b"delay", "max_attempts", b"max_attempts", "timeout", b"timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "backoff", b"backoff", "delay", b"delay", "expire_time", b"expire_time", "max_attempts", b"max_attempts", "timeout", b"timeout", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "backoff", b"backoff", "content_type", b"content_type", "delay", b"delay", "job_id", b"job_id", "max_attempts", b"max_attempts", "metadata", b"metadata", "name", b"name", "payload", b"payload", "priority", b"priority", "queue", b"queue", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "backoff", b"backoff", "content_type", b"content_type", "delay", b"delay", "expire_time", b"expire_time", "group_key", b"group_key", "job_id", b"job_id", "max_attempts", b"max_attempts", "metadata", b"metadata", "name", b"name", "payload", b"payload", "priority", b"priority", "queue", b"queue", "timeout", b"timeout", "ttl", b"ttl"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
@@ -376,6 +420,17 @@ class Job(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     REPLAYS_FIELD_NUMBER: _builtins.int
     ERRORS_DROPPED_FIELD_NUMBER: _builtins.int
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    PROGRESS_MESSAGE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    CANCEL_TIME_FIELD_NUMBER: _builtins.int
+    CANCEL_REASON_FIELD_NUMBER: _builtins.int
+    LEASE_DEADLINE_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    PROGRESS_TIME_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Its queue."""
     job_id: _builtins.str
@@ -402,6 +457,25 @@ class Job(_message.Message):
     """How many times it was replayed from the dead-letter queue."""
     errors_dropped: _builtins.int
     """Failed attempts removed from `errors` to keep the history bounded (0 in a Lease)."""
+    group_key: _builtins.str
+    """Its group (empty: the queue's default group)."""
+    progress: _builtins.int
+    """The last progress its worker reported, 0-100 (kept across attempts; 0 when none)."""
+    progress_message: _builtins.str
+    """The message of the last progress report (up to 256 bytes)."""
+    checkpoint: _builtins.bytes
+    """The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
+    default). A Lease carries it, so the next attempt resumes where the last one stopped.
+    Empty in ListJobs.
+    """
+    result: _builtins.bytes
+    """The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
+    limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+    """
+    cancel_reason: _builtins.str
+    """The reason given with the cancel (up to 1024 bytes)."""
+    worker_id: _builtins.str
+    """ACTIVE only: the worker id of the stream (or unary caller) holding the lease."""
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The producer's metadata."""
@@ -438,6 +512,24 @@ class Job(_message.Message):
     def finish_time(self) -> _timestamp_pb2.Timestamp:
         """When it completed or died."""
 
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When it expires if not started by then (unset: never)."""
+
+    @_builtins.property
+    def cancel_time(self) -> _timestamp_pb2.Timestamp:
+        """When a cancel was requested (CANCELLED, or ACTIVE while its holder is told to stop)."""
+
+    @_builtins.property
+    def lease_deadline(self) -> _timestamp_pb2.Timestamp:
+        """ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
+        deadline and the attempt's timeout).
+        """
+
+    @_builtins.property
+    def progress_time(self) -> _timestamp_pb2.Timestamp:
+        """When the last progress or checkpoint was saved."""
+
     def __init__(
         self,
         *,
@@ -462,10 +554,21 @@ class Job(_message.Message):
         idempotency_key: _builtins.str = ...,
         replays: _builtins.int = ...,
         errors_dropped: _builtins.int = ...,
+        group_key: _builtins.str = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
+        progress: _builtins.int = ...,
+        progress_message: _builtins.str = ...,
+        checkpoint: _builtins.bytes = ...,
+        result: _builtins.bytes = ...,
+        cancel_time: _timestamp_pb2.Timestamp | None = ...,
+        cancel_reason: _builtins.str = ...,
+        lease_deadline: _timestamp_pb2.Timestamp | None = ...,
+        worker_id: _builtins.str = ...,
+        progress_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["backoff", b"backoff", "create_time", b"create_time", "finish_time", b"finish_time", "lease_time", b"lease_time", "ready_time", b"ready_time", "timeout", b"timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["backoff", b"backoff", "cancel_time", b"cancel_time", "create_time", b"create_time", "expire_time", b"expire_time", "finish_time", b"finish_time", "lease_deadline", b"lease_deadline", "lease_time", b"lease_time", "progress_time", b"progress_time", "ready_time", b"ready_time", "timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts_made", b"attempts_made", "backoff", b"backoff", "content_type", b"content_type", "create_time", b"create_time", "dead_reason", b"dead_reason", "errors", b"errors", "errors_dropped", b"errors_dropped", "finish_time", b"finish_time", "idempotency_key", b"idempotency_key", "job_id", b"job_id", "lease_time", b"lease_time", "max_attempts", b"max_attempts", "metadata", b"metadata", "name", b"name", "payload", b"payload", "priority", b"priority", "queue", b"queue", "ready_time", b"ready_time", "replays", b"replays", "state", b"state", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts_made", b"attempts_made", "backoff", b"backoff", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "checkpoint", b"checkpoint", "content_type", b"content_type", "create_time", b"create_time", "dead_reason", b"dead_reason", "errors", b"errors", "errors_dropped", b"errors_dropped", "expire_time", b"expire_time", "finish_time", b"finish_time", "group_key", b"group_key", "idempotency_key", b"idempotency_key", "job_id", b"job_id", "lease_deadline", b"lease_deadline", "lease_time", b"lease_time", "max_attempts", b"max_attempts", "metadata", b"metadata", "name", b"name", "payload", b"payload", "priority", b"priority", "progress", b"progress", "progress_message", b"progress_message", "progress_time", b"progress_time", "queue", b"queue", "ready_time", b"ready_time", "replays", b"replays", "result", b"result", "state", b"state", "timeout", b"timeout", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

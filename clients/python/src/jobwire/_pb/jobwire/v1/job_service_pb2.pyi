@@ -350,3 +350,219 @@ class ListJobsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
+
+@_typing.final
+class CancelJobRequest(_message.Message):
+    """Request of CancelJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    reason: _builtins.str
+    """Why, recorded on the job and sent to its holder (up to 1024 bytes)."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "queue", b"queue", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobRequest: _TypeAlias = CancelJobRequest  # noqa: Y015
+
+@_typing.final
+class CancelJobResponse(_message.Message):
+    """Response of CancelJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    cancelled: _builtins.bool
+    """True when this call cancelled the job (or told its holder); false when it had already
+    finished or a cancel was already pending.
+    """
+    @_builtins.property
+    def job(self) -> _job_pb2.Job:
+        """The job after the call: CANCELLED, ACTIVE with cancel_time set (its holder was told),
+        or unchanged when it had already finished.
+        """
+
+    def __init__(
+        self,
+        *,
+        job: _job_pb2.Job | None = ...,
+        cancelled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobResponse: _TypeAlias = CancelJobResponse  # noqa: Y015
+
+@_typing.final
+class JobFilter(_message.Message):
+    """Selects jobs in CancelJobs; every set field must match, and at least one must be set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    METADATA_KEY_FIELD_NUMBER: _builtins.int
+    METADATA_VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Exact job name (up to 128 bytes)."""
+    group_key: _builtins.str
+    """Exact group key (up to 128 bytes)."""
+    metadata_key: _builtins.str
+    """The job's metadata has this key (up to 128 bytes)..."""
+    metadata_value: _builtins.str
+    """... with this value, when set (up to 4096 bytes)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        group_key: _builtins.str = ...,
+        metadata_key: _builtins.str = ...,
+        metadata_value: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_metadata_value", b"_metadata_value", "metadata_value", b"metadata_value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_metadata_value", b"_metadata_value", "group_key", b"group_key", "metadata_key", b"metadata_key", "metadata_value", b"metadata_value", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__metadata_value: _TypeAlias = _typing.Literal["metadata_value"]  # noqa: Y015
+    _WhichOneofArgType__metadata_value: _TypeAlias = _typing.Literal["_metadata_value", b"_metadata_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__metadata_value) -> _WhichOneofReturnType__metadata_value | None: ...
+
+Global___JobFilter: _TypeAlias = JobFilter  # noqa: Y015
+
+@_typing.final
+class CancelJobsRequest(_message.Message):
+    """Request of CancelJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The queue."""
+    reason: _builtins.str
+    """Why, recorded on each job and sent to the holders."""
+    limit: _builtins.int
+    """Most jobs cancelled by this call, 1 to 10000; 0 means 1000."""
+    page_token: _builtins.str
+    """From the previous response's next_page_token; empty for the first call."""
+    @_builtins.property
+    def filter(self) -> Global___JobFilter:
+        """Which jobs (at least one field set)."""
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        filter: Global___JobFilter | None = ...,
+        reason: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "limit", b"limit", "page_token", b"page_token", "queue", b"queue", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobsRequest: _TypeAlias = CancelJobsRequest  # noqa: Y015
+
+@_typing.final
+class CancelJobsResponse(_message.Message):
+    """Response of CancelJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    SIGNALLED_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    cancelled: _builtins.int
+    """WAITING and DELAYED jobs moved to CANCELLED by this call."""
+    signalled: _builtins.int
+    """ACTIVE jobs whose holders were told (CANCELLED when they settle or after cancel_grace)."""
+    next_page_token: _builtins.str
+    """Empty when every matching job was reached; else call again with it."""
+    def __init__(
+        self,
+        *,
+        cancelled: _builtins.int = ...,
+        signalled: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "next_page_token", b"next_page_token", "signalled", b"signalled"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelJobsResponse: _TypeAlias = CancelJobsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteJobRequest(_message.Message):
+    """Request of DeleteJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobRequest: _TypeAlias = DeleteJobRequest  # noqa: Y015
+
+@_typing.final
+class DeleteJobResponse(_message.Message):
+    """Response of DeleteJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    state: _job_pb2.JobState.ValueType
+    """The state the job was in when it was deleted."""
+    def __init__(
+        self,
+        *,
+        state: _job_pb2.JobState.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobResponse: _TypeAlias = DeleteJobResponse  # noqa: Y015

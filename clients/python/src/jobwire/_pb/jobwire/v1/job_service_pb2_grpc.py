@@ -55,6 +55,21 @@ class JobServiceStub:
                 request_serializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/jobwire.v1.JobService/CancelJob',
+                request_serializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+                _registered_method=True)
+        self.CancelJobs = channel.unary_unary(
+                '/jobwire.v1.JobService/CancelJobs',
+                request_serializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobsRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobsResponse.FromString,
+                _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/jobwire.v1.JobService/DeleteJob',
+                request_serializer=jobwire_dot_v1_dot_job__service__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_job__service__pb2.DeleteJobResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -96,6 +111,34 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelJob(self, request, context):
+        """Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+        holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+        cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+        finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+        (cancelled = false). NOT_FOUND for an unknown job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJobs(self, request, context):
+        """Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+        as CancelJob does each; paged: call again with next_page_token until it is empty.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+        history, checkpoint and result; its id is free for a new Enqueue at once (also within
+        a dedupe_ttl). NOT_FOUND for an unknown job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -118,6 +161,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.FromString,
                     response_serializer=jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'CancelJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJobs,
+                    request_deserializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobsRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_job__service__pb2.CancelJobsResponse.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=jobwire_dot_v1_dot_job__service__pb2.DeleteJobRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_job__service__pb2.DeleteJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -229,6 +287,87 @@ class JobService:
             '/jobwire.v1.JobService/ListJobs',
             jobwire_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
             jobwire_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.JobService/CancelJob',
+            jobwire_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+            jobwire_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.JobService/CancelJobs',
+            jobwire_dot_v1_dot_job__service__pb2.CancelJobsRequest.SerializeToString,
+            jobwire_dot_v1_dot_job__service__pb2.CancelJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.JobService/DeleteJob',
+            jobwire_dot_v1_dot_job__service__pb2.DeleteJobRequest.SerializeToString,
+            jobwire_dot_v1_dot_job__service__pb2.DeleteJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,22 @@ class JobServiceStub:
     timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
     unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
     """
+    CancelJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobRequest, _job_service_pb2.CancelJobResponse]
+    """Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+    holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+    cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+    finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+    (cancelled = false). NOT_FOUND for an unknown job.
+    """
+    CancelJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobsRequest, _job_service_pb2.CancelJobsResponse]
+    """Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+    as CancelJob does each; paged: call again with next_page_token until it is empty.
+    """
+    DeleteJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.DeleteJobRequest, _job_service_pb2.DeleteJobResponse]
+    """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+    history, checkpoint and result; its id is free for a new Enqueue at once (also within
+    a dedupe_ttl). NOT_FOUND for an unknown job.
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -72,6 +88,22 @@ class JobServiceAsyncStub(JobServiceStub):
     time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
     timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
     unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+    """
+    CancelJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobRequest, _job_service_pb2.CancelJobResponse]  # type: ignore[assignment]
+    """Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+    holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+    cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+    finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+    (cancelled = false). NOT_FOUND for an unknown job.
+    """
+    CancelJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobsRequest, _job_service_pb2.CancelJobsResponse]  # type: ignore[assignment]
+    """Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+    as CancelJob does each; paged: call again with next_page_token until it is empty.
+    """
+    DeleteJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.DeleteJobRequest, _job_service_pb2.DeleteJobResponse]  # type: ignore[assignment]
+    """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+    history, checkpoint and result; its id is free for a new Enqueue at once (also within
+    a dedupe_ttl). NOT_FOUND for an unknown job.
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -116,6 +148,40 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
         timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
         unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
+        """
+
+    @_abc_1.abstractmethod
+    def CancelJob(
+        self,
+        request: _job_service_pb2.CancelJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.CancelJobResponse, _abc.Awaitable[_job_service_pb2.CancelJobResponse]]:
+        """Cancels a job: a WAITING or DELAYED one moves to CANCELLED at once; an ACTIVE one's
+        holder is sent a CancelLease on its stream and the lease is revoked after the queue's
+        cancel_grace unless the worker settles first (DESIGN.md section 13). A job already
+        finished (COMPLETED, DEAD, CANCELLED, EXPIRED) is left as it is and returned
+        (cancelled = false). NOT_FOUND for an unknown job.
+        """
+
+    @_abc_1.abstractmethod
+    def CancelJobs(
+        self,
+        request: _job_service_pb2.CancelJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.CancelJobsResponse, _abc.Awaitable[_job_service_pb2.CancelJobsResponse]]:
+        """Cancels up to `limit` WAITING, DELAYED and ACTIVE jobs of one queue that match a filter,
+        as CancelJob does each; paged: call again with next_page_token until it is empty.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteJob(
+        self,
+        request: _job_service_pb2.DeleteJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.DeleteJobResponse, _abc.Awaitable[_job_service_pb2.DeleteJobResponse]]:
+        """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
+        history, checkpoint and result; its id is free for a new Enqueue at once (also within
+        a dedupe_ttl). NOT_FOUND for an unknown job.
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -109,10 +109,20 @@ class QueueConfig(_message.Message):
     RETENTION_FIELD_NUMBER: _builtins.int
     RATE_LIMIT_FIELD_NUMBER: _builtins.int
     MAX_ACTIVE_FIELD_NUMBER: _builtins.int
+    GROUP_MAX_ACTIVE_FIELD_NUMBER: _builtins.int
+    GROUP_RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    CANCEL_GRACE_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_EXPIRED_FIELD_NUMBER: _builtins.int
     default_max_attempts: _builtins.int
     """max_attempts of jobs that do not set it (1 to 1000; unset: the server's default)."""
     max_active: _builtins.int
     """Most jobs leased at once across everyone (1 to 1000000; unset: no limit)."""
+    group_max_active: _builtins.int
+    """Most jobs of one group leased at once across everyone (1 to 1000000; unset: no limit);
+    a group's own GroupConfig.max_active overrides it.
+    """
+    dead_letter_expired: _builtins.bool
+    """Expired jobs go to the dead-letter queue (reason EXPIRED) instead of EXPIRED."""
     @_builtins.property
     def default_backoff(self) -> _job_pb2.Backoff:
         """Backoff of jobs that do not set one."""
@@ -129,6 +139,18 @@ class QueueConfig(_message.Message):
     def rate_limit(self) -> Global___RateLimit:
         """Rate limit on job starts (unset: none)."""
 
+    @_builtins.property
+    def group_rate_limit(self) -> Global___RateLimit:
+        """Rate limit on the job starts of each group (a sliding window like rate_limit; unset:
+        none); a group's own GroupConfig.rate_limit overrides it.
+        """
+
+    @_builtins.property
+    def cancel_grace(self) -> _duration_pb2.Duration:
+        """How long the holder of a cancelled ACTIVE job may take to settle it before its lease is
+        revoked (0 to 1 h; unset: 30 s).
+        """
+
     def __init__(
         self,
         *,
@@ -138,17 +160,25 @@ class QueueConfig(_message.Message):
         retention: Global___Retention | None = ...,
         rate_limit: Global___RateLimit | None = ...,
         max_active: _builtins.int | None = ...,
+        group_max_active: _builtins.int | None = ...,
+        group_rate_limit: Global___RateLimit | None = ...,
+        cancel_grace: _duration_pb2.Duration | None = ...,
+        dead_letter_expired: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_default_max_attempts", b"_default_max_attempts", "_max_active", b"_max_active", "default_backoff", b"default_backoff", "default_max_attempts", b"default_max_attempts", "default_timeout", b"default_timeout", "max_active", b"max_active", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_default_max_attempts", b"_default_max_attempts", "_group_max_active", b"_group_max_active", "_max_active", b"_max_active", "cancel_grace", b"cancel_grace", "default_backoff", b"default_backoff", "default_max_attempts", b"default_max_attempts", "default_timeout", b"default_timeout", "group_max_active", b"group_max_active", "group_rate_limit", b"group_rate_limit", "max_active", b"max_active", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_max_attempts", b"_default_max_attempts", "_max_active", b"_max_active", "default_backoff", b"default_backoff", "default_max_attempts", b"default_max_attempts", "default_timeout", b"default_timeout", "max_active", b"max_active", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_default_max_attempts", b"_default_max_attempts", "_group_max_active", b"_group_max_active", "_max_active", b"_max_active", "cancel_grace", b"cancel_grace", "dead_letter_expired", b"dead_letter_expired", "default_backoff", b"default_backoff", "default_max_attempts", b"default_max_attempts", "default_timeout", b"default_timeout", "group_max_active", b"group_max_active", "group_rate_limit", b"group_rate_limit", "max_active", b"max_active", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__default_max_attempts: _TypeAlias = _typing.Literal["default_max_attempts"]  # noqa: Y015
     _WhichOneofArgType__default_max_attempts: _TypeAlias = _typing.Literal["_default_max_attempts", b"_default_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__group_max_active: _TypeAlias = _typing.Literal["group_max_active"]  # noqa: Y015
+    _WhichOneofArgType__group_max_active: _TypeAlias = _typing.Literal["_group_max_active", b"_group_max_active"]  # noqa: Y015
     _WhichOneofReturnType__max_active: _TypeAlias = _typing.Literal["max_active"]  # noqa: Y015
     _WhichOneofArgType__max_active: _TypeAlias = _typing.Literal["_max_active", b"_max_active"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__default_max_attempts) -> _WhichOneofReturnType__default_max_attempts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group_max_active) -> _WhichOneofReturnType__group_max_active | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_active) -> _WhichOneofReturnType__max_active | None: ...
 
@@ -171,6 +201,10 @@ class QueueStats(_message.Message):
     PAUSED_FIELD_NUMBER: _builtins.int
     WORKERS_CONNECTED_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    EXPIRED_FIELD_NUMBER: _builtins.int
+    GROUPS_WAITING_FIELD_NUMBER: _builtins.int
+    TOP_GROUPS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """The queue."""
     waiting: _builtins.int
@@ -187,6 +221,12 @@ class QueueStats(_message.Message):
     """Leasing is paused."""
     workers_connected: _builtins.int
     """Worker streams subscribed to the queue on the replica that answered."""
+    cancelled: _builtins.int
+    """Jobs cancelled, kept by the completed retention."""
+    expired: _builtins.int
+    """Jobs expired, kept by the completed retention."""
+    groups_waiting: _builtins.int
+    """Groups with waiting jobs (the default group included when it has any)."""
     @_builtins.property
     def oldest_waiting_age(self) -> _duration_pb2.Duration:
         """Age of the oldest waiting job (0 when none)."""
@@ -198,6 +238,12 @@ class QueueStats(_message.Message):
     @_builtins.property
     def config(self) -> Global___QueueConfig:
         """The queue's config, limits included."""
+
+    @_builtins.property
+    def top_groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupCount]:
+        """The groups with the most waiting jobs, at most 10, most first (ListGroups pages them
+        all).
+        """
 
     def __init__(
         self,
@@ -213,14 +259,48 @@ class QueueStats(_message.Message):
         paused: _builtins.bool = ...,
         workers_connected: _builtins.int = ...,
         config: Global___QueueConfig | None = ...,
+        cancelled: _builtins.int = ...,
+        expired: _builtins.int = ...,
+        groups_waiting: _builtins.int = ...,
+        top_groups: _abc.Iterable[Global___GroupCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "oldest_dead_age", b"oldest_dead_age", "oldest_waiting_age", b"oldest_waiting_age"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "completed", b"completed", "config", b"config", "dead", b"dead", "delayed", b"delayed", "oldest_dead_age", b"oldest_dead_age", "oldest_waiting_age", b"oldest_waiting_age", "paused", b"paused", "queue", b"queue", "waiting", b"waiting", "workers_connected", b"workers_connected"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "cancelled", b"cancelled", "completed", b"completed", "config", b"config", "dead", b"dead", "delayed", b"delayed", "expired", b"expired", "groups_waiting", b"groups_waiting", "oldest_dead_age", b"oldest_dead_age", "oldest_waiting_age", b"oldest_waiting_age", "paused", b"paused", "queue", b"queue", "top_groups", b"top_groups", "waiting", b"waiting", "workers_connected", b"workers_connected"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueueStats: _TypeAlias = QueueStats  # noqa: Y015
+
+@_typing.final
+class GroupCount(_message.Message):
+    """One group's counts in QueueStats (GroupService has the rest)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    group_key: _builtins.str
+    """The group key (empty: the queue's default group, of jobs without one)."""
+    waiting: _builtins.int
+    """Its jobs ready to lease."""
+    active: _builtins.int
+    """Its jobs leased."""
+    def __init__(
+        self,
+        *,
+        group_key: _builtins.str = ...,
+        waiting: _builtins.int = ...,
+        active: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "group_key", b"group_key", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupCount: _TypeAlias = GroupCount  # noqa: Y015
 
 @_typing.final
 class ListQueuesRequest(_message.Message):

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from jobwire._pb.jobwire.v1 import job_pb2 as jobwire_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjobwire/v1/worker_service.proto\x12\njobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"[\n\nOpenStream\x12\x16\n\x06queues\x18\x01 \x03(\tR\x06queues\x12\x18\n\x07\x63redits\x18\x02 \x01(\rR\x07\x63redits\x12\x1b\n\tworker_id\x18\x03 \x01(\tR\x08workerId\"(\n\x0cGrantCredits\x12\x18\n\x07\x63redits\x18\x01 \x01(\rR\x07\x63redits\"\x0b\n\tHeartbeat\"\r\n\x0b\x44rainStream\"Z\n\nAckRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\"\r\n\x0b\x41\x63kResponse\"]\n\x08JobError\x12\x18\n\x07message\x18\x01 \x01(\tR\x07message\x12\x1d\n\nerror_type\x18\x02 \x01(\tR\terrorType\x12\x18\n\x07\x64\x65tails\x18\x03 \x01(\tR\x07\x64\x65tails\"\xa3\x02\n\x0b\x46\x61ilRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12=\n\x0b\x64isposition\x18\x04 \x01(\x0e\x32\x1b.jobwire.v1.FailDispositionR\x0b\x64isposition\x12*\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x14.jobwire.v1.JobErrorR\x05\x65rror\x12:\n\x0bretry_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter\x12\x1f\n\x0bpause_queue\x18\x07 \x01(\x08R\npauseQueue\"\xae\x01\n\x0c\x46\x61ilResponse\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x14.jobwire.v1.JobStateR\x05state\x12\x39\n\nready_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\treadyTime\x12\x37\n\x0b\x64\x65\x61\x64_reason\x18\x03 \x01(\x0e\x32\x16.jobwire.v1.DeadReasonR\ndeadReason\"\xa4\x01\n\x12\x45xtendLeaseRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12@\n\x0elease_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\rleaseDuration\"X\n\x13\x45xtendLeaseResponse\x12\x41\n\x0elease_deadline\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xcf\x02\n\x10SubscribeRequest\x12,\n\x04open\x18\x01 \x01(\x0b\x32\x16.jobwire.v1.OpenStreamH\x00R\x04open\x12*\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x16.jobwire.v1.AckRequestH\x00R\x03\x61\x63k\x12-\n\x04\x66\x61il\x18\x03 \x01(\x0b\x32\x17.jobwire.v1.FailRequestH\x00R\x04\x66\x61il\x12\x35\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.jobwire.v1.HeartbeatH\x00R\theartbeat\x12?\n\rgrant_credits\x18\x05 \x01(\x0b\x32\x18.jobwire.v1.GrantCreditsH\x00R\x0cgrantCredits\x12/\n\x05\x64rain\x18\x06 \x01(\x0b\x32\x17.jobwire.v1.DrainStreamH\x00R\x05\x64rainB\t\n\x07message\"\xd1\x01\n\x05Lease\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x61ttempt\x18\x02 \x01(\rR\x07\x61ttempt\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x41\n\x0elease_deadline\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\'\n\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\xb1\x01\n\x07Settled\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x12\n\x04\x63ode\x18\x04 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x05 \x01(\tR\x07message\x12*\n\x05state\x18\x06 \x01(\x0e\x32\x14.jobwire.v1.JobStateR\x05state\";\n\x08\x44raining\x12/\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05grace\"\xae\x01\n\x11SubscribeResponse\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x11.jobwire.v1.LeaseH\x00R\x05lease\x12/\n\x07settled\x18\x02 \x01(\x0b\x32\x13.jobwire.v1.SettledH\x00R\x07settled\x12\x32\n\x08\x64raining\x18\x03 \x01(\x0b\x32\x14.jobwire.v1.DrainingH\x00R\x08\x64rainingB\t\n\x07message2\xa0\x02\n\rWorkerService\x12L\n\tSubscribe\x12\x1c.jobwire.v1.SubscribeRequest\x1a\x1d.jobwire.v1.SubscribeResponse(\x01\x30\x01\x12\x36\n\x03\x41\x63k\x12\x16.jobwire.v1.AckRequest\x1a\x17.jobwire.v1.AckResponse\x12\x39\n\x04\x46\x61il\x12\x17.jobwire.v1.FailRequest\x1a\x18.jobwire.v1.FailResponse\x12N\n\x0b\x45xtendLease\x12\x1e.jobwire.v1.ExtendLeaseRequest\x1a\x1f.jobwire.v1.ExtendLeaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjobwire/v1/worker_service.proto\x12\njobwire.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobwire/v1/job.proto\"[\n\nOpenStream\x12\x16\n\x06queues\x18\x01 \x03(\tR\x06queues\x12\x18\n\x07\x63redits\x18\x02 \x01(\rR\x07\x63redits\x12\x1b\n\tworker_id\x18\x03 \x01(\tR\x08workerId\"(\n\x0cGrantCredits\x12\x18\n\x07\x63redits\x18\x01 \x01(\rR\x07\x63redits\"\x0b\n\tHeartbeat\"\r\n\x0b\x44rainStream\"r\n\nAckRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x16\n\x06result\x18\x04 \x01(\x0cR\x06result\"\r\n\x0b\x41\x63kResponse\"]\n\x08JobError\x12\x18\n\x07message\x18\x01 \x01(\tR\x07message\x12\x1d\n\nerror_type\x18\x02 \x01(\tR\terrorType\x12\x18\n\x07\x64\x65tails\x18\x03 \x01(\tR\x07\x64\x65tails\"\xc4\x02\n\x0b\x46\x61ilRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12=\n\x0b\x64isposition\x18\x04 \x01(\x0e\x32\x1b.jobwire.v1.FailDispositionR\x0b\x64isposition\x12*\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x14.jobwire.v1.JobErrorR\x05\x65rror\x12:\n\x0bretry_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter\x12\x1f\n\x0bpause_queue\x18\x07 \x01(\x08R\npauseQueue\x12\x1f\n\x0bpause_group\x18\x08 \x01(\x08R\npauseGroup\"\xae\x01\n\x0c\x46\x61ilResponse\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x14.jobwire.v1.JobStateR\x05state\x12\x39\n\nready_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\treadyTime\x12\x37\n\x0b\x64\x65\x61\x64_reason\x18\x03 \x01(\x0e\x32\x16.jobwire.v1.DeadReasonR\ndeadReason\"\xa4\x01\n\x12\x45xtendLeaseRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12@\n\x0elease_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\rleaseDuration\"X\n\x13\x45xtendLeaseResponse\x12\x41\n\x0elease_deadline\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xf2\x01\n\x15ReportProgressRequest\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x1f\n\x08progress\x18\x04 \x01(\rH\x00R\x08progress\x88\x01\x01\x12\x1d\n\x07message\x18\x05 \x01(\tH\x01R\x07message\x88\x01\x01\x12#\n\ncheckpoint\x18\x06 \x01(\x0cH\x02R\ncheckpoint\x88\x01\x01\x42\x0b\n\t_progressB\n\n\x08_messageB\r\n\x0b_checkpoint\"\x18\n\x16ReportProgressResponse\"\x90\x03\n\x10SubscribeRequest\x12,\n\x04open\x18\x01 \x01(\x0b\x32\x16.jobwire.v1.OpenStreamH\x00R\x04open\x12*\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x16.jobwire.v1.AckRequestH\x00R\x03\x61\x63k\x12-\n\x04\x66\x61il\x18\x03 \x01(\x0b\x32\x17.jobwire.v1.FailRequestH\x00R\x04\x66\x61il\x12\x35\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.jobwire.v1.HeartbeatH\x00R\theartbeat\x12?\n\rgrant_credits\x18\x05 \x01(\x0b\x32\x18.jobwire.v1.GrantCreditsH\x00R\x0cgrantCredits\x12/\n\x05\x64rain\x18\x06 \x01(\x0b\x32\x17.jobwire.v1.DrainStreamH\x00R\x05\x64rain\x12?\n\x08progress\x18\x07 \x01(\x0b\x32!.jobwire.v1.ReportProgressRequestH\x00R\x08progressB\t\n\x07message\"\xd1\x01\n\x05Lease\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobwire.v1.JobR\x03job\x12\x18\n\x07\x61ttempt\x18\x02 \x01(\rR\x07\x61ttempt\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x41\n\x0elease_deadline\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\'\n\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\"\xb1\x01\n\x07Settled\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x12\n\x04\x63ode\x18\x04 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x05 \x01(\tR\x07message\x12*\n\x05state\x18\x06 \x01(\x0e\x32\x14.jobwire.v1.JobStateR\x05state\"\xb0\x01\n\x0b\x43\x61ncelLease\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\x12;\n\x0brevoke_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nrevokeTime\"\x8b\x01\n\rProgressSaved\x12\x14\n\x05queue\x18\x01 \x01(\tR\x05queue\x12\x15\n\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1f\n\x0blease_token\x18\x03 \x01(\tR\nleaseToken\x12\x12\n\x04\x63ode\x18\x04 \x01(\x05R\x04\x63ode\x12\x18\n\x07message\x18\x05 \x01(\tR\x07message\";\n\x08\x44raining\x12/\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationR\x05grace\"\xa5\x02\n\x11SubscribeResponse\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x11.jobwire.v1.LeaseH\x00R\x05lease\x12/\n\x07settled\x18\x02 \x01(\x0b\x32\x13.jobwire.v1.SettledH\x00R\x07settled\x12\x32\n\x08\x64raining\x18\x03 \x01(\x0b\x32\x14.jobwire.v1.DrainingH\x00R\x08\x64raining\x12\x31\n\x06\x63\x61ncel\x18\x04 \x01(\x0b\x32\x17.jobwire.v1.CancelLeaseH\x00R\x06\x63\x61ncel\x12\x42\n\x0eprogress_saved\x18\x05 \x01(\x0b\x32\x19.jobwire.v1.ProgressSavedH\x00R\rprogressSavedB\t\n\x07message2\xf9\x02\n\rWorkerService\x12L\n\tSubscribe\x12\x1c.jobwire.v1.SubscribeRequest\x1a\x1d.jobwire.v1.SubscribeResponse(\x01\x30\x01\x12\x36\n\x03\x41\x63k\x12\x16.jobwire.v1.AckRequest\x1a\x17.jobwire.v1.AckResponse\x12\x39\n\x04\x46\x61il\x12\x17.jobwire.v1.FailRequest\x1a\x18.jobwire.v1.FailResponse\x12N\n\x0b\x45xtendLease\x12\x1e.jobwire.v1.ExtendLeaseRequest\x1a\x1f.jobwire.v1.ExtendLeaseResponse\x12W\n\x0eReportProgress\x12!.jobwire.v1.ReportProgressRequest\x1a\".jobwire.v1.ReportProgressResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,29 +43,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DRAINSTREAM']._serialized_start=282
   _globals['_DRAINSTREAM']._serialized_end=295
   _globals['_ACKREQUEST']._serialized_start=297
-  _globals['_ACKREQUEST']._serialized_end=387
-  _globals['_ACKRESPONSE']._serialized_start=389
-  _globals['_ACKRESPONSE']._serialized_end=402
-  _globals['_JOBERROR']._serialized_start=404
-  _globals['_JOBERROR']._serialized_end=497
-  _globals['_FAILREQUEST']._serialized_start=500
-  _globals['_FAILREQUEST']._serialized_end=791
-  _globals['_FAILRESPONSE']._serialized_start=794
-  _globals['_FAILRESPONSE']._serialized_end=968
-  _globals['_EXTENDLEASEREQUEST']._serialized_start=971
-  _globals['_EXTENDLEASEREQUEST']._serialized_end=1135
-  _globals['_EXTENDLEASERESPONSE']._serialized_start=1137
-  _globals['_EXTENDLEASERESPONSE']._serialized_end=1225
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1228
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1563
-  _globals['_LEASE']._serialized_start=1566
-  _globals['_LEASE']._serialized_end=1775
-  _globals['_SETTLED']._serialized_start=1778
-  _globals['_SETTLED']._serialized_end=1955
-  _globals['_DRAINING']._serialized_start=1957
-  _globals['_DRAINING']._serialized_end=2016
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=2019
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=2193
-  _globals['_WORKERSERVICE']._serialized_start=2196
-  _globals['_WORKERSERVICE']._serialized_end=2484
+  _globals['_ACKREQUEST']._serialized_end=411
+  _globals['_ACKRESPONSE']._serialized_start=413
+  _globals['_ACKRESPONSE']._serialized_end=426
+  _globals['_JOBERROR']._serialized_start=428
+  _globals['_JOBERROR']._serialized_end=521
+  _globals['_FAILREQUEST']._serialized_start=524
+  _globals['_FAILREQUEST']._serialized_end=848
+  _globals['_FAILRESPONSE']._serialized_start=851
+  _globals['_FAILRESPONSE']._serialized_end=1025
+  _globals['_EXTENDLEASEREQUEST']._serialized_start=1028
+  _globals['_EXTENDLEASEREQUEST']._serialized_end=1192
+  _globals['_EXTENDLEASERESPONSE']._serialized_start=1194
+  _globals['_EXTENDLEASERESPONSE']._serialized_end=1282
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=1285
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=1527
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=1529
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=1553
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1556
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1956
+  _globals['_LEASE']._serialized_start=1959
+  _globals['_LEASE']._serialized_end=2168
+  _globals['_SETTLED']._serialized_start=2171
+  _globals['_SETTLED']._serialized_end=2348
+  _globals['_CANCELLEASE']._serialized_start=2351
+  _globals['_CANCELLEASE']._serialized_end=2527
+  _globals['_PROGRESSSAVED']._serialized_start=2530
+  _globals['_PROGRESSSAVED']._serialized_end=2669
+  _globals['_DRAINING']._serialized_start=2671
+  _globals['_DRAINING']._serialized_end=2730
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=2733
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=3026
+  _globals['_WORKERSERVICE']._serialized_start=3029
+  _globals['_WORKERSERVICE']._serialized_end=3406
 # @@protoc_insertion_point(module_scope)

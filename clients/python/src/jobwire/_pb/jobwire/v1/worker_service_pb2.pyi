@@ -120,22 +120,28 @@ class AckRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """The job's queue."""
     job_id: _builtins.str
     """The job's id."""
     lease_token: _builtins.str
     """The lease token from the Lease."""
+    result: _builtins.bytes
+    """Optional result bytes, kept on the completed job for GetJob (up to the server's result
+    limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+    """
     def __init__(
         self,
         *,
         queue: _builtins.str = ...,
         job_id: _builtins.str = ...,
         lease_token: _builtins.str = ...,
+        result: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_token", b"lease_token", "queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_token", b"lease_token", "queue", b"queue", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -203,6 +209,7 @@ class FailRequest(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
     PAUSE_QUEUE_FIELD_NUMBER: _builtins.int
+    PAUSE_GROUP_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """The job's queue."""
     job_id: _builtins.str
@@ -214,6 +221,10 @@ class FailRequest(_message.Message):
     pause_queue: _builtins.bool
     """With RATE_LIMITED: the whole queue leases nothing for retry_after, on every replica
     (the downstream's limit is the queue's, like BullMQ's queue-wide rate limit after a 429).
+    """
+    pause_group: _builtins.bool
+    """With RATE_LIMITED: the job's group leases nothing for retry_after, on every replica
+    (the downstream's limit is the tenant's); the rest of the queue goes on.
     """
     @_builtins.property
     def error(self) -> Global___JobError:
@@ -235,10 +246,11 @@ class FailRequest(_message.Message):
         error: Global___JobError | None = ...,
         retry_after: _duration_pb2.Duration | None = ...,
         pause_queue: _builtins.bool = ...,
+        pause_group: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["disposition", b"disposition", "error", b"error", "job_id", b"job_id", "lease_token", b"lease_token", "pause_queue", b"pause_queue", "queue", b"queue", "retry_after", b"retry_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disposition", b"disposition", "error", b"error", "job_id", b"job_id", "lease_token", b"lease_token", "pause_group", b"pause_group", "pause_queue", b"pause_queue", "queue", b"queue", "retry_after", b"retry_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -337,6 +349,79 @@ class ExtendLeaseResponse(_message.Message):
 Global___ExtendLeaseResponse: _TypeAlias = ExtendLeaseResponse  # noqa: Y015
 
 @_typing.final
+class ReportProgressRequest(_message.Message):
+    """Saves progress and/or a checkpoint of a leased job, fenced by its lease token."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The job's queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    lease_token: _builtins.str
+    """The lease token from the Lease."""
+    progress: _builtins.int
+    """Percent done, 0 to 100; unset keeps the last value."""
+    message: _builtins.str
+    """A short message shown with the progress (up to 256 bytes); unset keeps the last one."""
+    checkpoint: _builtins.bytes
+    """Bytes the next attempt receives in its Lease (job.checkpoint), up to the server's
+    checkpoint limit (64 KiB by default: longer is RESOURCE_EXHAUSTED, nothing saved);
+    unset keeps the last checkpoint, empty clears it.
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+        progress: _builtins.int | None = ...,
+        message: _builtins.str | None = ...,
+        checkpoint: _builtins.bytes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "_message", b"_message", "_progress", b"_progress", "checkpoint", b"checkpoint", "message", b"message", "progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "_message", b"_message", "_progress", b"_progress", "checkpoint", b"checkpoint", "job_id", b"job_id", "lease_token", b"lease_token", "message", b"message", "progress", b"progress", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__checkpoint: _TypeAlias = _typing.Literal["checkpoint"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint"]  # noqa: Y015
+    _WhichOneofReturnType__message: _TypeAlias = _typing.Literal["message"]  # noqa: Y015
+    _WhichOneofArgType__message: _TypeAlias = _typing.Literal["_message", b"_message"]  # noqa: Y015
+    _WhichOneofReturnType__progress: _TypeAlias = _typing.Literal["progress"]  # noqa: Y015
+    _WhichOneofArgType__progress: _TypeAlias = _typing.Literal["_progress", b"_progress"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint) -> _WhichOneofReturnType__checkpoint | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__message) -> _WhichOneofReturnType__message | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__progress) -> _WhichOneofReturnType__progress | None: ...
+
+Global___ReportProgressRequest: _TypeAlias = ReportProgressRequest  # noqa: Y015
+
+@_typing.final
+class ReportProgressResponse(_message.Message):
+    """Response of ReportProgress."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportProgressResponse: _TypeAlias = ReportProgressResponse  # noqa: Y015
+
+@_typing.final
 class SubscribeRequest(_message.Message):
     """A message from the worker on a Subscribe stream."""
 
@@ -348,6 +433,7 @@ class SubscribeRequest(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     GRANT_CREDITS_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___OpenStream:
         """Must come first, once."""
@@ -372,6 +458,10 @@ class SubscribeRequest(_message.Message):
     def drain(self) -> Global___DrainStream:
         """No more leases on this stream."""
 
+    @_builtins.property
+    def progress(self) -> Global___ReportProgressRequest:
+        """Saves progress and/or a checkpoint; the server answers with a ProgressSaved."""
+
     def __init__(
         self,
         *,
@@ -381,12 +471,13 @@ class SubscribeRequest(_message.Message):
         heartbeat: Global___Heartbeat | None = ...,
         grant_credits: Global___GrantCredits | None = ...,
         drain: Global___DrainStream | None = ...,
+        progress: Global___ReportProgressRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "fail", b"fail", "grant_credits", b"grant_credits", "heartbeat", b"heartbeat", "message", b"message", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "fail", b"fail", "grant_credits", b"grant_credits", "heartbeat", b"heartbeat", "message", b"message", "open", b"open", "progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "fail", b"fail", "grant_credits", b"grant_credits", "heartbeat", b"heartbeat", "message", b"message", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "fail", b"fail", "grant_credits", b"grant_credits", "heartbeat", b"heartbeat", "message", b"message", "open", b"open", "progress", b"progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["open", "ack", "fail", "heartbeat", "grant_credits", "drain"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["open", "ack", "fail", "heartbeat", "grant_credits", "drain", "progress"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
@@ -481,6 +572,90 @@ class Settled(_message.Message):
 Global___Settled: _TypeAlias = Settled  # noqa: Y015
 
 @_typing.final
+class CancelLease(_message.Message):
+    """The job held under this lease was cancelled (CancelJob or CancelJobs): stop working on it
+    and settle it. A Fail (any disposition) ends it as CANCELLED, never retried; an Ack says it
+    finished anyway and ends it as COMPLETED. The lease stays valid until revoke_time; then
+    it is revoked, the job is CANCELLED and a late Ack or Fail gets FAILED_PRECONDITION.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REVOKE_TIME_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The job's queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    lease_token: _builtins.str
+    """The lease token of the lease being cancelled."""
+    reason: _builtins.str
+    """The reason given with the cancel."""
+    @_builtins.property
+    def revoke_time(self) -> _timestamp_pb2.Timestamp:
+        """When the lease is revoked if the worker has not settled the job (now + the queue's
+        cancel_grace).
+        """
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        revoke_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["revoke_time", b"revoke_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_token", b"lease_token", "queue", b"queue", "reason", b"reason", "revoke_time", b"revoke_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelLease: _TypeAlias = CancelLease  # noqa: Y015
+
+@_typing.final
+class ProgressSaved(_message.Message):
+    """The outcome of a ReportProgressRequest sent on the stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """The job's queue."""
+    job_id: _builtins.str
+    """The job's id."""
+    lease_token: _builtins.str
+    """The lease token that was presented."""
+    code: _builtins.int
+    """A google.rpc.Code value: 0 (OK), 9 (FAILED_PRECONDITION: lease lost), 3, 8..."""
+    message: _builtins.str
+    """Why it was refused, when code is not 0."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "job_id", b"job_id", "lease_token", b"lease_token", "message", b"message", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProgressSaved: _TypeAlias = ProgressSaved  # noqa: Y015
+
+@_typing.final
 class Draining(_message.Message):
     """The server is shutting down: no more leases on this stream; finish what you hold."""
 
@@ -513,6 +688,8 @@ class SubscribeResponse(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     SETTLED_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    PROGRESS_SAVED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def lease(self) -> Global___Lease:
         """A leased job."""
@@ -525,18 +702,28 @@ class SubscribeResponse(_message.Message):
     def draining(self) -> Global___Draining:
         """The server is shutting down."""
 
+    @_builtins.property
+    def cancel(self) -> Global___CancelLease:
+        """A job this stream holds was cancelled."""
+
+    @_builtins.property
+    def progress_saved(self) -> Global___ProgressSaved:
+        """The outcome of a progress report on this stream."""
+
     def __init__(
         self,
         *,
         lease: Global___Lease | None = ...,
         settled: Global___Settled | None = ...,
         draining: Global___Draining | None = ...,
+        cancel: Global___CancelLease | None = ...,
+        progress_saved: Global___ProgressSaved | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "lease", b"lease", "message", b"message", "settled", b"settled"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "draining", b"draining", "lease", b"lease", "message", b"message", "progress_saved", b"progress_saved", "settled", b"settled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "lease", b"lease", "message", b"message", "settled", b"settled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "draining", b"draining", "lease", b"lease", "message", b"message", "progress_saved", b"progress_saved", "settled", b"settled"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["lease", "settled", "draining"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["lease", "settled", "draining", "cancel", "progress_saved"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 

@@ -55,6 +55,11 @@ class WorkerServiceStub:
                 request_serializer=jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseRequest.SerializeToString,
                 response_deserializer=jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseResponse.FromString,
                 _registered_method=True)
+        self.ReportProgress = channel.unary_unary(
+                '/jobwire.v1.WorkerService/ReportProgress',
+                request_serializer=jobwire_dot_v1_dot_worker__service__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=jobwire_dot_v1_dot_worker__service__pb2.ReportProgressResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -90,6 +95,14 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportProgress(self, request, context):
+        """Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+        token like Ack (FAILED_PRECONDITION when the lease is lost).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +125,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ExtendLease,
                     request_deserializer=jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseRequest.FromString,
                     response_serializer=jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseResponse.SerializeToString,
+            ),
+            'ReportProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportProgress,
+                    request_deserializer=jobwire_dot_v1_dot_worker__service__pb2.ReportProgressRequest.FromString,
+                    response_serializer=jobwire_dot_v1_dot_worker__service__pb2.ReportProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +241,33 @@ class WorkerService:
             '/jobwire.v1.WorkerService/ExtendLease',
             jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseRequest.SerializeToString,
             jobwire_dot_v1_dot_worker__service__pb2.ExtendLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobwire.v1.WorkerService/ReportProgress',
+            jobwire_dot_v1_dot_worker__service__pb2.ReportProgressRequest.SerializeToString,
+            jobwire_dot_v1_dot_worker__service__pb2.ReportProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,10 @@ class WorkerServiceStub:
     """Fails a leased job outside a stream."""
     ExtendLease: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.ExtendLeaseRequest, _worker_service_pb2.ExtendLeaseResponse]
     """Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token."""
+    ReportProgress: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.ReportProgressRequest, _worker_service_pb2.ReportProgressResponse]
+    """Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+    token like Ack (FAILED_PRECONDITION when the lease is lost).
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -59,6 +63,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Fails a leased job outside a stream."""
     ExtendLease: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.ExtendLeaseRequest, _worker_service_pb2.ExtendLeaseResponse]  # type: ignore[assignment]
     """Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token."""
+    ReportProgress: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.ReportProgressRequest, _worker_service_pb2.ReportProgressResponse]  # type: ignore[assignment]
+    """Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+    token like Ack (FAILED_PRECONDITION when the lease is lost).
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Workers receive leased jobs and settle them."""
@@ -96,5 +104,15 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_service_pb2.ExtendLeaseResponse, _abc.Awaitable[_worker_service_pb2.ExtendLeaseResponse]]:
         """Pushes a lease's deadline out, e.g. after reconnecting, by presenting its lease token."""
+
+    @_abc_1.abstractmethod
+    def ReportProgress(
+        self,
+        request: _worker_service_pb2.ReportProgressRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_service_pb2.ReportProgressResponse, _abc.Awaitable[_worker_service_pb2.ReportProgressResponse]]:
+        """Saves a leased job's progress and/or checkpoint outside a stream, fenced by the lease
+        token like Ack (FAILED_PRECONDITION when the lease is lost).
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
