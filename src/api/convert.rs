@@ -195,6 +195,10 @@ pub(crate) fn new_job(
             .map(|b| backoff(&f("backoff"), b))
             .transpose()?,
         timeout_ms,
+        // i16: validated by the groups work (group_key) and the expiry work (expire_time,
+        // ttl).
+        group_key: String::new(),
+        expire_ms: 0,
     })
 }
 
@@ -302,10 +306,10 @@ fn dead_reason_from_pb(r: pb::DeadReason) -> DeadReason {
         pb::DeadReason::NoRetry => DeadReason::NoRetry,
         pb::DeadReason::LeaseExpired => DeadReason::LeaseExpired,
         pb::DeadReason::TimedOut => DeadReason::TimedOut,
-        // i16: DeadReason::Expired (the expiry work adds it).
-        pb::DeadReason::Expired
-        | pb::DeadReason::AttemptsExhausted
-        | pb::DeadReason::Unspecified => DeadReason::AttemptsExhausted,
+        pb::DeadReason::Expired => DeadReason::Expired,
+        pb::DeadReason::AttemptsExhausted | pb::DeadReason::Unspecified => {
+            DeadReason::AttemptsExhausted
+        }
     }
 }
 
@@ -316,6 +320,7 @@ pub(crate) fn dead_reason_pb(r: Option<DeadReason>) -> pb::DeadReason {
         Some(DeadReason::AttemptsExhausted) => pb::DeadReason::AttemptsExhausted,
         Some(DeadReason::LeaseExpired) => pb::DeadReason::LeaseExpired,
         Some(DeadReason::TimedOut) => pb::DeadReason::TimedOut,
+        Some(DeadReason::Expired) => pb::DeadReason::Expired,
     }
 }
 
@@ -326,6 +331,8 @@ pub(crate) fn state_pb(s: JobState) -> pb::JobState {
         JobState::Active => pb::JobState::Active,
         JobState::Completed => pb::JobState::Completed,
         JobState::Dead => pb::JobState::Dead,
+        JobState::Cancelled => pb::JobState::Cancelled,
+        JobState::Expired => pb::JobState::Expired,
     }
 }
 
@@ -458,13 +465,13 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         idempotency_key: j.idempotency_key,
         replays: j.replays,
         // i16: filled by the groups, cancel/expiry and progress work.
-        group_key: String::new(),
-        expire_time: None,
+        group_key: j.group_key,
+        expire_time: timestamp(j.expire_ms),
         progress: 0,
         progress_message: String::new(),
         checkpoint: Vec::new(),
         result: Vec::new(),
-        cancel_time: None,
+        cancel_time: timestamp(j.cancel_ms),
         cancel_reason: String::new(),
         lease_deadline: None,
         worker_id: String::new(),

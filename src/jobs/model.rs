@@ -20,6 +20,10 @@ pub enum JobState {
     Completed,
     /// In the dead-letter queue.
     Dead,
+    /// Cancelled (CancelJob) before it finished: terminal, kept per the completed retention.
+    Cancelled,
+    /// Not started before its expire time: terminal, kept per the completed retention.
+    Expired,
 }
 
 impl JobState {
@@ -31,6 +35,8 @@ impl JobState {
             JobState::Active => "active",
             JobState::Completed => "completed",
             JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+            JobState::Expired => "expired",
         }
     }
 
@@ -42,6 +48,8 @@ impl JobState {
             "active" => JobState::Active,
             "completed" => JobState::Completed,
             "dead" => JobState::Dead,
+            "cancelled" => JobState::Cancelled,
+            "expired" => JobState::Expired,
             _ => return None,
         })
     }
@@ -148,6 +156,8 @@ pub enum DeadReason {
     LeaseExpired,
     /// The last attempt ran past the job's timeout.
     TimedOut,
+    /// Not started before its expire time, on a queue that dead-letters expired jobs.
+    Expired,
 }
 
 impl DeadReason {
@@ -158,6 +168,7 @@ impl DeadReason {
             DeadReason::AttemptsExhausted => "ATTEMPTS_EXHAUSTED",
             DeadReason::LeaseExpired => "LEASE_EXPIRED",
             DeadReason::TimedOut => "TIMED_OUT",
+            DeadReason::Expired => "EXPIRED",
         }
     }
 
@@ -168,6 +179,7 @@ impl DeadReason {
             "ATTEMPTS_EXHAUSTED" => DeadReason::AttemptsExhausted,
             "LEASE_EXPIRED" => DeadReason::LeaseExpired,
             "TIMED_OUT" => DeadReason::TimedOut,
+            "EXPIRED" => DeadReason::Expired,
             _ => return None,
         })
     }
@@ -227,6 +239,10 @@ pub struct NewJob {
     pub backoff: Option<Backoff>,
     /// Per-attempt timeout, ms (0 = none); `None`: the queue's default.
     pub timeout_ms: Option<u64>,
+    /// Its group key, 0-128 bytes; "" = the queue's default group.
+    pub group_key: String,
+    /// When it expires unless started by then, ms since the epoch; 0 = never.
+    pub expire_ms: u64,
 }
 
 /// A stored job.
@@ -276,6 +292,13 @@ pub struct Job {
     pub idempotency_key: String,
     /// Times replayed from the dead-letter queue.
     pub replays: u32,
+    /// Its group key; "" = the queue's default group.
+    pub group_key: String,
+    /// When it expires unless started by then, ms; 0 = never.
+    pub expire_ms: u64,
+    /// When a cancel was requested, ms; 0 = never (an ACTIVE job with it set has a cancel
+    /// pending: its holder was told).
+    pub cancel_ms: u64,
 }
 
 /// A job leased to a worker: deliver it with its token and deadline.

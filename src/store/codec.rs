@@ -70,8 +70,12 @@ mod h {
     pub const RP: usize = 14;
     pub const DR: usize = 15;
     pub const ERR: usize = 16;
-    /// Values a header has.
-    pub const LEN: usize = 17;
+    pub const GRP: usize = 17;
+    pub const XA: usize = 18;
+    pub const CX: usize = 19;
+    /// Values a header has (a header written before issue 16 has the first 17: the
+    /// decoder stops at the body, the one array of a record).
+    pub const LEN: usize = 20;
 }
 
 /// The body of a job record: the MessagePack array [payload (bin), content type (str),
@@ -119,13 +123,17 @@ pub(crate) fn job_from_record(
             .map_err(|e| StoreError::Decode(format!("job record {id:?}: {e}")))
     };
     let mut hv = Vec::with_capacity(h::LEN);
-    for _ in 0..h::LEN {
-        hv.push(read(&mut rest)?);
-    }
-    let body = match read(&mut rest)? {
-        rmpv::Value::Array(items) if items.len() == 3 => items,
-        _ => return Err(StoreError::Decode(format!("job record {id:?}: bad body"))),
+    let body = loop {
+        match read(&mut rest)? {
+            rmpv::Value::Array(items) if items.len() == 3 => break items,
+            _ if hv.len() == h::LEN => {
+                return Err(StoreError::Decode(format!("job record {id:?}: bad body")))
+            }
+            v => hv.push(v),
+        }
     };
+    // A header of an older layout lacks the newest values: they read as unset.
+    hv.resize(h::LEN, rmpv::Value::Nil);
     let mut take = |i: usize| std::mem::replace(&mut hv[i], rmpv::Value::Nil);
     let n = |v: rmpv::Value| number(&v);
     let state_text = text_of(take(h::ST))?;
@@ -173,6 +181,9 @@ pub(crate) fn job_from_record(
         lease_ms: n(take(h::LT)) as u64,
         finish_ms: n(take(h::FT)) as u64,
         replays: n(take(h::RP)) as u32,
+        group_key: text_of(take(h::GRP))?,
+        expire_ms: n(take(h::XA)) as u64,
+        cancel_ms: n(take(h::CX)) as u64,
     })
 }
 

@@ -61,7 +61,7 @@ impl Store {
         jobs: &[NewJob],
         default_max_attempts: u32,
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 8);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 10);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
         for j in jobs {
@@ -90,6 +90,8 @@ impl Store {
                     .map(|t| t.to_string())
                     .unwrap_or_default()
                     .into_bytes(),
+                j.group_key.clone().into_bytes(),
+                j.expire_ms.to_string().into_bytes(),
             ]);
         }
         if jobs.iter().any(|j| j.delay_ms > 0) {
@@ -184,5 +186,8 @@ fn created_job(
         finish_ms: 0,
         idempotency_key: super::codec::idempotency_key(&j.queue, &j.id, now),
         replays: 0,
+        group_key: j.group_key.clone(),
+        expire_ms: j.expire_ms,
+        cancel_ms: 0,
     }
 }

@@ -52,7 +52,7 @@ pub(crate) fn wake_arg(wake: &str, sharded: bool) -> String {
 
 /// The names of a queue's keys after `jw:{queue}:`, in the order every script takes them
 /// (`scripts/common.lua` documents each).
-const KEY_NAMES: [&str; 15] = [
+const KEY_NAMES: [&str; KEY_COUNT] = [
     "waiting",
     "delayed",
     "active",
@@ -68,14 +68,21 @@ const KEY_NAMES: [&str; 15] = [
     "bodies",
     "errors",
     "prio",
+    "cancelled",
+    "expired",
+    "expiry",
+    "data",
 ];
 
-/// The fifteen keys every queue script takes, in the order `scripts/common.lua` documents
-/// (indexes into `all`: 0 waiting list, 1 delayed, 2 active, 3 completed, 4 dead, 5 meta,
-/// 6 jobs, ..., 14 prio).
+/// How many keys every queue script takes.
+pub(crate) const KEY_COUNT: usize = 19;
+
+/// The [`KEY_COUNT`] keys every queue script takes, in the order `scripts/common.lua`
+/// documents (indexes into `all`: 0 waiting list, 1 delayed, 2 active, 3 completed, 4 dead,
+/// 5 meta, 6 jobs, ..., 14 prio, 15 cancelled, 16 expired, 17 expiry, 18 data).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) all: [String; 15],
+    pub(crate) all: [String; KEY_COUNT],
     pub(crate) wake: String,
 }
 

@@ -35,6 +35,8 @@ async fn counters_start_at_zero_for_a_known_queue_and_replays_are_counted() {
         max_attempts: Some(1),
         backoff: None,
         timeout_ms: None,
+        group_key: String::new(),
+        expire_ms: 0,
     };
     store.enqueue(&q, &[job], 1).await.expect("enqueue");
 

@@ -177,6 +177,8 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 max_attempts: Some(max),
                 backoff: None,
                 timeout_ms: None,
+                group_key: String::new(),
+                expire_ms: 0,
             };
             let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
             assert_eq!(out[0].created, !m.jobs.contains_key(&id), "dedupe of {id}");

@@ -1,6 +1,6 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time).
 --
--- KEYS, the same fifteen for every queue script, all under one hash tag {queue} (so one
+-- KEYS, the same nineteen for every queue script, all under one hash tag {queue} (so one
 -- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
 -- it on the queue's node (src/store/keys.rs builds the list; tests/it/declared_keys.rs
 -- checks every command each script runs against it).
@@ -39,6 +39,15 @@
 --                      priority-0 jobs sort between those above and below 0
 --                      (score ZERO_SCORE): a lease takes priority > 0, then the list, then
 --                      priority < 0.
+--  16 cancelled  zset  id -> finish time (ms): the CANCELLED jobs, kept by the completed
+--                      retention (keep_completed, completed_age_ms) like 4
+--  17 expired    zset  id -> finish time (ms): the EXPIRED jobs, kept the same way
+--  18 expiry     zset  id -> expire time (ms): the WAITING and DELAYED jobs that have one,
+--                      so the reaper finds those due without walking the queue
+--  19 data       hash  what a job carries beside its header, one field per kind and job,
+--                      `<kind>:<id>`: 'p' progress (MessagePack [percent, message, ms]),
+--                      'c' checkpoint (bytes), 'r' result (bytes), 'x' cancel reason
+--                      (text); absent when the job has none. Deleting a job deletes them.
 -- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command
 -- and the channel, separated by one space. On one Redis (or behind Sentinel) it is
 -- 'PUBLISH jw:wake:<queue>'; on a Redis Cluster 'SPUBLISH jw:{<queue>}:wake': sharded
@@ -54,7 +63,10 @@
 --     decoding the rest; then max attempts, priority, backoff "kind,delay_ms,jitter,max_ms"
 --     ('' none), create ms, ready ms, finish ms, replays, dead reason, the last attempt
 --     error (a JSON array of at most one error, its details cut to LAST_DETAILS_BYTES; ''
---     none: see the history below); unset strings are '' and unset numbers 0.
+--     none: see the history below), the group key ('' the queue's default group), the
+--     expire time ms (0 never), the time a cancel was requested ms (0 never); unset
+--     strings are '' and unset numbers 0. A header written before the last three existed
+--     has 17 values: split_header fills in the missing ones as unset.
 --   The body: the array [payload, content type, metadata JSON], written by the server at
 --     enqueue and never rewritten: state changes write the header only, and only the
 --     scripts that return a job to the server (lease, a taken id at enqueue, list_dead,
@@ -91,6 +103,7 @@ local K_JOBS = KEYS[7]
 local K_LIMITER = KEYS[8]
 local K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local K_BODIES, K_ERRORS, K_PRIO = KEYS[13], KEYS[14], KEYS[15]
+local K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local WAKE_CMD, WAKE = string.match(ARGV[1], '^(%u+) (.+)$')
 local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 
@@ -132,7 +145,8 @@ end
 
 local ST, ATT, TO, NAME, LT, TOK, WK, AD, MAX, PRI, BO, C0, RT, FT, RP, DR, ERR =
   2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
-local HEADER_VALUES, LEASE_VALUES = 17, 8
+local GRP, XA, CX = 19, 20, 21
+local HEADER_VALUES, LEASE_VALUES = 20, 8
 
 -- A whole number as an exact decimal string: Lua's own number-to-string keeps only 14
 -- significant digits, too few for scores past 10^14.
@@ -155,7 +169,9 @@ end
 
 -- A header (string) decoded into a table (see above).
 local function split_header(hdr)
-  return { cmsgpack.unpack_limit(hdr, HEADER_VALUES, 0) }
+  local h = { cmsgpack.unpack_limit(hdr, HEADER_VALUES, 0) }
+  if h[GRP] == nil then h[GRP], h[XA], h[CX] = '', 0, 0 end
+  return h
 end
 
 -- The job's header as a table, or nil when the job does not exist.
@@ -166,7 +182,7 @@ local function load_job(id)
 end
 
 local function save_job(id, h)
-  redis.call('HSET', K_JOBS, id, cmsgpack.pack(unpack(h, ST, ERR)))
+  redis.call('HSET', K_JOBS, id, cmsgpack.pack(unpack(h, ST, CX)))
 end
 
 -- The lease part of a header, decoded without building its table:
@@ -336,13 +352,22 @@ local function read_history(id)
   return out
 end
 
--- Deletes the jobs of a list of ids (header, body, error history), a few commands per
--- chunk of 500.
+-- Deletes the jobs of a list of ids (header, body, error history, data fields, expiry
+-- entry), a few commands per chunk of 500.
 local function delete_jobs(ids)
   for i = 1, #ids, 500 do
     local chunk = { unpack(ids, i, math.min(i + 499, #ids)) }
     redis.call('HDEL', K_JOBS, unpack(chunk))
     redis.call('HDEL', K_BODIES, unpack(chunk))
+    redis.call('ZREM', K_EXPIRY, unpack(chunk))
+    local data = {}
+    for _, id in ipairs(chunk) do
+      data[#data + 1] = 'p:' .. id
+      data[#data + 1] = 'c:' .. id
+      data[#data + 1] = 'r:' .. id
+      data[#data + 1] = 'x:' .. id
+    end
+    redis.call('HDEL', K_DATA, unpack(data))
     local states = {}
     for j, id in ipairs(chunk) do states[j] = 's:' .. id end
     local v = redis.call('HMGET', K_ERRORS, unpack(states))

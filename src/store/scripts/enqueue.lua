@@ -1,9 +1,9 @@
 -- enqueue.lua: creates jobs in waiting (or delayed), or reports the existing job for an id
 -- that is taken (the id is the dedupe key: nothing about the existing job changes). Options a
 -- job leaves unset ('') take the queue's defaults (meta d_max, d_bo, d_to), then the server's.
--- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 8 per job: id, name,
+-- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 10 per job: id, name,
 --       body (the record body, see common.lua), delay ms, priority, max attempts, backoff,
---       timeout ms.
+--       timeout ms, group key ('' none), expire ms (0 never).
 -- Reply: { now ms, default max attempts, default backoff, default timeout ms (the queue's,
 --          else the server's: what a created job left unset took), then per job 'C'
 --          (created) or the existing job's record (the id was taken) }; only for the first
@@ -17,7 +17,7 @@ local out = { now, d_max, d_bo, d_to }
 -- Ready ids by priority level, pushed once per level after the loop (keeps their order).
 local ready, levels = {}, {}
 for j = 0, n - 1 do
-  local b = 4 + j * 8
+  local b = 4 + j * 10
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
   spent = spent + #ARGV[b + 2]
@@ -28,7 +28,8 @@ for j = 0, n - 1 do
   local st, rt = 'waiting', now
   if delay > 0 then st, rt = 'delayed', now + delay end
   -- The header values in common.lua's order; the body beside it.
-  local hdr = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '')
+  local grp, xa = ARGV[b + 8], tonumber(ARGV[b + 9])
+  local hdr = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '', grp, xa, 0)
   if redis.call('HSETNX', K_JOBS, id, hdr) == 1 then
     redis.call('HSET', K_BODIES, id, ARGV[b + 2])
     if delay > 0 then
