@@ -28,6 +28,10 @@ pub enum State {
     Completed,
     /// Dead, by death time.
     Dead,
+    /// Cancelled (kept by the completed retention), by finish time.
+    Cancelled,
+    /// Expired before they started (kept by the completed retention), by finish time.
+    Expired,
 }
 
 /// `jobwire jobs list`.
@@ -103,6 +107,8 @@ where
         State::Active => pb::JobState::Active,
         State::Completed => pb::JobState::Completed,
         State::Dead => pb::JobState::Dead,
+        State::Cancelled => pb::JobState::Cancelled,
+        State::Expired => pb::JobState::Expired,
     };
     let mut jobs = Vec::new();
     let mut token = l.page_token;
@@ -138,6 +144,7 @@ fn table(l: &JobList) -> String {
         State::Active => (When::Leased, "LEASED"),
         State::Completed => (When::Finished, "FINISHED"),
         State::Dead => (When::Finished, "DIED"),
+        State::Cancelled | State::Expired => (When::Finished, "FINISHED"),
     };
     let mut t = Table::new(&[
         "JOB_ID",

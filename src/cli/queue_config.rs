@@ -260,6 +260,19 @@ pub(super) fn config_rows(c: &QueueConfigView) -> Vec<(&'static str, String)> {
             },
         ),
         ("max_active", dash(c.max_active)),
+        ("group_max_active", dash(c.group_max_active)),
+        (
+            "group_rate_limit",
+            match &c.group_rate_limit {
+                None => "-".into(),
+                Some(r) => format!("{} per {} per group", r.max, dur(r.period)),
+            },
+        ),
+        ("cancel_grace", dur(c.cancel_grace)),
+        (
+            "dead_letter_expired",
+            if c.dead_letter_expired { "yes" } else { "no" }.into(),
+        ),
     ]
 }
 

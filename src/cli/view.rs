@@ -21,7 +21,7 @@ pub struct JobView {
     pub queue: String,
     pub job_id: String,
     pub name: String,
-    /// `waiting`, `delayed`, `active`, `completed`, `dead`.
+    /// `waiting`, `delayed`, `active`, `completed`, `dead`, `cancelled`, `expired`.
     pub state: String,
     /// `utf8` (payload is the text) or `base64`.
     pub payload_encoding: &'static str,
@@ -35,7 +35,8 @@ pub struct JobView {
     pub backoff: Option<BackoffView>,
     /// Seconds.
     pub timeout: Option<f64>,
-    /// `no_retry`, `attempts_exhausted`, `lease_expired`, `timed_out`; null unless dead.
+    /// `no_retry`, `attempts_exhausted`, `lease_expired`, `timed_out`, `expired`; null
+    /// unless dead.
     pub dead_reason: Option<String>,
     pub errors: Vec<AttemptErrorView>,
     pub errors_dropped: u64,
@@ -44,6 +45,36 @@ pub struct JobView {
     pub lease_time: Option<String>,
     pub finish_time: Option<String>,
     pub idempotency_key: String,
+    /// "" for the queue's default group.
+    pub group_key: String,
+    pub expire_time: Option<String>,
+    pub cancel_time: Option<String>,
+    pub cancel_reason: String,
+    /// 0-100.
+    pub progress: u32,
+    pub progress_message: String,
+    pub progress_time: Option<String>,
+    /// `utf8` or `base64`, as the payload.
+    pub checkpoint_encoding: &'static str,
+    pub checkpoint: String,
+    /// `utf8` or `base64`, as the payload.
+    pub result_encoding: &'static str,
+    pub result: String,
+    /// ACTIVE only.
+    pub lease_deadline: Option<String>,
+    /// ACTIVE only: the worker holding the lease.
+    pub worker_id: String,
+}
+
+/// Bytes as text when they are UTF-8 (`utf8`), else base64 (`base64`).
+fn text_or_base64(b: &[u8]) -> (&'static str, String) {
+    match std::str::from_utf8(b) {
+        Ok(s) => ("utf8", s.to_owned()),
+        Err(_) => (
+            "base64",
+            base64::engine::general_purpose::STANDARD.encode(b),
+        ),
+    }
 }
 
 /// One failed attempt.
@@ -82,6 +113,10 @@ pub struct QueueStatsView {
     pub active: u64,
     pub completed: u64,
     pub dead: u64,
+    pub cancelled: u64,
+    pub expired: u64,
+    /// Groups with waiting jobs.
+    pub groups_waiting: u64,
     /// Seconds.
     pub oldest_waiting_age: f64,
     /// Seconds.
@@ -101,6 +136,11 @@ pub struct QueueConfigView {
     pub retention: Option<RetentionView>,
     pub rate_limit: Option<RateLimitView>,
     pub max_active: Option<u32>,
+    pub group_max_active: Option<u32>,
+    pub group_rate_limit: Option<RateLimitView>,
+    /// Seconds.
+    pub cancel_grace: Option<f64>,
+    pub dead_letter_expired: bool,
 }
 
 /// Retention of finished jobs.
@@ -244,13 +284,9 @@ impl From<&pb::AttemptError> for AttemptErrorView {
 
 impl From<&pb::Job> for JobView {
     fn from(j: &pb::Job) -> JobView {
-        let (payload_encoding, payload) = match std::str::from_utf8(&j.payload) {
-            Ok(s) => ("utf8", s.to_owned()),
-            Err(_) => (
-                "base64",
-                base64::engine::general_purpose::STANDARD.encode(&j.payload),
-            ),
-        };
+        let (payload_encoding, payload) = text_or_base64(&j.payload);
+        let (checkpoint_encoding, checkpoint) = text_or_base64(&j.checkpoint);
+        let (result_encoding, result) = text_or_base64(&j.result);
         JobView {
             queue: j.queue.clone(),
             job_id: j.job_id.clone(),
@@ -278,6 +314,19 @@ impl From<&pb::Job> for JobView {
             lease_time: rfc3339(j.lease_time.as_ref()),
             finish_time: rfc3339(j.finish_time.as_ref()),
             idempotency_key: j.idempotency_key.clone(),
+            group_key: j.group_key.clone(),
+            expire_time: rfc3339(j.expire_time.as_ref()),
+            cancel_time: rfc3339(j.cancel_time.as_ref()),
+            cancel_reason: j.cancel_reason.clone(),
+            progress: j.progress,
+            progress_message: j.progress_message.clone(),
+            progress_time: rfc3339(j.progress_time.as_ref()),
+            checkpoint_encoding,
+            checkpoint,
+            result_encoding,
+            result,
+            lease_deadline: rfc3339(j.lease_deadline.as_ref()),
+            worker_id: j.worker_id.clone(),
         }
     }
 }
@@ -299,6 +348,13 @@ impl From<&pb::QueueConfig> for QueueConfigView {
                 period: seconds(r.period.as_ref()),
             }),
             max_active: c.max_active,
+            group_max_active: c.group_max_active,
+            group_rate_limit: c.group_rate_limit.as_ref().map(|r| RateLimitView {
+                max: r.max,
+                period: seconds(r.period.as_ref()),
+            }),
+            cancel_grace: seconds(c.cancel_grace.as_ref()),
+            dead_letter_expired: c.dead_letter_expired,
         }
     }
 }
@@ -312,6 +368,9 @@ impl From<&pb::QueueStats> for QueueStatsView {
             active: s.active,
             completed: s.completed,
             dead: s.dead,
+            cancelled: s.cancelled,
+            expired: s.expired,
+            groups_waiting: s.groups_waiting,
             oldest_waiting_age: seconds(s.oldest_waiting_age.as_ref()).unwrap_or(0.0),
             oldest_dead_age: seconds(s.oldest_dead_age.as_ref()).unwrap_or(0.0),
             paused: s.paused,

@@ -154,7 +154,7 @@ pub fn oldest_waiting(waiting: u64, age: Option<&prost_types::Duration>) -> Stri
     }
 }
 
-/// A job state's short name: waiting, delayed, active, completed, dead.
+/// A job state's short name: waiting, delayed, active, completed, dead, cancelled, expired.
 pub fn state_name(state: i32) -> &'static str {
     match pb::JobState::try_from(state) {
         Ok(pb::JobState::Waiting) => "waiting",
@@ -162,6 +162,8 @@ pub fn state_name(state: i32) -> &'static str {
         Ok(pb::JobState::Active) => "active",
         Ok(pb::JobState::Completed) => "completed",
         Ok(pb::JobState::Dead) => "dead",
+        Ok(pb::JobState::Cancelled) => "cancelled",
+        Ok(pb::JobState::Expired) => "expired",
         _ => "unknown",
     }
 }

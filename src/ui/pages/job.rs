@@ -43,6 +43,15 @@ pub async fn get(v: &Visitor, queue: &str, job_id: &str) -> Response {
         (errors(&job))
         h2 { "Payload" }
         (payload(&job.payload, &job.content_type))
+        @if !job.result.is_empty() {
+            h2 { "Result" }
+            (bytes_block("result", &job.result))
+        }
+        @if !job.checkpoint.is_empty() {
+            h2 { "Checkpoint" }
+            p.muted { "The next attempt receives it in its lease." }
+            (bytes_block("checkpoint", &job.checkpoint))
+        }
         h2 { "Metadata" }
         (metadata(&job.metadata))
     };
@@ -63,17 +72,38 @@ fn summary(job: &pb::Job) -> Markup {
             @if !reason_name(job.dead_reason).is_empty() {
                 dt { "Dead reason" } dd #dead-reason { (reason_name(job.dead_reason)) }
             }
+            @if job.cancel_time.is_some() {
+                dt { "Cancel requested" } dd #cancel-time { (ts(job.cancel_time.as_ref())) }
+                dt { "Cancel reason" } dd #cancel-reason { (or_none(job.cancel_reason.clone())) }
+            }
             dt { "Name" } dd #job-name { (job.name) }
+            dt { "Group" }
+            dd #job-group {
+                @if job.group_key.is_empty() { span.muted { "default" } } @else { code { (job.group_key) } }
+            }
             dt { "Attempts" } dd #attempts { (job.attempts_made) " of " (job.max_attempts) }
             dt { "Replays" } dd { (job.replays) }
             dt { "Priority" } dd { (job.priority) }
             dt { "Timeout" } dd #job-timeout { (or_none(dur(job.timeout.as_ref()))) }
             dt { "Created" } dd { (ts(job.create_time.as_ref())) }
             dt { "Ready" } dd { (ts(job.ready_time.as_ref())) }
+            @if job.expire_time.is_some() {
+                dt { "Expires" } dd #expire-time { (ts(job.expire_time.as_ref())) }
+            }
             dt { "Leased" } dd { (ts(job.lease_time.as_ref())) }
-            // GetJob does not say which worker holds the lease or until when.
             @if job.state == pb::JobState::Active as i32 {
                 dt { "Running for" } dd #running-for { (since(job.lease_time.as_ref())) }
+                dt { "Held by" } dd #lease-holder { (or_none(job.worker_id.clone())) }
+                dt { "Lease deadline" } dd #lease-deadline { (ts(job.lease_deadline.as_ref())) }
+            }
+            @if job.progress_time.is_some() {
+                dt { "Progress" }
+                dd #progress {
+                    progress max="100" value=(job.progress) { (job.progress) "%" }
+                    " " (job.progress) "%"
+                    @if !job.progress_message.is_empty() { " — " (job.progress_message) }
+                    " " span.muted { "(" (ts(job.progress_time.as_ref())) ")" }
+                }
             }
             dt { "Finished" } dd { (ts(job.finish_time.as_ref())) }
             dt { "Idempotency key" } dd { code { (job.idempotency_key) } }
@@ -204,6 +234,19 @@ fn payload(bytes: &[u8], content_type: &str) -> Markup {
                 " not shown."
             }
         }
+    }
+}
+
+/// Result or checkpoint bytes (`id` names the element), shown as the payload is.
+fn bytes_block(id: &str, bytes: &[u8]) -> Markup {
+    let (text, json, left) = payload_text(bytes);
+    html! {
+        p.muted {
+            (bytes.len()) " bytes"
+            @if json { ", JSON" } @else { ", not JSON: shown as hex" }
+        }
+        pre id=(id) data-format=(if json { "json" } else { "hex" }) { (text) }
+        @if left > 0 { p.note { "Capped: " (left) " more not shown." } }
     }
 }
 

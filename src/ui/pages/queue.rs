@@ -19,7 +19,15 @@ use crate::ui::visitor::{Form, Visitor};
 /// Jobs per page.
 const PAGE_SIZE: i32 = 50;
 /// The states a queue page lists.
-pub const STATES: [&str; 5] = ["waiting", "delayed", "active", "completed", "dead"];
+pub const STATES: [&str; 7] = [
+    "waiting",
+    "delayed",
+    "active",
+    "completed",
+    "dead",
+    "cancelled",
+    "expired",
+];
 
 /// One page of jobs and the token of the next.
 struct JobPage {
@@ -129,6 +137,8 @@ async fn list(v: &Visitor, queue: &str, s: &Search<'_>) -> Result<JobPage, Listi
         "delayed" => pb::JobState::Delayed,
         "active" => pb::JobState::Active,
         "completed" => pb::JobState::Completed,
+        "cancelled" => pb::JobState::Cancelled,
+        "expired" => pb::JobState::Expired,
         _ => pb::JobState::Dead,
     };
     let filter = pb::ListJobsFilter {
@@ -182,9 +192,14 @@ fn counts(s: &pb::QueueStats) -> Markup {
             li { a href=(link("active")) { "Active " strong { (s.active) } } }
             li { a href=(link("completed")) { "Completed " strong { (s.completed) } } }
             li { a href=(dead_url(&s.queue)) { "Dead " strong { (s.dead) } } }
+            li { a href=(link("cancelled")) { "Cancelled " strong #count-cancelled { (s.cancelled) } } }
+            li { a href=(link("expired")) { "Expired " strong #count-expired { (s.expired) } } }
             li { "Oldest waiting " strong #oldest-waiting {
                 (oldest_waiting(s.waiting, s.oldest_waiting_age.as_ref())) } }
             li { "Workers here " strong { (s.workers_connected) } }
+            @if s.groups_waiting > 0 {
+                li { "Groups waiting " strong #groups-waiting { (s.groups_waiting) } }
+            }
         }
     }
 }
@@ -220,7 +235,7 @@ fn jobs_table(queue: &str, s: &Search<'_>, page: &JobPage) -> Markup {
     html! {
         (scroll(html! { table #jobs data-state=(s.state) {
             thead { tr {
-                th { "Job id" } th { "Name" } th { "State" } th.num { "Attempts" }
+                th { "Job id" } th { "Name" } th { "Group" } th { "State" } th.num { "Attempts" }
                 th.num { "Priority" } th { "Created" } th { "Ready" } th { "Finished" }
                 th { "Last error" }
             } }
@@ -229,6 +244,7 @@ fn jobs_table(queue: &str, s: &Search<'_>, page: &JobPage) -> Markup {
                     tr data-job-id=(j.job_id) {
                         td { a href=(job_url(queue, &j.job_id)) { code { (j.job_id) } } }
                         td { (j.name) }
+                        td { @if j.group_key.is_empty() { span.muted { "—" } } @else { code { (j.group_key) } } }
                         td { (state_name(j.state)) " " (reason_name(j.dead_reason)) }
                         td.num { (j.attempts_made) "/" (j.max_attempts) }
                         td.num { (j.priority) }
@@ -286,6 +302,19 @@ fn config(c: Option<&pb::QueueConfig>) -> Markup {
             } }
             dt { "Max active" }
             dd { (c.max_active.map(|n| n.to_string()).unwrap_or_else(|| "no limit".into())) }
+            dt { "Group max active" }
+            dd #group-max-active {
+                (c.group_max_active.map(|n| n.to_string()).unwrap_or_else(|| "no limit".into()))
+            }
+            dt { "Group rate limit" }
+            dd #group-rate-limit { @match &c.group_rate_limit {
+                Some(rl) => { (rl.max) " starts per " (dur(rl.period.as_ref())) " per group" },
+                None => "none",
+            } }
+            dt { "Cancel grace" }
+            dd #cancel-grace { (or_none(dur(c.cancel_grace.as_ref()))) }
+            dt { "Expired jobs" }
+            dd { @if c.dead_letter_expired { "dead-lettered" } @else { "kept as expired" } }
         }
     }
 }
