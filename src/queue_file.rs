@@ -10,6 +10,8 @@
 //! default_timeout = "30s"
 //! rate_limit = { max = 50, period = "1s" }
 //! max_active = 10
+//! group_max_active = 2
+//! group_rate_limit = { max = 5, period = "1s" }
 //! retention = { keep_completed = 1000, keep_dead = 100000, dead_max_age = "30d" }
 //! ```
 
@@ -40,6 +42,8 @@ pub struct QueueEntry {
     default_timeout: Option<Duration>,
     rate_limit: Option<RateLimitEntry>,
     max_active: Option<u32>,
+    group_max_active: Option<u32>,
+    group_rate_limit: Option<RateLimitEntry>,
     retention: Option<RetentionEntry>,
 }
 
@@ -138,6 +142,11 @@ impl QueueFile {
                         period_ms: ms(rl.period),
                     }),
                     max_active: e.max_active,
+                    group_max_active: e.group_max_active,
+                    group_rate_limit: e.group_rate_limit.map(|rl| RateLimit {
+                        max: rl.max,
+                        period_ms: ms(rl.period),
+                    }),
                 };
                 if config.default_timeout_ms == Some(0) {
                     return Err(format!("{}: must be at least 1 ms", at("default_timeout")));

@@ -42,6 +42,26 @@ pub(crate) fn job_id(field: &str, id: &str) -> Result<String, Error> {
     Ok(id.to_owned())
 }
 
+/// The most bytes of a group key (JobSpec.group_key, GroupService).
+pub(crate) const MAX_GROUP_KEY_BYTES: usize = 128;
+
+/// A group key: empty (the queue's default group) when `allow_empty`, else 1 to
+/// [`MAX_GROUP_KEY_BYTES`] bytes of UTF-8 without control characters (the Lua scripts use
+/// NUL and 0x01 as separators in their group records, `store/scripts/groups.lua`).
+pub(crate) fn group_key(field: &str, g: &str, allow_empty: bool) -> Result<String, Error> {
+    if g.is_empty() && !allow_empty {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    bounded(field, g, MAX_GROUP_KEY_BYTES)?;
+    if let Some(c) = g.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(
+            field,
+            format!("holds the control character {c:?}; control characters are not allowed"),
+        ));
+    }
+    Ok(g.to_owned())
+}
+
 pub(crate) fn token(field: &str, t: &str) -> Result<String, Error> {
     if t.is_empty() {
         return Err(Error::invalid(field, "must not be empty"));
@@ -195,9 +215,8 @@ pub(crate) fn new_job(
             .map(|b| backoff(&f("backoff"), b))
             .transpose()?,
         timeout_ms,
-        // i16: validated by the groups work (group_key) and the expiry work (expire_time,
-        // ttl).
-        group_key: String::new(),
+        group_key: group_key(&f("group_key"), &spec.group_key, true)?,
+        // i16: validated by the expiry work (expire_time, ttl).
         expire_ms: 0,
     })
 }

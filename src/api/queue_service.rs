@@ -84,30 +84,38 @@ pub(crate) fn config_pb(c: &QueueConfig) -> pb::QueueConfig {
             period: Some(convert::duration(r.period_ms)),
         }),
         max_active: c.max_active,
-        // i16: filled by the groups and cancel/expiry work.
-        group_max_active: None,
-        group_rate_limit: None,
+        group_max_active: c.group_max_active,
+        group_rate_limit: c.group_rate_limit.map(|r| pb::RateLimit {
+            max: r.max,
+            period: Some(convert::duration(r.period_ms)),
+        }),
+        // i16: filled by the cancel/expiry work.
         cancel_grace: None,
         dead_letter_expired: false,
     }
+}
+
+/// A protobuf rate limit (unvalidated ranges: [`RateLimit::validate`]); `field` names it in
+/// errors.
+pub(crate) fn rate_from_pb(
+    field: &str,
+    rl: Option<&pb::RateLimit>,
+) -> Result<Option<RateLimit>, Error> {
+    let Some(rl) = rl else { return Ok(None) };
+    let period = format!("{field}.period");
+    Ok(Some(RateLimit {
+        max: rl.max,
+        period_ms: convert::duration_ms(&period, rl.period.as_ref(), 86_400_000)?
+            .ok_or_else(|| Error::invalid(period, "is required"))?,
+    }))
 }
 
 /// Validates a protobuf config (every field; `field` prefixes the paths in errors).
 pub(crate) fn config_from_pb(field: &str, c: &pb::QueueConfig) -> Result<QueueConfig, Error> {
     let f = |name: &str| format!("{field}.{name}");
     let r = c.retention.unwrap_or_default();
-    let rate_limit = match &c.rate_limit {
-        None => None,
-        Some(rl) => Some(RateLimit {
-            max: rl.max,
-            period_ms: convert::duration_ms(
-                &f("rate_limit.period"),
-                rl.period.as_ref(),
-                86_400_000,
-            )?
-            .ok_or_else(|| Error::invalid(f("rate_limit.period"), "is required"))?,
-        }),
-    };
+    let rate_limit = rate_from_pb(&f("rate_limit"), c.rate_limit.as_ref())?;
+    let group_rate_limit = rate_from_pb(&f("group_rate_limit"), c.group_rate_limit.as_ref())?;
     let config = QueueConfig {
         default_max_attempts: c.default_max_attempts,
         default_backoff: c
@@ -136,6 +144,8 @@ pub(crate) fn config_from_pb(field: &str, c: &pb::QueueConfig) -> Result<QueueCo
         },
         rate_limit,
         max_active: c.max_active,
+        group_max_active: c.group_max_active,
+        group_rate_limit,
     };
     if config.default_timeout_ms == Some(0) {
         return Err(Error::invalid(
@@ -157,7 +167,7 @@ fn mask(
         Some(m) => m
             .paths
             .iter()
-            .map(|p| ConfigField::parse(p).ok_or_else(|| Error::invalid("update_mask", format!("unknown path {p:?}; known: default_max_attempts, default_backoff, default_timeout, retention, rate_limit, max_active"))))
+            .map(|p| ConfigField::parse(p).ok_or_else(|| Error::invalid("update_mask", format!("unknown path {p:?}; known: default_max_attempts, default_backoff, default_timeout, retention, rate_limit, max_active, group_max_active, group_rate_limit"))))
             .collect(),
         None => {
             let mut fields = Vec::new();
@@ -168,6 +178,8 @@ fn mask(
                 (c.retention.is_some(), ConfigField::Retention),
                 (c.rate_limit.is_some(), ConfigField::RateLimit),
                 (c.max_active.is_some(), ConfigField::MaxActive),
+                (c.group_max_active.is_some(), ConfigField::GroupMaxActive),
+                (c.group_rate_limit.is_some(), ConfigField::GroupRateLimit),
             ];
             for (is_set, f) in set {
                 if is_set {

@@ -158,6 +158,12 @@ fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
             "applies only with disposition FAIL_DISPOSITION_RATE_LIMITED",
         ));
     }
+    if r.pause_group && disposition != Disposition::RateLimited {
+        return Err(Error::invalid(
+            "pause_group",
+            "applies only with disposition FAIL_DISPOSITION_RATE_LIMITED",
+        ));
+    }
     Ok((
         queue,
         FailItem {
@@ -165,6 +171,7 @@ fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
             token: convert::token("lease_token", &r.lease_token)?,
             disposition,
             pause_queue: r.pause_queue,
+            pause_group: r.pause_group,
             message,
             error_type,
             details,

@@ -25,6 +25,25 @@ pub struct RateLimit {
     pub period_ms: u64,
 }
 
+impl RateLimit {
+    /// Checks ranges; the error is (field: `max` or `period`, reason).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        if !(1..=100_000).contains(&self.max) {
+            return Err((
+                "max".to_owned(),
+                format!("is {}, must be in [1, 100000]", self.max),
+            ));
+        }
+        if !(1..=86_400_000).contains(&self.period_ms) {
+            return Err((
+                "period".to_owned(),
+                format!("is {} ms, must be 1 ms to 1 day", self.period_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How long finished jobs are kept; `None` means the default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
@@ -53,6 +72,11 @@ pub struct QueueConfig {
     pub rate_limit: Option<RateLimit>,
     /// Most jobs leased at once, across every replica.
     pub max_active: Option<u32>,
+    /// Most jobs of one named group leased at once, across every replica (a group's own
+    /// config overrides it; `store/scripts/groups.lua`).
+    pub group_max_active: Option<u32>,
+    /// Rate limit on the job starts of each named group (a group's own config overrides it).
+    pub group_rate_limit: Option<RateLimit>,
 }
 
 /// The parts of a config an update may name (AIP-134 update mask paths).
@@ -70,17 +94,23 @@ pub enum ConfigField {
     RateLimit,
     /// `max_active`
     MaxActive,
+    /// `group_max_active`
+    GroupMaxActive,
+    /// `group_rate_limit`
+    GroupRateLimit,
 }
 
 impl ConfigField {
     /// Every field, for a full replace.
-    pub const ALL: [ConfigField; 6] = [
+    pub const ALL: [ConfigField; 8] = [
         ConfigField::DefaultMaxAttempts,
         ConfigField::DefaultBackoff,
         ConfigField::DefaultTimeout,
         ConfigField::Retention,
         ConfigField::RateLimit,
         ConfigField::MaxActive,
+        ConfigField::GroupMaxActive,
+        ConfigField::GroupRateLimit,
     ];
 
     /// The update-mask path.
@@ -92,6 +122,8 @@ impl ConfigField {
             ConfigField::Retention => "retention",
             ConfigField::RateLimit => "rate_limit",
             ConfigField::MaxActive => "max_active",
+            ConfigField::GroupMaxActive => "group_max_active",
+            ConfigField::GroupRateLimit => "group_rate_limit",
         }
     }
 
@@ -104,6 +136,8 @@ impl ConfigField {
             "retention" => ConfigField::Retention,
             "rate_limit" => ConfigField::RateLimit,
             "max_active" => ConfigField::MaxActive,
+            "group_max_active" => ConfigField::GroupMaxActive,
+            "group_rate_limit" => ConfigField::GroupRateLimit,
             _ => return None,
         })
     }
@@ -142,6 +176,11 @@ impl QueueConfig {
                     out.push(("rate_ms", opt(self.rate_limit.map(|r| r.period_ms))));
                 }
                 ConfigField::MaxActive => out.push(("max_active", opt(self.max_active))),
+                ConfigField::GroupMaxActive => out.push(("gma", opt(self.group_max_active))),
+                ConfigField::GroupRateLimit => {
+                    out.push(("grm", opt(self.group_rate_limit.map(|r| r.max))));
+                    out.push(("grp", opt(self.group_rate_limit.map(|r| r.period_ms))));
+                }
             }
         }
         out
@@ -168,6 +207,11 @@ impl QueueConfig {
             },
             rate_limit,
             max_active: get(meta, "max_active"),
+            group_max_active: get(meta, "gma"),
+            group_rate_limit: match (get(meta, "grm"), get(meta, "grp")) {
+                (Some(max), Some(period_ms)) => Some(RateLimit { max, period_ms }),
+                _ => None,
+            },
         }
     }
 
@@ -183,22 +227,22 @@ impl QueueConfig {
                 format!("is {m}, must be in [1, 1000]"),
             );
         }
-        if let Some(r) = self.rate_limit {
-            if !(1..=100_000).contains(&r.max) {
-                return bad(
-                    "rate_limit.max",
-                    format!("is {}, must be in [1, 100000]", r.max),
-                );
-            }
-            if !(1..=86_400_000).contains(&r.period_ms) {
-                return bad(
-                    "rate_limit.period",
-                    format!("is {} ms, must be 1 ms to 1 day", r.period_ms),
-                );
+        for (name, rate) in [
+            ("rate_limit", self.rate_limit),
+            ("group_rate_limit", self.group_rate_limit),
+        ] {
+            if let Some(r) = rate {
+                r.validate()
+                    .map_err(|(f, why)| (format!("{name}.{f}"), why))?;
             }
         }
-        if let Some(m) = self.max_active.filter(|m| !(1..=1_000_000).contains(m)) {
-            return bad("max_active", format!("is {m}, must be in [1, 1000000]"));
+        for (name, max) in [
+            ("max_active", self.max_active),
+            ("group_max_active", self.group_max_active),
+        ] {
+            if let Some(m) = max.filter(|m| !(1..=1_000_000).contains(m)) {
+                return bad(name, format!("is {m}, must be in [1, 1000000]"));
+            }
         }
         for (f, v) in [
             ("retention.keep_completed", self.retention.keep_completed),
@@ -239,6 +283,11 @@ mod tests {
                 period_ms: 1000,
             }),
             max_active: Some(7),
+            group_max_active: Some(2),
+            group_rate_limit: Some(RateLimit {
+                max: 5,
+                period_ms: 2000,
+            }),
         };
         let meta: HashMap<String, String> = c
             .meta_fields(&ConfigField::ALL)

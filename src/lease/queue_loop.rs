@@ -257,7 +257,7 @@ impl QueueLoop {
         // and the streams that got a job moved their turn on to the next queue, whose loop
         // would otherwise wait for its safety poll (only loops with backlog are woken).
         hub.notify_sessions_queues(slots, &self.queue);
-        if batch.limited.is_some() {
+        if batch.limited.is_some_and(|l| l != Limit::Group) {
             crate::metrics::throttled(self.queue.as_str());
         }
         if !orphans.is_empty() {
@@ -270,6 +270,11 @@ impl QueueLoop {
         match (batch.limited, batch.wait_until_ms) {
             (Some(Limit::Rate | Limit::Throttle), Some(at)) => return Wait::Hard(until(at)),
             (Some(Limit::Concurrency), _) => return Wait::Soft(SAFETY_POLL),
+            // Other groups may get jobs, or a blocked group's job may leave active, at any
+            // time: a wake-up (enqueue, ack) must still reach the loop.
+            (Some(Limit::Group), at) => {
+                return Wait::Soft(at.map_or(SAFETY_POLL, |at| until(at).min(SAFETY_POLL)))
+            }
             _ => {}
         }
         if full {

@@ -72,14 +72,23 @@ const KEY_NAMES: [&str; KEY_COUNT] = [
     "expired",
     "expiry",
     "data",
+    "gwait",
+    "gseq",
+    "groups",
+    "gconf",
+    "gready",
+    "gblocked",
+    "glimit",
+    "gpause",
 ];
 
 /// How many keys every queue script takes.
-pub(crate) const KEY_COUNT: usize = 19;
+pub(crate) const KEY_COUNT: usize = 27;
 
 /// The [`KEY_COUNT`] keys every queue script takes, in the order `scripts/common.lua`
 /// documents (indexes into `all`: 0 waiting list, 1 delayed, 2 active, 3 completed, 4 dead,
-/// 5 meta, 6 jobs, ..., 14 prio, 15 cancelled, 16 expired, 17 expiry, 18 data).
+/// 5 meta, 6 jobs, ..., 14 prio, 15 cancelled, 16 expired, 17 expiry, 18 data, 19 .. 26 the
+/// named groups' keys, `scripts/groups.lua`).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     pub(crate) all: [String; KEY_COUNT],

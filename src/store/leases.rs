@@ -50,6 +50,7 @@ impl Store {
             "rate" => Some(Limit::Rate),
             "throttle" => Some(Limit::Throttle),
             "concurrency" => Some(Limit::Concurrency),
+            "group" => Some(Limit::Group),
             _ => return Err(bad("lease limit")),
         };
         let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
@@ -199,11 +200,9 @@ impl Store {
                     .to_string()
                     .into_bytes(),
                 rand::random::<f64>().to_string().into_bytes(),
-                if i.pause_queue {
-                    b"1".to_vec()
-                } else {
-                    b"0".to_vec()
-                },
+                (u8::from(i.pause_queue) + 2 * u8::from(i.pause_group))
+                    .to_string()
+                    .into_bytes(),
             ]);
         }
         let (_, outcomes) = tokio::join!(

@@ -1,5 +1,5 @@
 //! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA; on NOSCRIPT
-//! with EVAL and the body). Each script is `common.lua`, then `attempts.lua`, then its own file.
+//! with EVAL and the body). Each script is `common.lua`, then `groups.lua`, then `attempts.lua`, then its own file.
 
 use std::sync::LazyLock;
 
@@ -26,17 +26,19 @@ impl NamedScript {
 
 macro_rules! script {
     ($name:ident, $label:literal) => {
-        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua` and `scripts/attempts.lua`.")]
+        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua`.")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             body: concat!(
                 include_str!("scripts/common.lua"),
+                include_str!("scripts/groups.lua"),
                 include_str!("scripts/attempts.lua"),
                 include_str!(concat!("scripts/", $label, ".lua"))
             ),
             script: LazyLock::new(|| {
                 Script::new(concat!(
                     include_str!("scripts/common.lua"),
+                    include_str!("scripts/groups.lua"),
                     include_str!("scripts/attempts.lua"),
                     include_str!(concat!("scripts/", $label, ".lua"))
                 ))
@@ -80,16 +82,17 @@ global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
 
 /// A read-only queue script: `#!lua flags=no-writes` (which must open the script), then
-/// `common.lua`, `attempts.lua` and its own file. It runs on a full Redis too (past
+/// `common.lua`, `groups.lua`, `attempts.lua` and its own file. It runs on a full Redis too (past
 /// maxmemory, where MULTI is refused).
 macro_rules! read_script {
     ($name:ident, $label:literal) => {
-        #[doc = concat!("`scripts/", $label, ".lua` (read-only), after `scripts/common.lua` and `scripts/attempts.lua`.")]
+        #[doc = concat!("`scripts/", $label, ".lua` (read-only), after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua`.")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             body: concat!(
                 "#!lua flags=no-writes\n",
                 include_str!("scripts/common.lua"),
+                include_str!("scripts/groups.lua"),
                 include_str!("scripts/attempts.lua"),
                 include_str!(concat!("scripts/", $label, ".lua"))
             ),
@@ -97,6 +100,7 @@ macro_rules! read_script {
                 Script::new(concat!(
                     "#!lua flags=no-writes\n",
                     include_str!("scripts/common.lua"),
+                    include_str!("scripts/groups.lua"),
                     include_str!("scripts/attempts.lua"),
                     include_str!(concat!("scripts/", $label, ".lua"))
                 ))
@@ -107,7 +111,7 @@ macro_rules! read_script {
 
 read_script!(LIST_JOBS, "list_jobs");
 
-/// `scripts/get_job.lua` after `scripts/common.lua` and `scripts/attempts.lua` (it takes
+/// `scripts/get_job.lua` after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua` (it takes
 /// the same keys as every queue script): a job's record and error history in one read-only
 /// call (`flags=no-writes`, which must open the script: it runs on a full Redis too, where
 /// MULTI is refused).
@@ -116,6 +120,7 @@ pub(crate) static GET_JOB: NamedScript = NamedScript {
     body: concat!(
         "#!lua flags=no-writes\n",
         include_str!("scripts/common.lua"),
+        include_str!("scripts/groups.lua"),
         include_str!("scripts/attempts.lua"),
         include_str!("scripts/get_job.lua")
     ),
@@ -123,6 +128,7 @@ pub(crate) static GET_JOB: NamedScript = NamedScript {
         Script::new(concat!(
             "#!lua flags=no-writes\n",
             include_str!("scripts/common.lua"),
+            include_str!("scripts/groups.lua"),
             include_str!("scripts/attempts.lua"),
             include_str!("scripts/get_job.lua")
         ))

@@ -41,6 +41,9 @@ pub struct FailItem {
     pub retry_after_ms: Option<u64>,
     /// With RATE_LIMITED: the whole queue leases nothing until the job's return time.
     pub pause_queue: bool,
+    /// With RATE_LIMITED: the job's group (when it has one) leases nothing until the job's
+    /// return time, on every replica (`scripts/groups.lua`).
+    pub pause_group: bool,
 }
 
 /// The limit that kept a lease call from taking every waiting job it had room for.
@@ -52,6 +55,9 @@ pub enum Limit {
     Throttle,
     /// The queue's max_active.
     Concurrency,
+    /// Every group with waiting jobs is at its max_active, its rate limit, or paused
+    /// (`scripts/groups.lua`); `wait_until_ms` is the earliest end of a rate window or pause.
+    Group,
 }
 
 /// An applied ack.
@@ -103,7 +109,7 @@ pub struct LeaseBatch {
     pub paused: bool,
     /// Jobs were left waiting because of this limit.
     pub limited: Option<Limit>,
-    /// When the limit admits the next start, ms (rate and throttle limits).
+    /// When the limit admits the next start, ms (rate, throttle and group limits).
     pub wait_until_ms: Option<u64>,
     /// The call's byte budget ([`super::CALL_BYTES`]) ran out before the slots did, with jobs
     /// still waiting: fewer jobs than slots, yet the caller should lease again at once.

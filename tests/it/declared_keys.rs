@@ -65,6 +65,70 @@ async fn lease(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec<(St
     b.jobs.into_iter().map(|l| (l.job.id, l.token)).collect()
 }
 
+/// The group part of [`drive`]: leaves grouped jobs waiting for the purge.
+async fn groups(app: &TestApp, store: &Store, q: &QueueName) {
+    pb::queue_service_client::QueueServiceClient::new(app.channel.clone())
+        .update_queue_config(pb::UpdateQueueConfigRequest {
+            queue: Q.into(),
+            config: Some(pb::QueueConfig {
+                group_max_active: Some(1),
+                group_rate_limit: Some(pb::RateLimit {
+                    max: 3,
+                    period: Some(ms(Duration::from_millis(100))),
+                }),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["group_max_active".into(), "group_rate_limit".into()],
+            }),
+        })
+        .await
+        .expect("config");
+    let mut jobs = Vec::new();
+    for (g, n) in [("g1", 4), ("g2", 3), ("", 1)] {
+        for i in 0..n {
+            jobs.push(pb::JobSpec {
+                group_key: g.into(),
+                priority: i % 2,
+                ..spec(Q, &format!("grp-{g}-{i}"))
+            });
+        }
+    }
+    app.jobs()
+        .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+        .await
+        .expect("batch");
+    // One of each group (max_active 1), the default group unlimited.
+    let held = lease(store, q, 20, 30_000).await;
+    assert_eq!(held.len(), 3, "{held:?}");
+    store.ack(q, &held[..1]).await.expect("ack");
+    let mut pausing = fail_item(&held[1].0, &held[1].1, Disposition::RateLimited);
+    pausing.pause_group = true;
+    pausing.retry_after_ms = Some(50);
+    store.fail(q, &[pausing]).await.expect("fail");
+    store.release(q, &held[2..]).await.expect("release");
+    // A lost lease call holding a grouped job, then the reaper after the pause.
+    let call = jobwire::store::new_lease_call_id();
+    store
+        .lease(q, &["w"; 4], 30_000, &call, &[])
+        .await
+        .expect("lease");
+    store
+        .release_lease_call(q, &call, 1000)
+        .await
+        .expect("release call");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    store.reap(q, 100).await.expect("reap");
+    let held = lease(store, q, 20, 30_000).await;
+    assert!(!held.is_empty());
+    let fails: Vec<FailItem> = held
+        .iter()
+        .map(|(id, t)| fail_item(id, t, Disposition::Retry))
+        .collect();
+    store.fail(q, &fails).await.expect("fail");
+    store.reap(q, 100).await.expect("reap");
+}
+
 fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {
     FailItem {
         id: id.into(),
@@ -75,6 +139,7 @@ fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {
         details: "d".into(),
         retry_after_ms: None,
         pause_queue: false,
+        pause_group: false,
     }
 }
 
@@ -256,6 +321,10 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     })
     .await
     .expect("delete filter");
+
+    // Groups (groups.lua): turns, a group at max_active, the group rate window, a pause by
+    // a RATE_LIMITED fail, a lost lease call and a release of grouped jobs, the reaper.
+    groups(app, store, &q).await;
 
     // Queue operations.
     queues

@@ -27,6 +27,7 @@ mod early_wake;
 mod error_history;
 mod error_text;
 mod flow_control;
+mod groups;
 mod list_jobs;
 mod list_workers;
 mod model;

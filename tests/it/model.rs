@@ -271,6 +271,7 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 details: String::new(),
                 retry_after_ms: (how == 2).then_some(0),
                 pause_queue: false,
+                pause_group: false,
             };
             let r = store.fail(q, &[item]).await.expect("fail");
             assert_eq!(settled(&r[0]), want, "fail {id}");

@@ -62,6 +62,7 @@ async fn fail_all(store: &Store, q: &QueueName, leased: &[LeasedJob], d: Disposi
             },
             retry_after_ms: None,
             pause_queue: false,
+            pause_group: false,
         })
         .collect();
     for r in store.fail(q, &items).await.expect("fail") {
@@ -146,6 +147,7 @@ fn script_names() -> BTreeMap<String, &'static str> {
         ($($n:literal),*) => {
             [$(($n, concat!(
                 include_str!("../../src/store/scripts/common.lua"),
+                include_str!("../../src/store/scripts/groups.lua"),
                 include_str!("../../src/store/scripts/attempts.lua"),
                 include_str!(concat!("../../src/store/scripts/", $n, ".lua"))
             ))),*]

@@ -15,6 +15,8 @@ local n = tonumber(ARGV[2])
 local keep, max_age_ms = completed_retention()
 local out = { now }
 local done, finished, remembered = {}, {}, {}
+-- Named groups with leased jobs (groups.lua): then each job's group is read from its header.
+local grouped = redis.call('EXISTS', K_GROUPS) == 1
 for j = 0, n - 1 do
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
@@ -37,8 +39,10 @@ for j = 0, n - 1 do
       remembered[#remembered + 1] = 'A'
       finished[id] = true
       done[#done + 1] = id
+      local h
+      if keep > 0 or grouped then h = split_header(rec) end
+      if grouped and h[GRP] ~= '' then group_left_active(h[GRP]) end
       if keep > 0 then
-        local h = split_header(rec)
         h[ST], h[FT], h[TOK], h[AD] = 'completed', now, '', 0
         save_job(id, h)
       end

@@ -79,7 +79,7 @@ local function fail_attempt(id, h, now, disposition, exhausted_reason, message, 
 
   h[ERR] = record_error(id, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
   h[TOK], h[AD] = '', 0
-  redis.call('ZREM', K_ACTIVE, id)
+  leave_active(id, h)
 
   if reason ~= '' then
     h[ST], h[DR], h[FT] = 'dead', reason, now
@@ -166,9 +166,10 @@ local function scan_dead(cursor, want, budget, filter, visit, upto)
   end
 end
 
--- A concurrency-limited queue frees a slot: wake the lease loops of every replica.
+-- A concurrency-limited queue, or a group at its max_active (groups.lua, group_freed),
+-- frees a slot: wake the lease loops of every replica.
 local function wake_if_concurrency_limited()
-  if redis.call('HEXISTS', K_META, 'max_active') == 1 then
+  if group_freed or redis.call('HEXISTS', K_META, 'max_active') == 1 then
     redis.call(WAKE_CMD, WAKE, '1')
   end
 end
@@ -305,8 +306,9 @@ local function release_call(call, now)
     if h then
       local tok = h[TOK]
       if h[ST] == 'active' and string.sub(tok, 1, #prefix) == prefix then
-        redis.call('ZREM', K_ACTIVE, id)
+        leave_active(id, h)
         redis.call('ZREM', K_LIMITER, tok)
+        if h[GRP] ~= '' then redis.call('ZREM', K_GLIMIT, window_member(h[GRP], h[LT], tok)) end
         h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
         make_ready(id, h, now)
         n = n + 1

@@ -1,6 +1,6 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time).
 --
--- KEYS, the same nineteen for every queue script, all under one hash tag {queue} (so one
+-- KEYS, the same twenty-seven for every queue script, all under one hash tag {queue} (so one
 -- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
 -- it on the queue's node (src/store/keys.rs builds the list; tests/it/declared_keys.rs
 -- checks every command each script runs against it).
@@ -48,6 +48,9 @@
 --                      `<kind>:<id>`: 'p' progress (MessagePack [percent, message, ms]),
 --                      'c' checkpoint (bytes), 'r' result (bytes), 'x' cancel reason
 --                      (text); absent when the job has none. Deleting a job deletes them.
+--  20-27 gwait, gseq, groups, gconf, gready, gblocked, glimit, gpause: the named groups
+--                      of the queue (waiting jobs, counts, config, fairness, limits),
+--                      described in groups.lua, which follows this file in every script.
 -- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command
 -- and the channel, separated by one space. On one Redis (or behind Sentinel) it is
 -- 'PUBLISH jw:wake:<queue>'; on a Redis Cluster 'SPUBLISH jw:{<queue>}:wake': sharded
@@ -208,10 +211,19 @@ end
 local LEVEL = 2 ^ 40
 local ZERO_SCORE = 1000 * LEVEL
 
--- Appends ids (a list) to the waiting jobs of priority `pri`, after every job already ready
--- there.
-local function push_ready(ids, pri)
+-- Filled in by groups.lua (which follows this file): push_group_ready(ids, pri, group)
+-- appends jobs of a named group to its waiting jobs; group_waiting() counts the waiting jobs
+-- of named groups; group_oldest_id() is the one of them made ready first (or nil).
+local push_group_ready, group_waiting, group_oldest_id
+
+-- Appends ids (a list) to the waiting jobs of priority `pri` of group `g` ('' or nil: the
+-- default group), after every job already ready there.
+local function push_ready(ids, pri, g)
   pri = tonumber(pri)
+  if g and g ~= '' then
+    push_group_ready(ids, pri, g)
+    return
+  end
   if pri == 0 then
     redis.call('RPUSH', K_WAITING, unpack(ids))
     return
@@ -230,7 +242,7 @@ end
 local function make_ready(id, h, now)
   h[ST], h[RT] = 'waiting', now
   save_job(id, h)
-  push_ready({ id }, h[PRI])
+  push_ready({ id }, h[PRI], h[GRP])
 end
 
 local function schedule(id, h, due)
@@ -239,7 +251,7 @@ local function schedule(id, h, due)
   redis.call('ZADD', K_DELAYED, due, id)
 end
 
--- Pops up to n waiting ids, highest priority first, FIFO within a priority: those of K_PRIO
+-- Pops up to n waiting ids of the default group, highest priority first, FIFO within a priority: those of K_PRIO
 -- scored below ZERO_SCORE (priority > 0), then the list (priority 0), then the rest of
 -- K_PRIO. Returns the ids and, for each, its K_PRIO score or false (the list), for
 -- unpop_ready.
@@ -283,9 +295,9 @@ local function unpop_ready(ids, scores, from)
   end
 end
 
--- The number of waiting jobs.
+-- The number of waiting jobs (of every group).
 local function waiting_count()
-  return redis.call('LLEN', K_WAITING) + redis.call('ZCARD', K_PRIO)
+  return redis.call('LLEN', K_WAITING) + redis.call('ZCARD', K_PRIO) + group_waiting()
 end
 
 -- Moves up to `limit` due delayed jobs to waiting, in due order. Returns how many.

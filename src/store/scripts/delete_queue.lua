@@ -1,6 +1,7 @@
 -- delete_queue.lua: deletes up to a budget of the queue's jobs in any state; once none is
--- left, also its meta (config, pause flag, counters), rate limiter, settled-token record and
--- lease-call records, and says it is done.
+-- left, also its meta (config, pause flag, counters), rate limiter, settled-token record,
+-- lease-call records and group records (groups.lua: config, pauses, rate windows), and says
+-- it is done.
 -- Refuses while jobs are leased unless forced (checked before any write, in every call).
 -- ARGV: [1] wake channel (unused), [2] force 1|0, [3] most jobs to delete in this call.
 -- Reply: { 'BUSY', leased jobs } (nothing deleted)
@@ -15,6 +16,12 @@ local waiting = pop_ready(left)
 delete_jobs(waiting)
 out[2] = #waiting
 left = left - #waiting
+if left > 0 then
+  local grouped = pop_group_waiting(left)
+  delete_jobs(grouped)
+  out[2] = out[2] + #grouped
+  left = left - #grouped
+end
 for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD }) do
   if left <= 0 then break end
   local ids = redis.call('ZRANGE', key, 0, left - 1)
@@ -29,7 +36,7 @@ end
 if left > 0 then
   -- The job hashes are empty by now (every job was deleted); DEL them all the same.
   redis.call('DEL', K_WAITING, K_META, K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS,
-    K_BODIES, K_ERRORS, K_PRIO)
+    K_BODIES, K_ERRORS, K_PRIO, K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE)
   out[7] = 1
 end
 return out

@@ -14,7 +14,8 @@ local n = tonumber(ARGV[2])
 local d = redis.call('HMGET', K_META, 'd_max', 'd_bo', 'd_to')
 local d_max, d_bo, d_to = tonumber(d[1] or ARGV[3]), d[2] or '', tonumber(d[3]) or 0
 local out = { now, d_max, d_bo, d_to }
--- Ready ids by priority level, pushed once per level after the loop (keeps their order).
+-- Ready ids by group and priority level, pushed once per level after the loop (keeps their
+-- order).
 local ready, levels = {}, {}
 for j = 0, n - 1 do
   local b = 4 + j * 10
@@ -35,8 +36,9 @@ for j = 0, n - 1 do
     if delay > 0 then
       redis.call('ZADD', K_DELAYED, rt, id)
     else
-      if not ready[pri] then ready[pri] = {}; levels[#levels + 1] = pri end
-      local ids = ready[pri]
+      local level = grp .. '\0' .. pri
+      if not ready[level] then ready[level] = {}; levels[#levels + 1] = { level, pri, grp } end
+      local ids = ready[level]
       ids[#ids + 1] = id
     end
     out[#out + 1] = 'C'
@@ -45,9 +47,9 @@ for j = 0, n - 1 do
     out[#out + 1] = get_record(id)
   end
 end
-for _, pri in ipairs(levels) do
-  local ids = ready[pri]
-  for i = 1, #ids, 1000 do push_ready({ unpack(ids, i, math.min(i + 999, #ids)) }, pri) end
+for _, l in ipairs(levels) do
+  local ids = ready[l[1]]
+  for i = 1, #ids, 1000 do push_ready({ unpack(ids, i, math.min(i + 999, #ids)) }, l[2], l[3]) end
 end
 if #levels > 0 then redis.call(WAKE_CMD, WAKE, '1') end
 return out

@@ -1,10 +1,11 @@
 -- fail.lua: fails the current attempt of leased jobs whose lease token matches: retry with
 -- backoff, return without consuming the attempt (RATE_LIMITED), or dead-letter, atomically.
--- With RATE_LIMITED and the pause flag, the whole queue leases nothing until now + the
--- return delay (meta throttle_until, on every replica).
+-- With RATE_LIMITED and the pause flags, the whole queue (1) and/or the job's group (2:
+-- a named group, groups.lua; ignored for the default group) leases nothing until now + the
+-- return delay (meta throttle_until, gpause; on every replica).
 -- ARGV: [1] wake channel, [2] n, then 9 per job: id, lease token, disposition
 --       (RETRY|NO_RETRY|RATE_LIMITED), message, error type, details, retry_after ms (-1 =
---       none), random in [0, 1) for jitter, pause queue (1|0).
+--       none), random in [0, 1) for jitter, pause flags (0-3: 1 the queue, 2 the group).
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
 -- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles").
 -- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
@@ -33,11 +34,15 @@ for j = 0, n - 1 do
     local lt, name, att = h[LT], h[NAME], h[ATT]
     local r = fail_attempt(id, h, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
       ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
-    if ARGV[b + 2] == 'RATE_LIMITED' and ARGV[b + 8] == '1' then
+    local pause = tonumber(ARGV[b + 8]) or 0
+    if ARGV[b + 2] == 'RATE_LIMITED' and pause % 2 == 1 then
       local until_ms = tonumber(r[2])
       if until_ms > (tonumber(redis.call('HGET', K_META, 'throttle_until')) or 0) then
         redis.call('HSET', K_META, 'throttle_until', until_ms)
       end
+    end
+    if ARGV[b + 2] == 'RATE_LIMITED' and pause >= 2 and h[GRP] ~= '' then
+      pause_group(h[GRP], tonumber(r[2]))
     end
     if r[1] == 'waiting' then any_waiting = true end
     remembered[#remembered + 1] = token

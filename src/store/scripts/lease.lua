@@ -1,5 +1,6 @@
 -- lease.lua: promotes due delayed jobs, then leases up to n waiting jobs (highest priority,
--- then FIFO), each under its own lease token and deadline, within the queue's limits:
+-- then FIFO; with named groups waiting, the groups take turns: groups.lua), each under its
+-- own lease token and deadline, within the queue's limits:
 -- paused leases nothing; a worker-reported throttle (throttle_until) leases nothing until
 -- then; max_active caps the leased jobs; the rate limit allows at most rate_max starts in
 -- any window of rate_ms (a sliding window over the limiter set of start times).
@@ -10,8 +11,11 @@
 -- ARGV: [1] wake channel, [2] n, [3] lease ms, [4] call id, [5] c, [6 .. 5+c] ids of
 --       earlier calls whose replies arrived, [6+c .. 5+c+n] worker id of each slot.
 -- Reply: { now_ms, next delayed due ms or -1, paused 0|1,
---          limited ('' | 'rate' | 'throttle' | 'concurrency': jobs were left waiting because
---          of that limit), wait until ms (when the limit next admits a start; -1 unknown),
+--          limited ('' | 'rate' | 'throttle' | 'concurrency' | 'group': jobs were left waiting
+--          because of that limit; 'group': every group with waiting jobs is at its
+--          max_active, rate limit or paused), wait until ms (when the limit next admits a
+--          start; -1 unknown; for 'group' the earliest time a blocked group's rate window
+--          or pause ends),
 --          more 0|1 (1: the call's byte budget ran out with jobs still waiting, common.lua:
 --          call again at once),
 --          then three values per leased job: id, deadline, record (the header as
@@ -31,7 +35,7 @@ if m[1] == '1' then
   out[3] = 1
   return out
 end
-if redis.call('EXISTS', K_WAITING, K_PRIO) == 0 then return out end
+if redis.call('EXISTS', K_WAITING, K_PRIO, K_GWAIT) == 0 then return out end
 local throttle_until = tonumber(m[2]) or 0
 if throttle_until > now then
   out[4], out[5] = 'throttle', throttle_until
@@ -66,36 +70,108 @@ local deadline = now + lease_ms
 local deadline_s = int(deadline)
 local active = {}
 local leased = {}
-local popped, scores = pop_ready(allowed)
-for i, id in ipairs(popped) do
-  -- Past the byte budget (common.lua): the popped jobs not reached go back where they
-  -- were, and the reply says more are waiting.
-  if slot > 0 and over_budget() then
-    unpop_ready(popped, scores, i)
-    out[6] = 1
-    break
-  end
+-- Leases waiting job `id` in the next slot; false when its entry was stale (the job is
+-- gone or has moved on: never expected; the entry is dropped).
+local function take(id)
   local hdr = get_header(id)
   -- Only the lease part is decoded and written anew; the rest of the header is copied as
   -- it is, and the body only read for the reply.
   local off, st, att, to, name
   if hdr then off, st, att, to, name = cmsgpack.unpack_limit(hdr, LEASE_VALUES, 0) end
-  -- A waiting entry whose job is gone or has moved on (never expected) is dropped.
-  if st == 'waiting' then
-    slot = slot + 1
-    local token = call .. '-' .. slot
-    local due, due_s, ad = deadline, deadline_s, 0
-    if to > 0 then
-      ad = now + to
-      if ad < deadline then due, due_s = ad, int(ad) end
+  if st ~= 'waiting' then return false end
+  slot = slot + 1
+  local token = call .. '-' .. slot
+  local due, due_s, ad = deadline, deadline_s, 0
+  if to > 0 then
+    ad = now + to
+    if ad < deadline then due, due_s = ad, int(ad) end
+  end
+  hdr = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[workers + slot], ad) .. string.sub(hdr, off + 1)
+  redis.call('HSET', K_JOBS, id, hdr)
+  active[#active + 1] = due_s
+  active[#active + 1] = id
+  if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
+  leased[slot] = id
+  push3(out, id, due, hdr .. get_body(id))
+  return token
+end
+if redis.call('EXISTS', K_GWAIT) == 0 then
+  -- No named group waits: the default group alone, as it always was.
+  local popped, scores = pop_ready(allowed)
+  for i, id in ipairs(popped) do
+    -- Past the byte budget (common.lua): the popped jobs not reached go back where they
+    -- were, and the reply says more are waiting.
+    if slot > 0 and over_budget() then
+      unpop_ready(popped, scores, i)
+      out[6] = 1
+      break
     end
-    hdr = cmsgpack.pack('active', att + 1, to, name, now, token, ARGV[workers + slot], ad) .. string.sub(hdr, off + 1)
-    redis.call('HSET', K_JOBS, id, hdr)
-    active[#active + 1] = due_s
-    active[#active + 1] = id
-    if rate_max and rate_ms then redis.call('ZADD', K_LIMITER, now, token) end
-    leased[slot] = id
-    push3(out, id, due, hdr .. get_body(id))
+    take(id)
+  end
+else
+  -- The groups take turns (groups.lua): one job at a time from the group of lowest pass.
+  unblock_due_groups(now)
+  local vt = group_virtual_time()
+  local gd = tonumber(redis.call('HGET', K_META, 'gvd')) or 0
+  local defaults = redis.call('HMGET', K_META, 'gma', 'grm', 'grp')
+  -- Every turn leases a job or takes a group out of the running; a bound on the turns
+  -- keeps a call short when many groups turn out blocked (the reply then says 'more').
+  local turns = 0
+  while slot < allowed do
+    if (slot > 0 and over_budget()) or turns >= 1000 then
+      out[6] = 1
+      break
+    end
+    turns = turns + 1
+    local first = redis.call('ZRANGE', K_GREADY, 0, 0, 'WITHSCORES')
+    local default_waits = redis.call('EXISTS', K_WAITING, K_PRIO) == 1
+    local pd = math.max(gd, vt)
+    if not first[1] and not default_waits then break end
+    if default_waits and (not first[1] or pd <= tonumber(first[2])) then
+      local ids = pop_ready(1)
+      vt, gd = pd, pd + 1
+      take(ids[1])
+    else
+      local g, pass = first[1], tonumber(first[2])
+      local weight, max_active_g, rm, rp = group_limits(g, defaults)
+      local block = group_block(g, now, max_active_g, rm, rp)
+      if block == 'active' then
+        redis.call('ZREM', K_GREADY, g)
+      elseif block then
+        redis.call('ZREM', K_GREADY, g)
+        redis.call('ZADD', K_GBLOCKED, block, g)
+      else
+        local m = redis.call('ZRANGE', K_GWAIT, '[' .. g .. '\0', '(' .. g .. '\1', 'BYLEX', 'LIMIT', 0, 1)[1]
+        vt = pass
+        if not m then
+          -- Counted as waiting with no job left (never expected): forget the count.
+          redis.call('HDEL', K_GROUPS, 'w:' .. g)
+          redis.call('ZREM', K_GREADY, g)
+        else
+          redis.call('ZREM', K_GWAIT, m)
+          local id = string.sub(m, #g + 22)
+          redis.call('ZREM', K_GSEQ, id)
+          if redis.call('HINCRBY', K_GROUPS, 'w:' .. g, -1) <= 0 then
+            redis.call('HDEL', K_GROUPS, 'w:' .. g)
+            redis.call('ZREM', K_GREADY, g)
+          else
+            redis.call('ZADD', K_GREADY, num(pass + 1 / weight), g)
+          end
+          local token = take(id)
+          if token then
+            redis.call('HINCRBY', K_GROUPS, 'a:' .. g, 1)
+            if rm and rp then redis.call('ZADD', K_GLIMIT, 0, window_member(g, now, token)) end
+          end
+        end
+      end
+    end
+  end
+  redis.call('HSET', K_META, 'gvt', num(vt), 'gvd', num(gd))
+  -- Slots left with jobs still waiting: every group that has some is blocked.
+  if slot < allowed and out[6] == 0 and out[4] == '' and redis.call('EXISTS', K_GWAIT) == 1 then
+    out[4] = 'group'
+    local first = redis.call('ZRANGE', K_GBLOCKED, 0, 0, 'WITHSCORES')
+    if first[2] then out[5] = tonumber(first[2]) end
   end
 end
 if slot > 0 then

@@ -8,6 +8,11 @@ local deleted = 0
 local waiting = pop_ready(budget)
 delete_jobs(waiting)
 deleted = #waiting
+if deleted < budget then
+  local grouped = pop_group_waiting(budget - deleted)
+  delete_jobs(grouped)
+  deleted = deleted + #grouped
+end
 local sets = { K_DELAYED }
 if ARGV[2] == '1' then sets[#sets + 1] = K_COMPLETED end
 if ARGV[3] == '1' then sets[#sets + 1] = K_DEAD end

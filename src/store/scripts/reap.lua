@@ -2,7 +2,8 @@
 -- and attempts that outlived the job's timeout, as failed attempts that follow the retry
 -- policy; the last one dead-letters the job with reason LEASE_EXPIRED or TIMED_OUT. Also
 -- promotes due delayed jobs, so a queue with no worker still moves, and applies the
--- completed and dead retention (count and age), so age limits hold with no traffic.
+-- completed and dead retention (count and age), so age limits hold with no traffic, and
+-- drops the groups' pauses and rate-window entries past their time (groups.lua).
 -- Idempotent: every replica runs it (on the queues the due index says are due).
 -- Leases of a lease call whose reply was never confirmed are released, not failed: no
 -- worker received them (attempts.lua, "Lost lease replies"); so are the calls whose deadline
@@ -71,6 +72,10 @@ elseif age_d > 0 then
   local first = next_score(K_DEAD)
   if first >= 0 then due_at(math.floor(first / DEAD_SCALE) + age_d) end
 end
+-- The groups' pauses past their time and rate-window entries past their window
+-- (groups.lua), so an idle group's entries go.
+local groups_due = trim_groups(now, RETENTION_BUDGET)
+if groups_due >= 0 then due_at(groups_due) end
 out[4] = retention_due
 local counted = redis.call('HMGET', K_META, 'trimmed_completed', 'trimmed_dead')
 if counted[1] or counted[2] then

@@ -14,7 +14,7 @@ for j = 0, n - 1 do
   local rec = leased_record(id, token)
   if rec then
     local h = split_header(rec)
-    redis.call('ZREM', K_ACTIVE, id)
+    leave_active(id, h)
     h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
     make_ready(id, h, now)
     out[#out + 1] = 1

@@ -1,7 +1,8 @@
 -- waiting_stats.lua: how many jobs wait, and when the oldest of them became ready. Within
 -- a priority waiting jobs are in ready order, so the oldest job is the first one of some
 -- priority: this reads the head of the priority-0 list and the first job of each other
--- priority in use (one ZRANGE per priority, at most 2000; common.lua, KEYS 15). Read-only.
+-- priority in use (one ZRANGE per priority, at most 2000; common.lua, KEYS 15), and the
+-- grouped job made ready first (groups.lua). Read-only.
 -- (A delayed job promoted late carries its due time, so the age can be off by the promotion
 -- lag, ~the reaper interval.)
 -- ARGV: [1] wake channel (unused).
@@ -12,6 +13,8 @@ local function consider(id)
   if h and (oldest < 0 or h[RT] < oldest) then oldest = h[RT] end
 end
 consider(redis.call('LINDEX', K_WAITING, 0))
+-- Of the named groups' jobs, the one made ready first (groups.lua, KEYS 21).
+consider(group_oldest_id())
 local from = '-inf'
 while true do
   local first = redis.call('ZRANGE', K_PRIO, from, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')

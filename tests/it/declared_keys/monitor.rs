@@ -124,7 +124,7 @@ fn script_name(source: &[u8]) -> String {
     String::from_utf8_lossy(source)
         .lines()
         .filter_map(|l| l.strip_prefix("-- ")?.split_once(".lua:").map(|(n, _)| n))
-        .find(|n| !["common", "attempts"].contains(n) && !n.contains(' '))
+        .find(|n| !["common", "groups", "attempts"].contains(n) && !n.contains(' '))
         .unwrap_or("?")
         .to_owned()
 }
