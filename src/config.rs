@@ -32,6 +32,12 @@ pub use ui::UiArgs;
 /// already costs a lease script call and its replies tens of milliseconds.
 pub const MAX_PAYLOAD_LIMIT: usize = 64 << 20;
 
+/// Largest value of `--max-checkpoint-bytes` and `--max-result-bytes` (1 MiB). A checkpoint
+/// rides in every lease of its job and both come back in GetJob, so larger resume state
+/// belongs in the worker's own storage, named by the checkpoint. 1 MiB also keeps a
+/// ReportProgress within the gRPC message limit at any `--max-payload-bytes`.
+pub const MAX_DATA_LIMIT: usize = 1 << 20;
+
 /// Top-level command line of the `jobwire` binary.
 #[derive(Debug, Parser)]
 #[command(name = "jobwire", version, about)]
@@ -42,6 +48,9 @@ pub struct Cli {
 }
 
 /// Subcommands; an enum so later tools (e.g. `bench`) slot in beside `serve`.
+// Parsed once per process and matched at once: the size of the `serve` variant (every
+// flag) costs nothing, and boxing it would only add indirection to every caller.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gRPC job server (and the HTTP metrics/health port).
@@ -174,6 +183,16 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBWIRE_MAX_PAYLOAD_BYTES", default_value_t = 1_048_576)]
     pub max_payload_bytes: usize,
 
+    /// Largest checkpoint a worker may save with ReportProgress, in bytes (1..=1048576); a
+    /// larger one is refused with RESOURCE_EXHAUSTED. Each lease of the job carries it.
+    #[arg(long, env = "JOBWIRE_MAX_CHECKPOINT_BYTES", default_value_t = 65_536)]
+    pub max_checkpoint_bytes: usize,
+
+    /// Largest result a worker may attach to an Ack, in bytes (1..=1048576); a larger one is
+    /// refused with RESOURCE_EXHAUSTED and the job stays leased.
+    #[arg(long, env = "JOBWIRE_MAX_RESULT_BYTES", default_value_t = 65_536)]
+    pub max_result_bytes: usize,
+
     /// max_attempts of jobs enqueued without a retry policy (1..=1000).
     #[arg(long, env = "JOBWIRE_DEFAULT_MAX_ATTEMPTS", default_value_t = 1)]
     pub default_max_attempts: u32,
@@ -256,6 +275,8 @@ impl ServeArgs {
             redis_wait_replicas: 0,
             redis_wait_timeout: Duration::from_secs(1),
             max_payload_bytes: 1_048_576,
+            max_checkpoint_bytes: 65_536,
+            max_result_bytes: 65_536,
             default_max_attempts: 1,
             metrics_max_job_names: 100,
             // The label cap is process-wide and a test process runs many servers, each with
@@ -301,6 +322,16 @@ impl ServeArgs {
                 "--max-payload-bytes must be between 1 and {MAX_PAYLOAD_LIMIT}, got {}",
                 self.max_payload_bytes
             ));
+        }
+        for (flag, value) in [
+            ("max-checkpoint-bytes", self.max_checkpoint_bytes),
+            ("max-result-bytes", self.max_result_bytes),
+        ] {
+            if !(1..=MAX_DATA_LIMIT).contains(&value) {
+                return Err(format!(
+                    "--{flag} must be between 1 and {MAX_DATA_LIMIT}, got {value}"
+                ));
+            }
         }
         if !(1..=1000).contains(&self.default_max_attempts) {
             return Err(format!(
@@ -409,6 +440,14 @@ impl ServeArgs {
                 self.max_payload_bytes.to_string(),
             ),
             (
+                "JOBWIRE_MAX_CHECKPOINT_BYTES",
+                self.max_checkpoint_bytes.to_string(),
+            ),
+            (
+                "JOBWIRE_MAX_RESULT_BYTES",
+                self.max_result_bytes.to_string(),
+            ),
+            (
                 "JOBWIRE_DEFAULT_MAX_ATTEMPTS",
                 self.default_max_attempts.to_string(),
             ),
@@ -473,6 +512,8 @@ impl fmt::Debug for ServeArgs {
             redis_wait_replicas,
             redis_wait_timeout,
             max_payload_bytes,
+            max_checkpoint_bytes,
+            max_result_bytes,
             default_max_attempts,
             metrics_max_job_names,
             metrics_max_queues,
@@ -503,6 +544,8 @@ impl fmt::Debug for ServeArgs {
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("max_payload_bytes", max_payload_bytes)
+            .field("max_checkpoint_bytes", max_checkpoint_bytes)
+            .field("max_result_bytes", max_result_bytes)
             .field("default_max_attempts", default_max_attempts)
             .field("metrics_max_job_names", metrics_max_job_names)
             .field("metrics_max_queues", metrics_max_queues)

@@ -178,13 +178,15 @@ pub fn api_routes(cfg: &ServeArgs, hub: &Hub, store: &Store, auth: &Auth) -> Rou
     let limits = ApiLimits {
         max_payload_bytes: cfg.max_payload_bytes,
         default_max_attempts: cfg.default_max_attempts,
+        max_checkpoint_bytes: cfg.max_checkpoint_bytes,
+        max_result_bytes: cfg.max_result_bytes,
     };
     let max_message = max_message_bytes(cfg.max_payload_bytes);
     let authn = auth.interceptor();
     Routes::new(InterceptedService::new(
         pb::job_service_server::JobServiceServer::new(JobApi::new(
             hub.clone(),
-            limits,
+            limits.clone(),
             auth.clone(),
         ))
         .max_decoding_message_size(max_message),
@@ -193,7 +195,8 @@ pub fn api_routes(cfg: &ServeArgs, hub: &Hub, store: &Store, auth: &Auth) -> Rou
     .add_service(InterceptedService::new(
         pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
             WorkerApi::new(hub.clone(), auth.clone())
-                .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse)),
+                .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse))
+                .with_limits(limits),
         )))
         .max_decoding_message_size(max_message),
         authn.clone(),

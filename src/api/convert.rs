@@ -18,6 +18,22 @@ pub struct ApiLimits {
     pub max_payload_bytes: usize,
     /// max_attempts when a job does not set it.
     pub default_max_attempts: u32,
+    /// Largest checkpoint (ReportProgress), bytes.
+    pub max_checkpoint_bytes: usize,
+    /// Largest result (Ack), bytes.
+    pub max_result_bytes: usize,
+}
+
+impl Default for ApiLimits {
+    /// The server's defaults (`--max-payload-bytes` and friends).
+    fn default() -> Self {
+        ApiLimits {
+            max_payload_bytes: 1 << 20,
+            default_max_attempts: 1,
+            max_checkpoint_bytes: DEFAULT_MAX_DATA_BYTES,
+            max_result_bytes: DEFAULT_MAX_DATA_BYTES,
+        }
+    }
 }
 
 pub(crate) fn queue(field: &str, name: &str) -> Result<QueueName, Error> {
@@ -486,15 +502,15 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         // i16: filled by the groups, cancel/expiry and progress work.
         group_key: j.group_key,
         expire_time: timestamp(j.expire_ms),
-        progress: 0,
-        progress_message: String::new(),
-        checkpoint: Vec::new(),
-        result: Vec::new(),
+        progress: j.data.progress,
+        progress_message: j.data.progress_message,
+        checkpoint: j.data.checkpoint,
+        result: j.data.result,
         cancel_time: timestamp(j.cancel_ms),
         cancel_reason: String::new(),
-        lease_deadline: None,
-        worker_id: String::new(),
-        progress_time: None,
+        lease_deadline: timestamp(j.lease_deadline_ms),
+        worker_id: j.worker_id,
+        progress_time: timestamp(j.data.progress_ms),
     }
 }
 

@@ -42,3 +42,9 @@ pub const EXTEND_RANGE_MS: std::ops::RangeInclusive<u64> = 1000..=3_600_000;
 pub const MAX_PAGE_SIZE: i32 = 1000;
 /// Page size when 0 is asked for.
 pub const DEFAULT_PAGE_SIZE: i32 = 100;
+/// Longest progress message (ReportProgress.message), bytes.
+pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 256;
+/// Highest progress percent.
+pub const MAX_PROGRESS: u32 = 100;
+/// Default of `--max-checkpoint-bytes` and `--max-result-bytes` (64 KiB).
+pub const DEFAULT_MAX_DATA_BYTES: usize = 64 * 1024;

@@ -10,6 +10,7 @@ pub mod limits;
 mod list_jobs;
 mod list_workers;
 pub mod message_size;
+mod progress;
 mod queue_service;
 mod status;
 mod worker_service;

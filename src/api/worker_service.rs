@@ -1,6 +1,6 @@
 //! `jobwire.v1.WorkerService`: the Subscribe stream (open, credits, leases, acks and fails
-//! coalesced per queue across streams by the hub's settle lanes, heartbeats, drain) and the
-//! unary Ack, Fail and ExtendLease (through the same lanes).
+//! coalesced per queue across streams by the hub's settle lanes, heartbeats, drain, progress
+//! reports) and the unary Ack, Fail, ExtendLease and ReportProgress.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -10,15 +10,16 @@ use std::time::Duration;
 use futures::{FutureExt, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert;
+use super::convert::{self, ApiLimits};
 use super::limits::*;
 use super::pb;
 use super::pb::subscribe_request::Message as In;
+use super::progress::{progress_args, progress_saved_pb, too_large, ProgressArgs};
 use crate::abuse::{ConnKey, StreamLimits};
 use crate::auth::{Auth, Principal, Rpc};
 use crate::jobs::{Disposition, JobState, QueueName};
 use crate::lease::{Hub, Outbound, Session, Settled};
-use crate::store::{AckOutcome, FailItem, FailOutcome, Settle};
+use crate::store::{AckItem, AckOutcome, FailItem, FailOutcome, Settle};
 use crate::Error;
 
 /// How long a new stream may take to send its `open` message.
@@ -31,6 +32,7 @@ pub struct WorkerApi {
     hub: Hub,
     auth: Auth,
     streams: StreamLimits,
+    limits: ApiLimits,
 }
 
 impl WorkerApi {
@@ -38,7 +40,17 @@ impl WorkerApi {
     /// `auth`. Subscribe streams are counted against the default stream limits.
     pub fn new(hub: Hub, auth: Auth) -> WorkerApi {
         let streams = StreamLimits::new(&crate::config::AbuseArgs::default());
-        WorkerApi { hub, auth, streams }
+        WorkerApi {
+            hub,
+            auth,
+            streams,
+            limits: ApiLimits::default(),
+        }
+    }
+
+    /// The same, with the server's checkpoint and result limits (the defaults otherwise).
+    pub fn with_limits(self, limits: ApiLimits) -> WorkerApi {
+        WorkerApi { limits, ..self }
     }
 
     /// The same, counting Subscribe streams against `streams`.
@@ -120,6 +132,7 @@ fn outbound_pb(o: Outbound) -> Result<pb::SubscribeResponse, Status> {
             grace: Some(convert::duration(grace.as_millis() as u64)),
         }),
         Outbound::Fatal(e) => return Err(Status::from(e)),
+        Outbound::ProgressSaved(s) => Out::ProgressSaved(progress_saved_pb(s)),
     };
     Ok(pb::SubscribeResponse {
         message: Some(message),
@@ -140,12 +153,15 @@ fn settle_error<T>(queue: &QueueName, id: &str, s: Settle<T>) -> Result<T, Error
     }
 }
 
-fn ack_args(r: &pb::AckRequest) -> Result<(QueueName, String, String), Error> {
-    Ok((
-        convert::queue("queue", &r.queue)?,
-        convert::job_id("job_id", &r.job_id)?,
-        convert::token("lease_token", &r.lease_token)?,
-    ))
+/// Validates an Ack: ids as always, the result within the server's limit
+/// (RESOURCE_EXHAUSTED naming `result`: the job stays leased).
+fn ack_args(r: &pb::AckRequest, limits: &ApiLimits) -> Result<(QueueName, AckItem), Error> {
+    let queue = convert::queue("queue", &r.queue)?;
+    let id = convert::job_id("job_id", &r.job_id)?;
+    let token = convert::token("lease_token", &r.lease_token)?;
+    too_large("result", r.result.len(), limits.max_result_bytes)?;
+    let result = (!r.result.is_empty()).then(|| r.result.clone());
+    Ok((queue, AckItem { id, token, result }))
 }
 
 fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Error> {
@@ -194,8 +210,9 @@ impl WorkerApi {
         principal: &Principal,
         batch: Vec<pb::SubscribeRequest>,
     ) -> Result<(), Error> {
-        let mut acks: BTreeMap<QueueName, Vec<(String, String)>> = BTreeMap::new();
+        let mut acks: BTreeMap<QueueName, Vec<AckItem>> = BTreeMap::new();
         let mut fails: BTreeMap<QueueName, Vec<FailItem>> = BTreeMap::new();
+        let mut reports: Vec<ProgressArgs> = Vec::new();
         let refuse = |queue: &str, id: &str, token: &str, e: Error| {
             session.send(Outbound::Settled(Settled {
                 queue: queue.to_owned(),
@@ -208,11 +225,11 @@ impl WorkerApi {
             match m.message {
                 // An Ack or Fail on a queue the principal may not work is refused like any
                 // other bad one: a Settled with the code, the stream goes on.
-                Some(In::Ack(a)) => match ack_args(&a).and_then(|(q, id, token)| {
+                Some(In::Ack(a)) => match ack_args(&a, &self.limits).and_then(|(q, item)| {
                     self.auth.authorize(principal, Rpc::Ack, &q)?;
-                    Ok((q, id, token))
+                    Ok((q, item))
                 }) {
-                    Ok((q, id, token)) => acks.entry(q).or_default().push((id, token)),
+                    Ok((q, item)) => acks.entry(q).or_default().push(item),
                     Err(e) => refuse(&a.queue, &a.job_id, &a.lease_token, e),
                 },
                 Some(In::Fail(f)) => match fail_args(&f).and_then(|(q, item)| {
@@ -232,9 +249,24 @@ impl WorkerApi {
                     self.hub.grant(session, g.credits);
                 }
                 Some(In::Heartbeat(_)) => {}
-                // i16: the progress work answers these with a ProgressSaved.
-                Some(In::Progress(_)) => {
-                    return Err(Error::invalid("progress", "is not supported yet"))
+                // Answered with a ProgressSaved, refused or not; the stream goes on.
+                Some(In::Progress(p)) => {
+                    let (queue, id, token) =
+                        (p.queue.clone(), p.job_id.clone(), p.lease_token.clone());
+                    match progress_args(p, &self.limits).and_then(|a| {
+                        self.auth.authorize(principal, Rpc::ReportProgress, &a.0)?;
+                        Ok(a)
+                    }) {
+                        Ok(a) => reports.push(a),
+                        Err(e) => {
+                            session.send(Outbound::ProgressSaved(Settled {
+                                queue,
+                                id,
+                                token,
+                                result: Err(e),
+                            }));
+                        }
+                    }
                 }
                 Some(In::Drain(_)) => self.hub.drain_session(session),
                 Some(In::Open(_)) => {
@@ -243,6 +275,21 @@ impl WorkerApi {
                 None => return Err(Error::invalid("message", "is empty")),
             }
         }
+        // Progress reports first: one sent before its job's ack in the same batch is saved.
+        let saves = reports
+            .into_iter()
+            .map(|(queue, id, token, report)| async move {
+                let result = self.save_progress(&queue, &id, &token, &report).await;
+                Settled {
+                    queue: queue.to_string(),
+                    id,
+                    token,
+                    result: result.map(|_| None),
+                }
+            });
+        for s in futures::future::join_all(saves).await {
+            session.send(Outbound::ProgressSaved(s));
+        }
         // Acks before fails, as they arrived within the batch; queues side by side. Each
         // goes into its queue's shared lane, with what other streams settle meanwhile.
         let ack_calls = acks.into_iter().map(|(queue, items)| async move {
@@ -250,7 +297,7 @@ impl WorkerApi {
             (queue, r)
         });
         for (queue, settles) in futures::future::join_all(ack_calls).await {
-            for ((id, token), r) in settles? {
+            for (AckItem { id, token, .. }, r) in settles? {
                 let result = r.and_then(|r| settle_error(&queue, &id, r));
                 let span = self.hub.settled(&queue, &id, &token);
                 if let Ok(o) = &result {
@@ -285,6 +332,26 @@ impl WorkerApi {
             }
         }
         Ok(())
+    }
+
+    /// Saves a validated, authorized progress report (`progress.lua`); the time saved, ms.
+    async fn save_progress(
+        &self,
+        queue: &QueueName,
+        id: &str,
+        token: &str,
+        report: &crate::jobs::ProgressReport,
+    ) -> Result<u64, Error> {
+        let r = self
+            .hub
+            .store()
+            .report_progress(queue, id, token, report)
+            .await
+            .map_err(Error::from)?;
+        let saved = settle_error(queue, id, r)?;
+        tracing::debug!(queue = %queue, job_id = %id, progress = ?report.progress,
+            checkpoint_bytes = report.checkpoint.as_ref().map(Vec::len), "progress saved");
+        Ok(saved)
     }
 
     /// Reads the stream until it ends, in batches of what is already buffered. When an
@@ -465,12 +532,12 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         &self,
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
-        let (queue, id, token) = ack_args(request.get_ref())?;
+        let (queue, item) = ack_args(request.get_ref(), &self.0.limits)?;
         self.0.auth.check(&request, Rpc::Ack, &[&queue])?;
-        let (_, r) = self
+        let (AckItem { id, token, .. }, r) = self
             .0
             .hub
-            .ack(&queue, vec![(id.clone(), token.clone())])
+            .ack(&queue, vec![item])
             .await?
             .pop()
             .ok_or_else(|| Error::Internal("ack returned nothing".into()))?;
@@ -514,12 +581,18 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         }))
     }
 
-    // i16: the progress work implements it.
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
     async fn report_progress(
         &self,
-        _request: Request<pb::ReportProgressRequest>,
+        request: Request<pb::ReportProgressRequest>,
     ) -> Result<Response<pb::ReportProgressResponse>, Status> {
-        Err(Status::unimplemented("ReportProgress"))
+        let queue = convert::queue("queue", &request.get_ref().queue)?;
+        self.0
+            .auth
+            .check(&request, Rpc::ReportProgress, &[&queue])?;
+        let (queue, id, token, report) = progress_args(request.into_inner(), &self.0.limits)?;
+        self.0.save_progress(&queue, &id, &token, &report).await?;
+        Ok(Response::new(pb::ReportProgressResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(queue, job_id))]

@@ -18,7 +18,7 @@ use crate::jobs::QueueName;
 pub enum Role {
     /// Enqueue, EnqueueBatch, GetJob.
     Producer,
-    /// Subscribe, Ack, Fail, ExtendLease.
+    /// Subscribe, Ack, Fail, ExtendLease, ReportProgress.
     Worker,
     /// Every read: GetJob, ListJobs, ListQueues, GetQueueStats, GetQueueConfig, ListWorkers,
     /// ListDeadLetters, GetDeadLetter.
@@ -72,6 +72,8 @@ pub enum Rpc {
     Fail,
     /// WorkerService.ExtendLease.
     ExtendLease,
+    /// WorkerService.ReportProgress (and the progress reports sent on a stream).
+    ReportProgress,
     /// DeadLetterService.ListDeadLetters.
     ListDeadLetters,
     /// DeadLetterService.GetDeadLetter.
@@ -102,7 +104,7 @@ pub enum Rpc {
 
 impl Rpc {
     /// Every RPC, service by service.
-    pub const ALL: [Rpc; 21] = [
+    pub const ALL: [Rpc; 22] = [
         Rpc::Enqueue,
         Rpc::EnqueueBatch,
         Rpc::GetJob,
@@ -111,6 +113,7 @@ impl Rpc {
         Rpc::Ack,
         Rpc::Fail,
         Rpc::ExtendLease,
+        Rpc::ReportProgress,
         Rpc::ListDeadLetters,
         Rpc::GetDeadLetter,
         Rpc::ReplayDeadLetters,
@@ -132,7 +135,9 @@ impl Rpc {
         match self {
             Rpc::Enqueue | Rpc::EnqueueBatch => &[Producer],
             Rpc::GetJob => &[Producer, Viewer, Admin],
-            Rpc::Subscribe | Rpc::Ack | Rpc::Fail | Rpc::ExtendLease => &[Worker],
+            Rpc::Subscribe | Rpc::Ack | Rpc::Fail | Rpc::ExtendLease | Rpc::ReportProgress => {
+                &[Worker]
+            }
             Rpc::ListJobs
             | Rpc::ListDeadLetters
             | Rpc::GetDeadLetter
@@ -161,6 +166,7 @@ impl Rpc {
             Rpc::Ack => "Ack",
             Rpc::Fail => "Fail",
             Rpc::ExtendLease => "ExtendLease",
+            Rpc::ReportProgress => "ReportProgress",
             Rpc::ListDeadLetters => "ListDeadLetters",
             Rpc::GetDeadLetter => "GetDeadLetter",
             Rpc::ReplayDeadLetters => "ReplayDeadLetters",

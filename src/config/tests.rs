@@ -47,6 +47,10 @@ fn defaults_are_valid_and_as_documented() {
     assert_eq!(a.shutdown_grace, Duration::from_secs(25));
     assert_eq!(a.lease_duration, Duration::from_secs(30));
     assert_eq!(a.max_payload_bytes, 1_048_576);
+    assert_eq!(
+        (a.max_checkpoint_bytes, a.max_result_bytes),
+        (65_536, 65_536)
+    );
     assert_eq!(a.log_format, LogFormat::Pretty);
     assert!(!a.print_config && !a.allow_eviction);
     a.validate().expect("defaults valid");
@@ -77,7 +81,7 @@ fn validate_rejects_out_of_range() {
     let base = ServeArgs::for_tests("redis://127.0.0.1:1");
     base.validate().expect("for_tests is valid");
     type Mutate = fn(&mut ServeArgs);
-    let cases: [(&str, Mutate); 16] = [
+    let cases: [(&str, Mutate); 20] = [
         ("lease-duration", |a| {
             a.lease_duration = Duration::from_millis(999)
         }),
@@ -100,6 +104,14 @@ fn validate_rejects_out_of_range() {
         ("max-payload-bytes", |a| a.max_payload_bytes = 0),
         ("max-payload-bytes", |a| {
             a.max_payload_bytes = MAX_PAYLOAD_LIMIT + 1
+        }),
+        ("max-checkpoint-bytes", |a| a.max_checkpoint_bytes = 0),
+        ("max-checkpoint-bytes", |a| {
+            a.max_checkpoint_bytes = MAX_DATA_LIMIT + 1
+        }),
+        ("max-result-bytes", |a| a.max_result_bytes = 0),
+        ("max-result-bytes", |a| {
+            a.max_result_bytes = MAX_DATA_LIMIT + 1
         }),
         ("default-max-attempts", |a| a.default_max_attempts = 0),
         ("default-max-attempts", |a| a.default_max_attempts = 1001),

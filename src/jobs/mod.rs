@@ -9,8 +9,8 @@ mod trace;
 mod workers;
 
 pub use model::{
-    AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobState,
-    LeasedJob, NewJob,
+    AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobData,
+    JobState, LeasedJob, NewJob, ProgressReport,
 };
 pub use queue_config::{
     ConfigField, QueueConfig, RateLimit, Retention, DEFAULT_DEAD_MAX_AGE_MS,

@@ -299,6 +299,44 @@ pub struct Job {
     /// When a cancel was requested, ms; 0 = never (an ACTIVE job with it set has a cancel
     /// pending: its holder was told).
     pub cancel_ms: u64,
+    /// What its workers last reported (kept across attempts), with the checkpoint and the
+    /// result; see [`JobData`].
+    pub data: JobData,
+    /// Active only: the lease deadline (the earlier of the lease's and the attempt's), ms;
+    /// 0 otherwise or where unknown (a listing).
+    pub lease_deadline_ms: u64,
+    /// Active only: the worker id of the lease holder; "" otherwise.
+    pub worker_id: String,
+}
+
+/// What a job carries beside its header (`data` hash of `scripts/common.lua`): progress and
+/// checkpoint reported by its workers under a lease (`progress.lua`), kept across attempts
+/// and replays, and the result attached to its Ack. Empty or 0 when it has none. A lease
+/// carries only the checkpoint; a listing only the progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobData {
+    /// The last progress reported, 0-100.
+    pub progress: u32,
+    /// The message of the last progress report, up to 256 bytes.
+    pub progress_message: String,
+    /// When the last progress or checkpoint was saved, ms; 0 = never.
+    pub progress_ms: u64,
+    /// The last checkpoint saved (bounded by `--max-checkpoint-bytes`).
+    pub checkpoint: Vec<u8>,
+    /// The result attached to its Ack (bounded by `--max-result-bytes`; completed jobs).
+    pub result: Vec<u8>,
+}
+
+/// A progress report of a leased job (`ReportProgress`): each `None` keeps the last value;
+/// an empty checkpoint clears it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgressReport {
+    /// Percent done, 0-100.
+    pub progress: Option<u32>,
+    /// A short message (up to 256 bytes).
+    pub message: Option<String>,
+    /// Bytes the next attempt receives in its lease.
+    pub checkpoint: Option<Vec<u8>>,
 }
 
 /// A job leased to a worker: deliver it with its token and deadline.

@@ -36,9 +36,12 @@ pub enum Outbound {
     Draining(Duration),
     /// The stream is ended with this error (a protocol violation by the worker).
     Fatal(crate::Error),
+    /// The outcome of a progress report sent on the stream (`result` is `Ok(None)` when it
+    /// was saved).
+    ProgressSaved(Settled),
 }
 
-/// The outcome of a settle sent on the stream.
+/// The outcome of a settle (or a progress report) sent on the stream.
 #[derive(Debug)]
 pub struct Settled {
     /// The job's queue.

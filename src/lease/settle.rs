@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::hub::Hub;
 use crate::jobs::QueueName;
-use crate::store::{AckOutcome, FailItem, FailOutcome, Settle, Store, StoreError};
+use crate::store::{AckItem, AckOutcome, FailItem, FailOutcome, Settle, Store, StoreError};
 use crate::Error;
 
 /// Most items one coalesced script call carries.
@@ -43,12 +43,12 @@ pub(super) trait SettleOp: Send + Sync + 'static {
 pub(super) struct AckOp(pub(super) Store);
 
 impl SettleOp for AckOp {
-    type Item = (String, String);
+    type Item = AckItem;
     type Out = AckOutcome;
     fn call<'a>(
         &'a self,
         queue: &'a QueueName,
-        items: &'a [(String, String)],
+        items: &'a [AckItem],
     ) -> impl Future<Output = Result<Vec<Settle<AckOutcome>>, StoreError>> + Send + 'a {
         self.0.ack(queue, items)
     }
@@ -295,14 +295,14 @@ fn per_item<I, O>(
 }
 
 impl Hub {
-    /// Acks (job id, lease token) pairs of `queue` in this replica's next ack call for the
-    /// queue, together with whatever other streams ack meanwhile. One result per item, in
-    /// order; `Err` only if the call carrying them panicked.
+    /// Acks jobs of `queue` (id, lease token, optional result) in this replica's next ack
+    /// call for the queue, together with whatever other streams ack meanwhile. One result
+    /// per item, in order; `Err` only if the call carrying them panicked.
     pub async fn ack(
         &self,
         queue: &QueueName,
-        items: Vec<(String, String)>,
-    ) -> Result<Settles<(String, String), AckOutcome>, Error> {
+        items: Vec<AckItem>,
+    ) -> Result<Settles<AckItem, AckOutcome>, Error> {
         let n = items.len();
         per_item(n, self.inner.acks.submit(queue, items).await)
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use redis::Value;
 
 use super::StoreError;
-use crate::jobs::{AttemptError, Backoff, DeadReason, Job, JobState, QueueName};
+use crate::jobs::{AttemptError, Backoff, DeadReason, Job, JobData, JobState, QueueName};
 
 pub(crate) fn bad(what: &str) -> StoreError {
     StoreError::Decode(format!("unexpected script reply: {what}"))
@@ -61,6 +61,7 @@ mod h {
     pub const TO: usize = 2;
     pub const NAME: usize = 3;
     pub const LT: usize = 4;
+    pub const WK: usize = 6;
     pub const MAX: usize = 8;
     pub const PRI: usize = 9;
     pub const BO: usize = 10;
@@ -146,6 +147,11 @@ pub(crate) fn job_from_record(
         serde_json::from_str(&errors_json).map_err(|e| bad(&format!("errors: {e}")))?
     };
     let create_ms = n(take(h::C0)) as u64;
+    // The header keeps the last holder's worker id after the lease ends: shown while active.
+    let worker_id = match state {
+        JobState::Active => text_of(take(h::WK))?,
+        _ => String::new(),
+    };
     let mut body = body.into_iter();
     let payload = match body.next() {
         Some(rmpv::Value::Binary(b)) => b,
@@ -184,7 +190,29 @@ pub(crate) fn job_from_record(
         group_key: text_of(take(h::GRP))?,
         expire_ms: n(take(h::XA)) as u64,
         cancel_ms: n(take(h::CX)) as u64,
+        data: JobData::default(),
+        lease_deadline_ms: 0,
+        worker_id,
     })
+}
+
+/// Decodes a progress entry of the `data` hash (`p:<id>`, `scripts/progress.lua`): the
+/// MessagePack array [percent, message, ms], into `data`. Nil (none) leaves it unset.
+pub(crate) fn with_progress(data: &mut JobData, v: Value) -> Result<(), StoreError> {
+    let raw = bytes(v)?;
+    if raw.is_empty() {
+        return Ok(());
+    }
+    let value = rmpv::decode::read_value(&mut raw.as_slice())
+        .map_err(|e| StoreError::Decode(format!("progress entry: {e}")))?;
+    let rmpv::Value::Array(items) = value else {
+        return Err(bad("progress entry: expected an array"));
+    };
+    let mut items = items.into_iter();
+    data.progress = number(&items.next().unwrap_or(rmpv::Value::Nil)) as u32;
+    data.progress_message = text_of(items.next().unwrap_or(rmpv::Value::Nil))?;
+    data.progress_ms = number(&items.next().unwrap_or(rmpv::Value::Nil)) as u64;
+    Ok(())
 }
 
 /// Puts the error history (`{ '1', entry, k, entry, ..., 'dropped', n }` as `read_history`

@@ -3,7 +3,7 @@
 
 use super::client::CALL_BYTES;
 use super::codec::{
-    array, bad, bytes, encode_body, int, job_from_record, next, string, with_history,
+    array, bad, bytes, encode_body, int, job_from_record, next, string, with_history, with_progress,
 };
 use super::keys::Keys;
 use super::scripts;
@@ -147,6 +147,16 @@ impl Store {
         let history = next(&mut reply)?;
         let mut job = job_from_record(queue, id.to_owned(), &rec)?;
         with_history(&mut job, history)?;
+        let mut data = array(next(&mut reply)?)?.into_iter();
+        with_progress(&mut job.data, next(&mut data)?)?;
+        job.data.checkpoint = bytes(next(&mut data)?)?;
+        job.data.result = bytes(next(&mut data)?)?;
+        if job.state == JobState::Active {
+            job.lease_deadline_ms = match next(&mut reply)? {
+                Value::Nil => 0,
+                v => int(v)?.max(0) as u64,
+            };
+        }
         Ok(Some(job))
     }
 }
@@ -189,5 +199,8 @@ fn created_job(
         group_key: j.group_key.clone(),
         expire_ms: j.expire_ms,
         cancel_ms: 0,
+        data: Default::default(),
+        lease_deadline_ms: 0,
+        worker_id: String::new(),
     }
 }

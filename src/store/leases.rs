@@ -55,18 +55,23 @@ impl Store {
         };
         let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
         let more = int(next(&mut reply)?)? == 1;
-        let mut jobs = Vec::new();
-        for token in tokens {
-            let Some(id) = reply.next() else { break };
-            let id = string(id)?;
+        // Three values per job, then each job's checkpoint.
+        let leased = reply.len() / 4;
+        let mut jobs = Vec::with_capacity(leased);
+        for token in tokens.into_iter().take(leased) {
+            let id = string(next(&mut reply)?)?;
             let deadline_ms = int(next(&mut reply)?)? as u64;
-            let job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
+            let mut job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
+            job.lease_deadline_ms = deadline_ms;
             jobs.push(LeasedJob {
                 attempt: job.attempts_made,
                 job,
                 token,
                 deadline_ms,
             });
+        }
+        for j in &mut jobs {
+            j.job.data.checkpoint = bytes(next(&mut reply)?)?;
         }
         if let Some(first) = jobs.iter().map(|j| j.deadline_ms).min() {
             self.mark_due(queue, first).await;
@@ -82,14 +87,15 @@ impl Store {
         })
     }
 
-    /// Completes leased jobs whose token matches (`ack.lua`). An ack repeated with the token
-    /// of one already applied is `Done` with `repeated` set (nothing changes). A call whose
-    /// byte budget ([`CALL_BYTES`]) runs out answers for the first items; the rest go in the
-    /// next call.
-    pub async fn ack(
+    /// Completes leased jobs whose token matches (`ack.lua`), keeping each item's result
+    /// on its completed job when the queue keeps completed jobs. An ack repeated with the
+    /// token of one already applied is `Done` with `repeated` set (nothing changes). A call
+    /// whose byte budget ([`CALL_BYTES`]) runs out answers for the first items; the rest go
+    /// in the next call.
+    pub async fn ack<I: AckInput>(
         &self,
         queue: &QueueName,
-        items: &[(String, String)],
+        items: &[I],
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let mut out = Vec::with_capacity(items.len());
         while out.len() < items.len() {
@@ -103,13 +109,30 @@ impl Store {
     }
 
     /// One `ack.lua` call: the outcomes of the first items (all unless the budget ran out).
-    async fn ack_call(
+    async fn ack_call<I: AckInput>(
         &self,
         queue: &QueueName,
-        items: &[(String, String)],
+        items: &[I],
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
-        let mut args = vec![items.len().to_string().into_bytes()];
-        push_pairs(&mut args, items);
+        let mut args = Vec::with_capacity(2 + items.len() * 2);
+        args.push(items.len().to_string().into_bytes());
+        for i in items {
+            args.push(i.id().as_bytes().to_vec());
+            args.push(i.token().as_bytes().to_vec());
+        }
+        // The results after the pairs, as (item index, bytes): acks without one add nothing.
+        let results: Vec<(usize, &[u8])> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(k, i)| i.result().map(|r| (k, r)))
+            .collect();
+        if !results.is_empty() {
+            args.push(results.len().to_string().into_bytes());
+            for (k, r) in results {
+                args.push(k.to_string().into_bytes());
+                args.push(r.to_vec());
+            }
+        }
         let keys = Keys::new(queue);
         let (_, reply) = tokio::join!(
             self.intend_due(queue),

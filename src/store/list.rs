@@ -4,7 +4,7 @@
 //! stayed in place).
 
 use super::client::Store;
-use super::codec::{array, bytes, job_from_record, next, string};
+use super::codec::{array, bytes, job_from_record, next, string, with_progress};
 use super::keys::Keys;
 use super::{scripts, StoreError};
 use crate::jobs::{Job, JobState, QueueName};
@@ -57,7 +57,8 @@ impl JobsCursor {
 /// One page of jobs.
 #[derive(Debug)]
 pub struct JobsPage {
-    /// The jobs, in the state's order, without payloads and with only their last error.
+    /// The jobs, in the state's order, without payloads and with only their last error; with
+    /// their progress but not their checkpoint or result.
     pub jobs: Vec<Job>,
     /// Where the next page starts; `None` at the end.
     pub next_cursor: Option<JobsCursor>,
@@ -110,7 +111,11 @@ impl Store {
         for item in reply {
             let mut f = array(item)?.into_iter();
             let id = string(next(&mut f)?)?;
-            jobs.push(job_from_record(queue, id, &bytes(next(&mut f)?)?)?);
+            let mut job = job_from_record(queue, id, &bytes(next(&mut f)?)?)?;
+            if let Some(p) = f.next() {
+                with_progress(&mut job.data, p)?;
+            }
+            jobs.push(job);
         }
         Ok(JobsPage { jobs, next_cursor })
     }

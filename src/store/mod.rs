@@ -20,6 +20,7 @@ mod health;
 mod keys;
 mod leases;
 mod list;
+mod progress;
 mod queues;
 mod registry;
 mod scripts;
@@ -40,7 +41,7 @@ pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use stats::QueueStats;
 pub use target::check_redis_url;
 pub use types::{
-    AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem, FailOutcome, LeaseBatch,
-    Limit, ReapReport, ReapedJob, Settle,
+    AckInput, AckItem, AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem,
+    FailOutcome, LeaseBatch, Limit, ReapReport, ReapedJob, Settle,
 };
 pub use wake::{WakeEvent, WakeListener, RESUBSCRIBE_EVERY};

@@ -63,6 +63,7 @@ script!(SET_META, "set_meta");
 script!(PURGE, "purge");
 script!(WAITING_STATS, "waiting_stats");
 script!(DELETE_QUEUE, "delete_queue");
+script!(PROGRESS, "progress");
 
 macro_rules! global_script {
     ($name:ident, $label:literal) => {

@@ -60,6 +60,53 @@ pub enum Limit {
     Group,
 }
 
+/// One ack to apply: the job id, the lease token and, optionally, the result to keep on
+/// the completed job (`ack.lua`; the caller bounds its size).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckItem {
+    /// The job id.
+    pub id: String,
+    /// The lease token presented.
+    pub token: String,
+    /// The result bytes; `None` (or empty) keeps none.
+    pub result: Option<Vec<u8>>,
+}
+
+/// What [`crate::store::Store::ack`] takes per job: an [`AckItem`], or a plain
+/// (job id, lease token) pair (no result).
+pub trait AckInput: Sync {
+    /// The job id.
+    fn id(&self) -> &str;
+    /// The lease token presented.
+    fn token(&self) -> &str;
+    /// The result to keep, if any.
+    fn result(&self) -> Option<&[u8]>;
+}
+
+impl AckInput for AckItem {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn token(&self) -> &str {
+        &self.token
+    }
+    fn result(&self) -> Option<&[u8]> {
+        self.result.as_deref().filter(|r| !r.is_empty())
+    }
+}
+
+impl AckInput for (String, String) {
+    fn id(&self) -> &str {
+        &self.0
+    }
+    fn token(&self) -> &str {
+        &self.1
+    }
+    fn result(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
 /// An applied ack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AckOutcome {

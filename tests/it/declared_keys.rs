@@ -5,7 +5,7 @@
 //! A real redis-server is watched with MONITOR (`redis-cli monitor`, a child process) while
 //! a real jobwire server and a `Store` drive every script: enqueue (single, batch with
 //! priorities 0, + and -, delayed, a taken id), lease, confirm, ack (with retention
-//! trimming), fail (retry and dead), renew, release, release of a lost lease call, the
+//! trimming, one with a result), a progress report, fail (retry and dead), renew, release, release of a lost lease call, the
 //! server's reap of an expired lease (and the due index after it), list / get / replay (by
 //! ids and by filter) / delete dead jobs, queue config and pause, stats, purge and delete of
 //! the queue. Then, for every EVALSHA in the stream, each command its script ran (the lines
@@ -16,9 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use jobwire::jobs::{Disposition, QueueName};
+use jobwire::jobs::{Disposition, ProgressReport, QueueName};
 use jobwire::pb;
-use jobwire::store::{FailItem, Store};
+use jobwire::store::{AckItem, FailItem, Settle, Store};
 
 use crate::harness::*;
 
@@ -28,7 +28,7 @@ use monitor::{calls, hash_tag, keys_of, show, Monitor};
 const Q: &str = "dk";
 
 /// Every script jobwire runs, by the name in its file's first comment line.
-const SCRIPTS: [&str; 21] = [
+const SCRIPTS: [&str; 22] = [
     "enqueue",
     "lease",
     "ack",
@@ -50,6 +50,7 @@ const SCRIPTS: [&str; 21] = [
     "due",
     "intent",
     "register",
+    "progress",
 ];
 
 async fn lease(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec<(String, String)> {
@@ -190,7 +191,27 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     assert_eq!(order[..3], ["b6", "b2", "b3"], "{order:?}");
     assert_eq!(order[8..], ["b5", "b7"], "{order:?}");
     store.renew(&q, &held[..2], 30_000).await.expect("renew");
-    store.ack(&q, &held[..3]).await.expect("ack");
+    // A progress report with a checkpoint, then acks, one with a result (kept: keep 1).
+    let report = ProgressReport {
+        progress: Some(40),
+        message: Some("half".into()),
+        checkpoint: Some(b"step-2".to_vec()),
+    };
+    let saved = store
+        .report_progress(&q, &held[0].0, &held[0].1, &report)
+        .await
+        .expect("progress");
+    assert!(matches!(saved, Settle::Done(_)), "{saved:?}");
+    let acks: Vec<AckItem> = held[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, (id, token))| AckItem {
+            id: id.clone(),
+            token: token.clone(),
+            result: (i == 2).then(|| b"done".to_vec()),
+        })
+        .collect();
+    store.ack(&q, &acks).await.expect("ack");
     store.release(&q, &held[3..4]).await.expect("release");
     let fails = vec![
         fail_item(&held[4].0, &held[4].1, Disposition::Retry),

@@ -1,5 +1,6 @@
 //! The worker side of the test harness: [`TestWorker`], a Subscribe stream driven by hand
-//! (open, read leases and settles, ack, fail, heartbeat), and [`Recv`], what one read saw.
+//! (open, read leases, settles and progress replies, ack, fail, heartbeat, report progress),
+//! and [`Recv`], what one read saw.
 
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ pub struct TestWorker {
     /// Settled messages read while waiting for leases, and vice versa.
     pending_leases: Vec<pb::Lease>,
     pending_settled: Vec<pb::Settled>,
+    pending_progress: Vec<pb::ProgressSaved>,
 }
 
 use pb::subscribe_request::Message as In;
@@ -65,6 +67,7 @@ impl TestWorker {
             rx,
             pending_leases: Vec::new(),
             pending_settled: Vec::new(),
+            pending_progress: Vec::new(),
         }
     }
 
@@ -131,7 +134,8 @@ impl TestWorker {
             match self.read(left).await? {
                 Out::Lease(l) => return Some(l),
                 Out::Settled(s) => self.pending_settled.push(s),
-                Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_) => {}
+                Out::ProgressSaved(p) => self.pending_progress.push(p),
+                Out::Draining(_) | Out::Cancel(_) => {}
             }
         }
     }
@@ -154,9 +158,62 @@ impl TestWorker {
             {
                 Out::Settled(s) => return s,
                 Out::Lease(l) => self.pending_leases.push(l),
-                Out::Draining(_) | Out::Cancel(_) | Out::ProgressSaved(_) => {}
+                Out::ProgressSaved(p) => self.pending_progress.push(p),
+                Out::Draining(_) | Out::Cancel(_) => {}
             }
         }
+    }
+
+    /// The next ProgressSaved (a reply to a progress report on this stream).
+    pub async fn progress_saved(&mut self) -> pb::ProgressSaved {
+        if !self.pending_progress.is_empty() {
+            return self.pending_progress.remove(0);
+        }
+        loop {
+            match self
+                .read(Duration::from_secs(10))
+                .await
+                .expect("a progress_saved within 10 s")
+            {
+                Out::ProgressSaved(p) => return p,
+                Out::Lease(l) => self.pending_leases.push(l),
+                Out::Settled(s) => self.pending_settled.push(s),
+                Out::Draining(_) | Out::Cancel(_) => {}
+            }
+        }
+    }
+
+    /// Sends a progress report for the job of `l` (its queue, id and token) and returns
+    /// the server's ProgressSaved.
+    pub async fn report(
+        &mut self,
+        l: &pb::Lease,
+        progress: Option<u32>,
+        message: Option<&str>,
+        checkpoint: Option<&[u8]>,
+    ) -> pb::ProgressSaved {
+        let job = l.job.as_ref().expect("job");
+        self.send(In::Progress(pb::ReportProgressRequest {
+            queue: job.queue.clone(),
+            job_id: job.job_id.clone(),
+            lease_token: l.lease_token.clone(),
+            progress,
+            message: message.map(str::to_owned),
+            checkpoint: checkpoint.map(<[u8]>::to_vec),
+        }));
+        self.progress_saved().await
+    }
+
+    /// Acks the job of `l` on the stream with `result` attached.
+    pub async fn ack_with(&mut self, l: &pb::Lease, result: &[u8]) -> pb::Settled {
+        let job = l.job.as_ref().expect("job");
+        self.send(In::Ack(pb::AckRequest {
+            result: result.to_vec(),
+            queue: job.queue.clone(),
+            job_id: job.job_id.clone(),
+            lease_token: l.lease_token.clone(),
+        }));
+        self.settled().await
     }
 
     /// Reads until the server ends the stream or `patience` passes; returns what came.

@@ -23,6 +23,8 @@ const TABLE: &[(&str, &[&str])] = &[
     ("Ack", &["worker"]),
     ("Fail", &["worker"]),
     ("ExtendLease", &["worker"]),
+    // Issue 16: a progress report is a worker's, like the Ack it precedes.
+    ("ReportProgress", &["worker"]),
     ("ListDeadLetters", &["viewer", "admin"]),
     ("GetDeadLetter", &["viewer", "admin"]),
     ("ReplayDeadLetters", &["admin"]),
@@ -42,7 +44,9 @@ const TABLE: &[(&str, &[&str])] = &[
 /// (or queue) that is not there.
 fn allowed_codes(rpc: &str) -> &'static [Code] {
     match rpc {
-        "GetJob" | "Ack" | "Fail" | "ExtendLease" | "GetDeadLetter" => &[Code::NotFound],
+        "GetJob" | "Ack" | "Fail" | "ExtendLease" | "ReportProgress" | "GetDeadLetter" => {
+            &[Code::NotFound]
+        }
         "DeleteQueue" => &[Code::Ok, Code::NotFound],
         _ => &[Code::Ok],
     }
@@ -117,6 +121,17 @@ pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Stat
                 job_id: s("nope"),
                 lease_token: s("t"),
                 lease_duration: None,
+            })
+            .await
+            .map(drop),
+        "ReportProgress" => c
+            .workers
+            .report_progress(pb::ReportProgressRequest {
+                queue: s(q),
+                job_id: s("nope"),
+                lease_token: s("t"),
+                progress: Some(50),
+                ..Default::default()
             })
             .await
             .map(drop),

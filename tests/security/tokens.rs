@@ -11,7 +11,7 @@ use crate::refusal::snapshot;
 use crate::roles::call;
 use crate::secured::*;
 
-const RPCS: [&str; 21] = [
+const RPCS: [&str; 22] = [
     "Enqueue",
     "EnqueueBatch",
     "GetJob",
@@ -20,6 +20,7 @@ const RPCS: [&str; 21] = [
     "Ack",
     "Fail",
     "ExtendLease",
+    "ReportProgress",
     "ListDeadLetters",
     "GetDeadLetter",
     "ReplayDeadLetters",

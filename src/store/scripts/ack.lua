@@ -1,8 +1,10 @@
 -- ack.lua: completes leased jobs whose lease token matches, then applies the completed
 -- retention: with keep_completed 0 a completed job is deleted at once (BullMQ's
 -- removeOnComplete), otherwise it joins the completed set, trimmed to keep_completed entries
--- and completed_age_ms.
--- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
+-- and completed_age_ms. A kept job keeps the result its ack carries ('r:<id>' of the data
+-- hash, common.lua), beside its progress and checkpoint.
+-- ARGV: [1] wake channel, [2] n, then per job: id, lease token; then, when some acks carry
+--       a result, [3 + 2n] m, then m pairs: the job's index in the list (0-based), result.
 -- An ack repeated with the token of an ack already applied (its reply was lost) answers
 -- 'DONE' and changes nothing (attempts.lua, "Repeated settles").
 -- Reply: { now ms, then three values per job (for the first jobs only, when the call's byte
@@ -17,6 +19,10 @@ local out = { now }
 local done, finished, remembered = {}, {}, {}
 -- Named groups with leased jobs (groups.lua): then each job's group is read from its header.
 local grouped = redis.call('EXISTS', K_GROUPS) == 1
+local results = {}
+for k = 0, (tonumber(ARGV[3 + n * 2]) or 0) - 1 do
+  results[tonumber(ARGV[4 + n * 2 + k * 2])] = ARGV[5 + n * 2 + k * 2]
+end
 for j = 0, n - 1 do
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
@@ -45,6 +51,7 @@ for j = 0, n - 1 do
       if keep > 0 then
         h[ST], h[FT], h[TOK], h[AD] = 'completed', now, '', 0
         save_job(id, h)
+        if results[j] then redis.call('HSET', K_DATA, 'r:' .. id, results[j]) end
       end
       push3(out, 'OK', lt, name)
     end

@@ -20,7 +20,8 @@
 --          call again at once),
 --          then three values per leased job: id, deadline, record (the header as
 --          saved, then the body); the i-th job leased has the i-th token (flat: no table
---          a job) }
+--          a job), then one value per leased job, in the same order: its checkpoint (the
+--          data hash's 'c:<id>', common.lua; nil when none) }
 local now = now_ms()
 local n, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local call, c = ARGV[4], tonumber(ARGV[5])
@@ -175,6 +176,11 @@ else
   end
 end
 if slot > 0 then
+  -- The checkpoints the attempts resume from: one HMGET for the whole call.
+  local fields = {}
+  for i = 1, slot do fields[i] = 'c:' .. leased[i] end
+  local cps = redis.call('HMGET', K_DATA, unpack(fields))
+  for i = 1, slot do out[#out + 1] = cps[i] end
   redis.call('ZADD', K_ACTIVE, unpack(active))
   redis.call('ZADD', K_CALLS, deadline_s, call)
   redis.call('HSET', K_CALL_JOBS, call, cmsgpack.pack(leased))

@@ -18,8 +18,10 @@
 --       sorted-set state; 'hi', 'l' or 'lo' for waiting), [4] cursor score or list index,
 --       [5] cursor id, [6] page size, [7] max entries to examine, [8] byte budget of the
 --       page, [9] name ('' = any), [10] after ms, [11] before ms (-1 = unbounded)
--- Reply: { segment ('' = done), score or index, id, { id, record }, ... } where a record
--- is the header and the body without its payload (what src/store/codec.rs decodes).
+-- Reply: { segment ('' = done), score or index, id, { id, record, progress }, ... } where a
+-- record is the header and the body without its payload (what src/store/codec.rs decodes)
+-- and progress the job's progress entry of the data hash (common.lua; nil when none):
+-- neither its checkpoint nor its result, which GetJob returns.
 local state = ARGV[2]
 local seg, pos, cid = ARGV[3], ARGV[4], ARGV[5]
 local want, budget, bytes = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -72,7 +74,7 @@ local function visit(id, time_check)
       ok = (after < 0 or rt >= after) and (before < 0 or rt < before)
     end
     if ok then
-      out[#out + 1] = { id, hdr .. light_body(id) }
+      out[#out + 1] = { id, hdr .. light_body(id), redis.call('HGET', K_DATA, 'p:' .. id) }
       taken = taken + 1
     end
   end
