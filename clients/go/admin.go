@@ -73,7 +73,8 @@ func (c *Client) ListWorkers(ctx context.Context, queue string) (*pb.ListWorkers
 	return c.Queues.ListWorkers(ctx, &pb.ListWorkersRequest{Queue: queue})
 }
 
-// QueueStats reads a queue's counts per state, ages, limits and whether it is paused.
+// QueueStats reads a queue's counts per state (cancelled and expired included), ages, limits,
+// whether it is paused, and its groups with waiting jobs (groups_waiting, top_groups).
 func (c *Client) QueueStats(ctx context.Context, queue string) (*pb.QueueStats, error) {
 	resp, err := c.Queues.GetQueueStats(ctx, &pb.GetQueueStatsRequest{Queue: queue})
 	return resp.GetStats(), err
@@ -98,8 +99,9 @@ func (c *Client) QueueConfig(ctx context.Context, queue string) (*pb.QueueConfig
 }
 
 // UpdateQueueConfig changes the fields of cfg named in paths (default_max_attempts,
-// default_backoff, default_timeout, retention, rate_limit, max_active; AIP-134: a named
-// field left unset is reset); no paths: every field set in cfg. Returns the new config.
+// default_backoff, default_timeout, retention, rate_limit, max_active, group_max_active,
+// group_rate_limit, cancel_grace, dead_letter_expired; AIP-134: a named field left unset is
+// reset); no paths: every field set in cfg. Returns the new config.
 func (c *Client) UpdateQueueConfig(ctx context.Context, queue string, cfg *pb.QueueConfig, paths ...string) (*pb.QueueConfig, error) {
 	req := &pb.UpdateQueueConfigRequest{Queue: queue, Config: cfg}
 	if len(paths) > 0 {

@@ -29,6 +29,7 @@ type Client struct {
 	Worker pb.WorkerServiceClient
 	Dead   pb.DeadLetterServiceClient
 	Queues pb.QueueServiceClient
+	Groups pb.GroupServiceClient
 }
 
 // TLS configures a TLS connection. Give the CA that signed the server's certificate as a
@@ -74,7 +75,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // retryServiceConfig lets gRPC retry UNAVAILABLE for the calls that are idempotent: reads,
 // EnqueueBatch (the server fails the call only when nothing was written), replay and delete
-// of dead letters by id (a second run skips what is no longer dead), pause and resume.
+// of dead letters by id (a second run skips what is no longer dead), pause and resume (of
+// queues and groups).
 // Enqueue is retried by [Client.Enqueue] itself when it carries a job id; the worker retries
 // its ExtendLease and settle calls itself, promptly.
 const retryServiceConfig = `{
@@ -87,7 +89,11 @@ const retryServiceConfig = `{
       {"service": "jobwire.v1.QueueService", "method": "GetQueueStats"},
       {"service": "jobwire.v1.QueueService", "method": "PauseQueue"},
       {"service": "jobwire.v1.QueueService", "method": "ResumeQueue"},
-      {"service": "jobwire.v1.QueueService", "method": "GetQueueConfig"}
+      {"service": "jobwire.v1.QueueService", "method": "GetQueueConfig"},
+      {"service": "jobwire.v1.GroupService", "method": "ListGroups"},
+      {"service": "jobwire.v1.GroupService", "method": "GetGroup"},
+      {"service": "jobwire.v1.GroupService", "method": "PauseGroup"},
+      {"service": "jobwire.v1.GroupService", "method": "ResumeGroup"}
     ],
     "retryPolicy": {
       "maxAttempts": 5,
@@ -141,6 +147,7 @@ func NewClient(target string, opts ...Option) (*Client, error) {
 		Worker: pb.NewWorkerServiceClient(conn),
 		Dead:   pb.NewDeadLetterServiceClient(conn),
 		Queues: pb.NewQueueServiceClient(conn),
+		Groups: pb.NewGroupServiceClient(conn),
 	}, nil
 }
 

@@ -9,12 +9,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
 )
 
 // EnqueueOption sets an option of a job (see [JobID], [Delay], [Priority], [MaxAttempts],
-// [Backoff], [Metadata], [Timeout], [ContentType]).
+// [Backoff], [Metadata], [Timeout], [ContentType], [GroupKey], [ExpireAt], [TTL]).
 type EnqueueOption func(*pb.JobSpec)
 
 // JobID sets the job's id, which is also its idempotency key: an Enqueue whose id exists
@@ -50,6 +51,26 @@ func Metadata(md map[string]string) EnqueueOption {
 			s.Metadata[k] = v
 		}
 	}
+}
+
+// GroupKey puts the job in a group (a tenant, a customer): 1-128 bytes of UTF-8 without
+// control characters. Within a queue the groups with waiting jobs are leased round-robin
+// (weighted), and each group may have its own concurrency and rate limit (see
+// [Client.UpdateGroupConfig]); a worker's [RateLimitedGroup] pauses only the job's group.
+// Unset: the queue's default group.
+func GroupKey(key string) EnqueueOption { return func(s *pb.JobSpec) { s.GroupKey = key } }
+
+// ExpireAt: a job not leased by t moves to EXPIRED (or to the dead-letter queue with reason
+// EXPIRED when the queue's dead_letter_expired is set) and never runs. Give at most one of
+// ExpireAt and [TTL].
+func ExpireAt(t time.Time) EnqueueOption {
+	return func(s *pb.JobSpec) { s.ExpireTime = timestamppb.New(t) }
+}
+
+// TTL is [ExpireAt] relative to the enqueue (1 ms to 365 days), measured by the server's
+// clock.
+func TTL(d time.Duration) EnqueueOption {
+	return func(s *pb.JobSpec) { s.Ttl = durationpb.New(d) }
 }
 
 // ContentType sets the payload's MIME type (set to application/json for a payload that is

@@ -36,15 +36,21 @@ func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Afte
 // RateLimitedError says the downstream asked to slow down (an HTTP 429): the job comes back
 // after After without using an attempt (FAIL_DISPOSITION_RATE_LIMITED). With PauseQueue the
 // whole queue leases nothing for After, on every replica (the limit is the queue's, like
-// BullMQ's queue-wide rate limit).
+// BullMQ's queue-wide rate limit). With PauseGroup only the job's group (its
+// [GroupKey]: the tenant whose limit was hit) leases nothing for After; the rest of the
+// queue goes on.
 type RateLimitedError struct {
 	After      time.Duration
 	PauseQueue bool
+	PauseGroup bool
 }
 
 func (e *RateLimitedError) Error() string {
-	if e.PauseQueue {
+	switch {
+	case e.PauseQueue:
 		return fmt.Sprintf("rate limited: pause the queue for %s", e.After)
+	case e.PauseGroup:
+		return fmt.Sprintf("rate limited: pause the job's group for %s", e.After)
 	}
 	return fmt.Sprintf("rate limited: retry after %s", e.After)
 }
@@ -54,9 +60,40 @@ func RateLimited(d time.Duration, pauseQueue bool) error {
 	return &RateLimitedError{After: d, PauseQueue: pauseQueue}
 }
 
+// RateLimitedGroup puts the job back for d without using an attempt and pauses the job's
+// group for d on every replica: the downstream's limit is the tenant's (see
+// [RateLimitedError]).
+func RateLimitedGroup(d time.Duration) error {
+	return &RateLimitedError{After: d, PauseGroup: true}
+}
+
 // ErrLeaseLost is the cause of a handler's context when its lease is gone (expired and
 // given to another worker, or the job was deleted): its result can no longer be settled.
 var ErrLeaseLost = errors.New("jobwire: lease lost")
+
+// ErrJobCancelled is the cause of a handler's context when its job was cancelled
+// ([Client.CancelJob], CancelJobs): context.Cause(ctx) is a [*CancelledError] that matches
+// it with errors.Is. Return it (or any error) and the worker fails the attempt, which ends
+// the job CANCELLED; return nil and the job completes after all.
+var ErrJobCancelled = errors.New("jobwire: job cancelled")
+
+// CancelledError is the cause of a handler's context when its job was cancelled: the
+// reason given to CancelJob and when the server revokes the lease if the job is not
+// settled by then (the queue's cancel_grace). errors.Is(err, ErrJobCancelled) is true.
+type CancelledError struct {
+	Reason     string
+	RevokeTime time.Time
+}
+
+func (e *CancelledError) Error() string {
+	if e.Reason == "" {
+		return ErrJobCancelled.Error()
+	}
+	return ErrJobCancelled.Error() + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrJobCancelled) true.
+func (e *CancelledError) Is(target error) bool { return target == ErrJobCancelled }
 
 // ErrShutdown is the cause of a handler's context when the worker's shutdown grace ended
 // before the handler returned; the job is failed with RETRY.

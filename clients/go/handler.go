@@ -1,12 +1,14 @@
 package jobwire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
@@ -31,25 +33,97 @@ type Job[T any] struct {
 	// The fencing token of this lease, and its deadline (the worker keeps renewing it).
 	LeaseToken    string
 	LeaseDeadline time.Time
-	// The lease as received, with the job's last failed attempt (Lease.Job.Errors).
+	// The job's group (empty: the queue's default group).
+	GroupKey string
+	// The checkpoint the previous attempt saved ([Job.SaveCheckpoint]); nil when none: resume
+	// from it.
+	Checkpoint []byte
+	// The lease as received, with the job's last failed attempt (Lease.Job.Errors) and its
+	// last progress (Lease.Job.Progress, ProgressMessage).
 	Lease *pb.Lease
+
+	att *attempt
 }
 
-// HandlerFunc handles one attempt of a job. Return nil to ack it, or an error to fail the
-// attempt (see [NonRetryable], [RetryAfter], [RateLimited]; any other error retries per the
-// job's backoff). ctx is cancelled when the lease is lost (cause [ErrLeaseLost]) or the
+// attempt links a handler's Job to the worker running it: progress reports and the result.
+type attempt struct {
+	// report saves a progress report; nil outside a worker (RunLease: recorded instead).
+	report func(ctx context.Context, r Report) error
+
+	mu      sync.Mutex
+	result  []byte
+	reports []Report
+}
+
+// Progress reports how far the attempt got: percent (0 to 100) and a short message (up to
+// 256 bytes; "" keeps the last one), saved on the job for GetJob, dashboards and the next
+// attempt's Lease. It is sent on the worker's stream and waits for the server's answer: nil
+// once saved; an error wrapping [ErrLeaseLost] when the lease is gone (stop: the result
+// cannot be settled); another status error when refused (e.g. INVALID_ARGUMENT for a
+// percent above 100), or ctx's error.
+func (j *Job[T]) Progress(ctx context.Context, percent uint32, message string) error {
+	r := Report{Progress: &percent}
+	if message != "" {
+		r.Message = &message
+	}
+	return j.Report(ctx, r)
+}
+
+// SaveCheckpoint saves b as the job's checkpoint: if this attempt fails, the next one gets
+// it in [Job.Checkpoint] and can resume from there. Up to the server's checkpoint limit
+// (64 KiB by default: longer is RESOURCE_EXHAUSTED and nothing is saved); an empty b clears
+// it. Errors as [Job.Progress].
+func (j *Job[T]) SaveCheckpoint(ctx context.Context, b []byte) error {
+	if b == nil {
+		b = []byte{}
+	}
+	return j.Report(ctx, Report{Checkpoint: b})
+}
+
+// Report saves progress, message and checkpoint at once (the fields set); see
+// [Job.Progress].
+func (j *Job[T]) Report(ctx context.Context, r Report) error {
+	if j.att == nil {
+		return nil
+	}
+	if j.att.report == nil {
+		j.att.mu.Lock()
+		j.att.reports = append(j.att.reports, r)
+		j.att.mu.Unlock()
+		return nil
+	}
+	return j.att.report(ctx, r)
+}
+
+// SetResult attaches b to the job's Ack: when the handler returns nil the job completes
+// with b as its result (GetJob's job.result; up to the server's result limit, 64 KiB by
+// default). A later call replaces it; ignored when the handler returns an error.
+func (j *Job[T]) SetResult(b []byte) {
+	if j.att == nil {
+		return
+	}
+	j.att.mu.Lock()
+	j.att.result = bytes.Clone(b)
+	j.att.mu.Unlock()
+}
+
+// HandlerFunc handles one attempt of a job. Return nil to ack it (with the result given to
+// [Job.SetResult], if any), or an error to fail the attempt (see [NonRetryable],
+// [RetryAfter], [RateLimited], [RateLimitedGroup]; any other error retries per the job's
+// backoff). ctx is cancelled when the job is cancelled (cause a [*CancelledError], which
+// matches [ErrJobCancelled]), when the lease is lost (cause [ErrLeaseLost]) or when the
 // worker's shutdown grace ends (cause [ErrShutdown]); see context.Cause.
 type HandlerFunc[T any] func(ctx context.Context, job *Job[T]) error
 
 // rawHandler is a handler with its decoding step, as the worker stores it.
-type rawHandler func(ctx context.Context, lease *pb.Lease) error
+type rawHandler func(ctx context.Context, lease *pb.Lease, att *attempt) error
 
 // Handle registers fn for jobs named name on w. The payload is decoded from JSON into T; a
 // payload that does not decode fails the job as non-retryable (another attempt cannot fix
 // it). Register every handler before [Worker.Run]; a second registration of a name panics.
 func Handle[T any](w *Worker, name string, fn HandlerFunc[T]) {
-	w.register(name, func(ctx context.Context, lease *pb.Lease) error {
-		job := newJob[T](lease)
+	w.register(name, func(ctx context.Context, lease *pb.Lease, att *attempt) error {
+		job := newJob[T](lease, att)
 		if err := json.Unmarshal(lease.GetJob().GetPayload(), &job.Payload); err != nil {
 			return NonRetryable(&DecodeError{Name: name, Type: fmt.Sprintf("%T", job.Payload), Err: err})
 		}
@@ -75,22 +149,26 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 // HandleRaw registers fn for jobs named name on w with the payload as bytes, undecoded.
 func HandleRaw(w *Worker, name string, fn HandlerFunc[[]byte]) {
-	w.register(name, func(ctx context.Context, lease *pb.Lease) error {
-		job := newJob[[]byte](lease)
+	w.register(name, func(ctx context.Context, lease *pb.Lease, att *attempt) error {
+		job := newJob[[]byte](lease, att)
 		job.Payload = job.RawPayload
 		return fn(ctx, job)
 	})
 }
 
-func newJob[T any](l *pb.Lease) *Job[T] {
+func newJob[T any](l *pb.Lease, att *attempt) *Job[T] {
 	j := l.GetJob()
-	return &Job[T]{
+	job := &Job[T]{
 		Queue: j.GetQueue(), ID: j.GetJobId(), Name: j.GetName(),
 		RawPayload: j.GetPayload(), ContentType: j.GetContentType(), Metadata: j.GetMetadata(),
 		Attempt: l.GetAttempt(), MaxAttempts: j.GetMaxAttempts(),
 		IdempotencyKey: l.GetIdempotencyKey(), LeaseToken: l.GetLeaseToken(),
-		LeaseDeadline: l.GetLeaseDeadline().AsTime(), Lease: l,
+		LeaseDeadline: l.GetLeaseDeadline().AsTime(), GroupKey: j.GetGroupKey(), Lease: l, att: att,
 	}
+	if len(j.GetCheckpoint()) > 0 {
+		job.Checkpoint = j.GetCheckpoint()
+	}
+	return job
 }
 
 // Outcome is what a handler's return makes of an attempt: an ack, or a Fail with its
@@ -102,8 +180,12 @@ type Outcome struct {
 	Disposition pb.FailDisposition
 	// retry_after of the Fail (RetryAfter, RateLimited); 0: unset.
 	RetryAfter time.Duration
-	// pause_queue of a RATE_LIMITED Fail.
-	PauseQueue bool
+	// pause_queue and pause_group of a RATE_LIMITED Fail.
+	PauseQueue, PauseGroup bool
+	// The result sent with the Ack ([Job.SetResult]); nil: none.
+	Result []byte
+	// The progress reports the handler made, in order (RunLease only: a worker sends them).
+	Reports []Report
 	// The error recorded on the job: message, type, details.
 	Error *pb.JobError
 	// The handler's error as returned (nil for an ack).
@@ -133,8 +215,13 @@ func outcomeOf(err error, panicStack []byte) Outcome {
 	errType := ""
 	switch {
 	case errors.As(err, &rl):
-		o.Disposition, o.RetryAfter, o.PauseQueue = pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, rl.After, rl.PauseQueue
+		o.Disposition, o.RetryAfter = pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED, rl.After
+		o.PauseQueue, o.PauseGroup = rl.PauseQueue, rl.PauseGroup
 		cause, errType = rl, "RateLimited"
+	case errors.Is(err, ErrJobCancelled):
+		// The job was cancelled and the handler stopped: any Fail ends it CANCELLED; NO_RETRY
+		// says the same to a server that would not know of the cancel.
+		o.Disposition, errType = pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, "cancelled"
 	case errors.As(err, &nr):
 		o.Disposition, errType = pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY, "NonRetryable"
 		if nr.Err != nil {
@@ -199,14 +286,21 @@ type panicError struct{ value any }
 
 func (p panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
 
-// callHandler runs h, turning a panic into an error with the stack.
-func callHandler(ctx context.Context, h rawHandler, lease *pb.Lease) (o Outcome) {
+// callHandler runs h, turning a panic into an error with the stack; an ack carries the
+// result the handler set.
+func callHandler(ctx context.Context, h rawHandler, lease *pb.Lease, att *attempt) (o Outcome) {
 	defer func() {
 		if v := recover(); v != nil {
 			o = outcomeOf(panicError{value: v}, debug.Stack())
 		}
+		att.mu.Lock()
+		if o.Ack {
+			o.Result = att.result
+		}
+		o.Reports = att.reports
+		att.mu.Unlock()
 	}()
-	return outcomeOf(h(ctx, lease), nil)
+	return outcomeOf(h(ctx, lease, att), nil)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, saying how much was cut.

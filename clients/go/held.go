@@ -2,6 +2,8 @@ package jobwire
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -33,6 +35,8 @@ type held struct {
 	abandoned        bool      // failed at the shutdown deadline: the handler's return is ignored
 	nextExtend       time.Time // orphans: when to call ExtendLease next
 	extending        bool
+	cancelled        *CancelledError  // the job was cancelled (CancelLease): its handler was told
+	reports          []*pendingReport // progress sent on stream gen, oldest first, awaiting ProgressSaved
 }
 
 // onLease starts the handler of a lease that arrived on stream s.
@@ -41,6 +45,7 @@ func (w *Worker) onLease(s *stream, l *pb.Lease) {
 	h := &held{lease: l, queue: j.GetQueue(), id: j.GetJobId(), token: l.GetLeaseToken(), gen: s.gen}
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	h.cancel = cancel
+	att := &attempt{report: func(ctx context.Context, r Report) error { return w.report(ctx, h, r) }}
 	w.mu.Lock()
 	if d := time.Until(l.GetLeaseDeadline().AsTime()); d > 0 {
 		w.leaseDur = d
@@ -67,7 +72,7 @@ func (w *Worker) onLease(s *stream, l *pb.Lease) {
 			o = noHandlerOutcome(j.GetName(), w.opts.WorkerID)
 			w.log.Error("no handler for the job's name: failing the attempt", "queue", h.queue, "job_id", h.id, "name", j.GetName())
 		} else {
-			o = callHandler(ctx, handler, l)
+			o = callHandler(ctx, handler, l, att)
 		}
 		cancel(nil)
 		w.finish(h, o)
@@ -91,6 +96,10 @@ func (w *Worker) finish(h *held, o Outcome) {
 			"queue", h.queue, "job_id", h.id, "ack", o.Ack)
 		w.releaseLocked(h)
 		return
+	}
+	if h.cancelled != nil && !o.Ack && errors.Is(o.Err, context.Canceled) {
+		// The handler returned ctx.Err() after the cancel: record it as the cancel it is.
+		o = outcomeOf(h.cancelled, nil)
 	}
 	h.outcome = &o
 	w.settleLocked(h)
@@ -144,9 +153,27 @@ func (w *Worker) onSettled(s *stream, st *pb.Settled) {
 		// retries UNAVAILABLE and logs anything else.
 		w.log.Warn("settle refused on the stream; retrying with a unary call",
 			"queue", h.queue, "job_id", h.id, "code", code.String(), "message", st.GetMessage())
+		if code == codes.ResourceExhausted {
+			w.resultRefusedLocked(h, st.GetMessage())
+		}
 		h.creditBack, h.sentOn = true, 0
 		w.settleLocked(h)
 	}
+}
+
+// resultRefusedLocked turns an ack whose result the server refused as too large into a
+// NO_RETRY Fail (error type "result_too_large"): the job stays leased until settled, and
+// running it again would make the same result. Caller holds mu.
+func (w *Worker) resultRefusedLocked(h *held, why string) bool {
+	if !h.outcome.Ack || len(h.outcome.Result) == 0 {
+		return false
+	}
+	w.log.Error("the server refused the job's result as too large: failing the job NO_RETRY",
+		"queue", h.queue, "job_id", h.id, "result_bytes", len(h.outcome.Result), "message", why)
+	o := outcomeOf(NonRetryable(fmt.Errorf("result of %d bytes refused: %s", len(h.outcome.Result), why)), nil)
+	o.Error.ErrorType = "result_too_large"
+	h.outcome = &o
+	return true
 }
 
 // onStreamEnd turns the leases of stream s into orphans: renewed with ExtendLease at once,
@@ -163,6 +190,10 @@ func (w *Worker) onStreamEnd(s *stream) {
 			continue
 		}
 		h.nextExtend = now
+		for _, p := range h.reports {
+			p.done <- reportReply{unary: true}
+		}
+		h.reports = nil
 		if h.sentOn == s.gen {
 			h.sentOn = 0
 			w.settleLocked(h)
@@ -179,13 +210,13 @@ func settleRequest(h *held) *pb.SubscribeRequest {
 }
 
 func ackRequest(h *held) *pb.AckRequest {
-	return &pb.AckRequest{Queue: h.queue, JobId: h.id, LeaseToken: h.token}
+	return &pb.AckRequest{Queue: h.queue, JobId: h.id, LeaseToken: h.token, Result: h.outcome.Result}
 }
 
 func failRequest(h *held) *pb.FailRequest {
 	o := h.outcome
 	f := &pb.FailRequest{Queue: h.queue, JobId: h.id, LeaseToken: h.token, Disposition: o.Disposition,
-		Error: o.Error, PauseQueue: o.PauseQueue}
+		Error: o.Error, PauseQueue: o.PauseQueue, PauseGroup: o.PauseGroup}
 	if o.RetryAfter > 0 {
 		f.RetryAfter = durationpb.New(o.RetryAfter)
 	}
@@ -214,6 +245,14 @@ func (w *Worker) settleUnary(h *held) {
 		case codes.FailedPrecondition, codes.NotFound:
 			w.log.Warn("settle refused: the lease is lost (expired and given to another worker, or the job deleted); result dropped",
 				"queue", h.queue, "job_id", h.id, "code", code.String(), "error", err)
+		case codes.ResourceExhausted:
+			w.mu.Lock()
+			retry := w.resultRefusedLocked(h, status.Convert(err).Message())
+			w.mu.Unlock()
+			if retry {
+				continue
+			}
+			w.log.Error("settle refused; result dropped", "queue", h.queue, "job_id", h.id, "code", code.String(), "error", err)
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
 			w.log.Info("settle failed; retrying", "queue", h.queue, "job_id", h.id, "code", code.String(), "attempt", attempt)
 			select {

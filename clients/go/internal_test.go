@@ -2,6 +2,7 @@ package jobwire
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/jobwire/jobwire/clients/go/gen/jobwire/v1"
 )
 
 func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
@@ -81,5 +84,21 @@ func TestRetryUnavailableOnlyRetriesUnavailable(t *testing.T) {
 	err = retryUnavailable(ctx, 1, func() error { calls++; return status.Error(codes.Unavailable, "down") })
 	if status.Code(err) != codes.Unavailable || calls != 1 {
 		t.Fatalf("one try: %v after %d calls", err, calls)
+	}
+}
+
+func TestOutcomeOfRateLimitedGroupAndCancel(t *testing.T) {
+	o := outcomeOf(RateLimitedGroup(2*time.Second), nil)
+	if o.Disposition != pb.FailDisposition_FAIL_DISPOSITION_RATE_LIMITED || !o.PauseGroup || o.PauseQueue || o.RetryAfter != 2*time.Second {
+		t.Fatalf("RateLimitedGroup: %+v", o)
+	}
+	f := failRequest(&held{outcome: &o})
+	if !f.GetPauseGroup() || f.GetPauseQueue() || f.GetRetryAfter().AsDuration() != 2*time.Second {
+		t.Fatalf("fail request: %v", f)
+	}
+	o = outcomeOf(fmt.Errorf("stopping: %w", &CancelledError{Reason: "customer left"}), nil)
+	if o.Disposition != pb.FailDisposition_FAIL_DISPOSITION_NO_RETRY || o.Error.GetErrorType() != "cancelled" ||
+		!strings.Contains(o.Error.GetMessage(), "customer left") {
+		t.Fatalf("a cancelled handler's error: %+v", o)
 	}
 }

@@ -237,6 +237,10 @@ func (w *Worker) runStream() (opened bool, err error) {
 			w.onLease(s, msg.Lease)
 		case *pb.SubscribeResponse_Settled:
 			w.onSettled(s, msg.Settled)
+		case *pb.SubscribeResponse_Cancel:
+			w.onCancel(msg.Cancel)
+		case *pb.SubscribeResponse_ProgressSaved:
+			w.onProgressSaved(msg.ProgressSaved)
 		case *pb.SubscribeResponse_Draining:
 			w.log.Info("the server is draining: finishing held jobs, then reconnecting",
 				"grace", msg.Draining.GetGrace().AsDuration())
@@ -278,12 +282,16 @@ func (w *Worker) heartbeat(s *stream, done <-chan struct{}) {
 	}
 }
 
-// settleStalled says whether a settle sent on s waits for its reply longer than StallTimeout.
+// settleStalled says whether a settle or a progress report sent on s waits for its reply
+// longer than StallTimeout.
 func (w *Worker) settleStalled(s *stream) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, h := range w.held {
 		if h.sentOn == s.gen && time.Since(h.sentAt) > w.opts.StallTimeout {
+			return true
+		}
+		if h.gen == s.gen && len(h.reports) > 0 && time.Since(h.reports[0].sentAt) > w.opts.StallTimeout {
 			return true
 		}
 	}

@@ -126,13 +126,14 @@ func (w *Worker) register(name string, h rawHandler) {
 }
 
 // RunLease runs the handler registered for the lease's job name, without a server, and
-// returns what the worker would send: an ack or a Fail (for tests; see jobwiretest).
+// returns what the worker would send: an ack (with its result) or a Fail, and the progress
+// reports the handler made (for tests; see jobwiretest).
 func (w *Worker) RunLease(ctx context.Context, lease *pb.Lease) Outcome {
 	h := w.handlers[lease.GetJob().GetName()]
 	if h == nil {
 		return noHandlerOutcome(lease.GetJob().GetName(), w.opts.WorkerID)
 	}
-	return callHandler(ctx, h, lease)
+	return callHandler(ctx, h, lease, &attempt{})
 }
 
 // Run leases and handles jobs until ctx ends or (unless disabled) SIGTERM/SIGINT arrives,

@@ -20,11 +20,15 @@ type Lease struct {
 	Attempt            uint32
 	MaxAttempts        uint32
 	IdempotencyKey     string
+	// The job's group key, and the checkpoint a previous attempt saved (Job.Checkpoint).
+	GroupKey   string
+	Checkpoint []byte
 }
 
 // RunHandler runs the handler w has for l.Name on a fake lease, without a server, and
-// returns what the worker would send: Outcome.Ack, or the Fail's disposition, retry_after
-// and error. ctx is the handler's context.
+// returns what the worker would send: Outcome.Ack (with Outcome.Result), or the Fail's
+// disposition, retry_after and error, and the progress reports it made (Outcome.Reports;
+// each saved at once). ctx is the handler's context.
 func RunHandler(ctx context.Context, w *jobwire.Worker, l Lease) (jobwire.Outcome, error) {
 	payload, ok := l.Payload.([]byte)
 	if !ok && l.Payload != nil {
@@ -46,6 +50,7 @@ func RunHandler(ctx context.Context, w *jobwire.Worker, l Lease) (jobwire.Outcom
 			Queue: def(l.Queue, "test"), JobId: def(l.JobID, "job-1"), Name: l.Name, Payload: payload,
 			Metadata: l.Metadata, State: pb.JobState_JOB_STATE_ACTIVE,
 			MaxAttempts: max(l.MaxAttempts, attempt), AttemptsMade: attempt,
+			GroupKey: l.GroupKey, Checkpoint: l.Checkpoint,
 		},
 		Attempt:        attempt,
 		LeaseToken:     "fake-lease-token",

@@ -1,7 +1,10 @@
-//! [`Client`]: the producer side (enqueue, get_job) and thin wrappers of the dead-letter and
-//! queue services, over one HTTP/2 connection with optional TLS and bearer token.
+//! [`Client`]: the producer side (enqueue, get_job, cancel, delete) and thin wrappers of the
+//! dead-letter, queue and group services, over one HTTP/2 connection with optional TLS and
+//! bearer token.
 
 pub(crate) mod conn;
+mod control;
+mod groups;
 mod options;
 
 use std::future::Future;
@@ -10,12 +13,14 @@ use std::time::Duration;
 use crate::backoff::FullJitter;
 use crate::pb;
 use crate::pb::dead_letter_service_client::DeadLetterServiceClient;
+use crate::pb::group_service_client::GroupServiceClient;
 use crate::pb::job_service_client::JobServiceClient;
 use crate::pb::queue_service_client::QueueServiceClient;
 use crate::pb::worker_service_client::WorkerServiceClient;
 use crate::{Error, Payload};
 
 pub use conn::Conn;
+pub use control::{CancelledJobs, Report};
 pub use options::{Backoff, ClientOptions, EnqueueOptions, NewJob, TlsOptions};
 
 /// A jobwire client: cheap to clone (clones share the connection), safe to use from many
@@ -68,6 +73,10 @@ impl Client {
 
     fn queues(&self) -> QueueServiceClient<Conn> {
         QueueServiceClient::new(self.conn.clone())
+    }
+
+    fn groups(&self) -> GroupServiceClient<Conn> {
+        GroupServiceClient::new(self.conn.clone())
     }
 
     /// Enqueues job `name` on `queue` with `payload` (bytes, or [`Payload::json`]).
@@ -164,7 +173,7 @@ impl Client {
         Ok(r.job.unwrap_or_default())
     }
 
-    /// One page of `queue`'s jobs in `state` (WAITING, DELAYED, ACTIVE, COMPLETED or DEAD),
+    /// One page of `queue`'s jobs in `state` (WAITING, DELAYED, ACTIVE, COMPLETED, DEAD, ...),
     /// in that state's order (waiting in lease order, delayed by due time, active by lease
     /// deadline, completed by finish time, dead by death time), without payloads (`get_job`
     /// has them); `page_size` 0: the server's default (100). Pass the response's
@@ -288,7 +297,9 @@ impl Client {
         .await
     }
 
-    /// `queue`'s counts (waiting, delayed, active, completed, dead) and paused flag.
+    /// `queue`'s counts (waiting, delayed, active, completed, dead, cancelled, expired),
+    /// paused flag, config, and its groups with waiting jobs (`groups_waiting`,
+    /// `top_groups`).
     pub async fn get_queue_stats(&self, queue: &str) -> Result<pb::QueueStats, Error> {
         let queue = queue.to_owned();
         let r = retry_unavailable(|| {
@@ -335,8 +346,9 @@ impl Client {
         Ok(r.config.unwrap_or_default())
     }
 
-    /// Sets the fields of `config` named in `paths` (a FieldMask, e.g. `["retention"]`) on
-    /// `queue`; returns the whole new configuration.
+    /// Sets the fields of `config` named in `paths` (a FieldMask, e.g. `["retention"]`;
+    /// also `group_max_active`, `group_rate_limit`, `cancel_grace`, `dead_letter_expired`)
+    /// on `queue`; returns the whole new configuration.
     pub async fn update_queue_config(
         &self,
         queue: &str,

@@ -27,6 +27,11 @@ pub enum Error {
     /// Local I/O (reading TLS files, starting a test server).
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A progress report or checkpoint was refused because the lease is gone (the server's
+    /// FAILED_PRECONDITION or NOT_FOUND: expired and leased again, revoked after a cancel,
+    /// or the job deleted); the handler should stop, its result will not be applied.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
 }
 
 impl Error {
@@ -62,13 +67,21 @@ pub enum JobError {
     },
     /// A downstream's rate limit was hit: the job comes back after `delay` without using an
     /// attempt (RATE_LIMITED). With `pause_queue`, the whole queue leases nothing for
-    /// `delay`, on every replica (BullMQ's queue-wide rate limit after a 429).
+    /// `delay`, on every replica (BullMQ's queue-wide rate limit after a 429). With
+    /// `pause_group`, only the job's group (its `group_key`: the tenant whose limit was hit)
+    /// leases nothing for `delay`; the rest of the queue goes on.
     RateLimited {
         /// When to come back (0 to 7 days).
         delay: Duration,
         /// Pause the whole queue for `delay`.
         pause_queue: bool,
+        /// Pause the job's group for `delay`.
+        pause_group: bool,
     },
+    /// The handler stopped because its job was cancelled ([`crate::Ctx::cancel_cause`]):
+    /// NO_RETRY with error type `cancelled`. Any Fail of a job whose cancel is pending ends
+    /// it CANCELLED; this one also says so in the job's history.
+    Cancelled(String),
     /// Any other failure: RETRY with the job's backoff.
     Failed {
         /// Machine-readable type (up to 128 bytes), e.g. the Rust error type's name.
@@ -99,7 +112,24 @@ impl JobError {
         JobError::RateLimited {
             delay,
             pause_queue: false,
+            pause_group: false,
         }
+    }
+
+    /// [`JobError::RateLimited`] that also pauses the job's group for `delay`, on every
+    /// replica: the downstream's limit is the tenant's.
+    pub fn rate_limited_group(delay: Duration) -> JobError {
+        JobError::RateLimited {
+            delay,
+            pause_queue: false,
+            pause_group: true,
+        }
+    }
+
+    /// [`JobError::Cancelled`] with `reason` (e.g. the cancel's, from
+    /// [`crate::Ctx::cancel_cause`]).
+    pub fn cancelled(reason: impl Into<String>) -> JobError {
+        JobError::Cancelled(reason.into())
     }
 
     /// A plain retryable failure with a type and message, without a stack trace.
@@ -117,9 +147,15 @@ impl fmt::Display for JobError {
         match self {
             JobError::NonRetryable(m) => write!(f, "non-retryable: {m}"),
             JobError::RetryAfter { delay, message } => write!(f, "{message} ({delay:?})"),
-            JobError::RateLimited { delay, pause_queue } => {
-                write!(f, "rate limited for {delay:?} (pause queue: {pause_queue})")
-            }
+            JobError::RateLimited {
+                delay,
+                pause_queue,
+                pause_group,
+            } => write!(
+                f,
+                "rate limited for {delay:?} (pause queue: {pause_queue}, pause group: {pause_group})"
+            ),
+            JobError::Cancelled(reason) => write!(f, "cancelled: {reason}"),
             JobError::Failed {
                 error_type,
                 message,

@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Modules:
-//! - [`client`]: [`Client`] (enqueue, get_job, dead letters, queues), connection options
-//!   (TLS, bearer token), retries of UNAVAILABLE for idempotent calls.
+//! - [`client`]: [`Client`] (enqueue, get_job, cancel/delete, dead letters, queues,
+//!   groups), connection options (TLS, bearer token), retries of UNAVAILABLE for idempotent
+//!   calls.
 //! - [`stream`]: the low-level `Subscribe` stream ([`Client::subscribe`]): typed lease and
 //!   settle halves, for programs that drive credits themselves (`jobwire bench`).
 //! - [`worker`]: [`Worker`], handlers per job name, credits = concurrency, heartbeats,
@@ -37,9 +38,12 @@ pub mod pb {
     tonic::include_proto!("jobwire.v1");
 }
 
-pub use client::{Backoff, Client, ClientOptions, EnqueueOptions, Enqueued, NewJob, TlsOptions};
+pub use client::{
+    Backoff, CancelledJobs, Client, ClientOptions, EnqueueOptions, Enqueued, NewJob, Report,
+    TlsOptions,
+};
 pub use error::{Error, JobError};
 pub use payload::Payload;
 pub use stream::{LeaseStream, StreamEvent, StreamSender};
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{Ctx, Job, Worker, WorkerOptions, WorkerStats};
+pub use worker::{CancelCause, Ctx, Job, Worker, WorkerOptions, WorkerStats};

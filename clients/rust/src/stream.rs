@@ -1,8 +1,8 @@
 //! The low-level `Subscribe` stream and the unary settle calls.
 //!
 //! [`Client::subscribe`] opens a stream and returns its two halves: a [`StreamSender`]
-//! (acks, fails, heartbeats, credits, drain) and a [`LeaseStream`] (leases, settled replies,
-//! the server's draining notice). Nothing here runs handlers, counts credits, heartbeats or
+//! (acks, fails, progress reports, heartbeats, credits, drain) and a [`LeaseStream`]
+//! (leases, settled replies, cancels, progress replies, the server's draining notice). Nothing here runs handlers, counts credits, heartbeats or
 //! reconnects: that is [`crate::Worker`]'s job. Use this for programs that drive the
 //! protocol themselves (`jobwire bench`'s hot loop).
 
@@ -33,6 +33,12 @@ pub enum StreamEvent {
         /// How long the server waits for acks before handing the leases back.
         grace: Option<Duration>,
     },
+    /// A job this stream holds was cancelled: stop working on it and settle it (a Fail ends
+    /// it CANCELLED, an Ack COMPLETED) before `revoke_time`.
+    Cancel(pb::CancelLease),
+    /// The outcome of a progress report sent on this stream (`code` 0 saved, 9 the lease
+    /// was lost, others refused), in the order the reports were sent.
+    ProgressSaved(pb::ProgressSaved),
 }
 
 /// The sending half of a stream. Sends never block (the queue is unbounded; HTTP/2 flow
@@ -54,13 +60,26 @@ impl StreamSender {
     /// Acks `lease` (the job completed). The server answers with a Settled and returns the
     /// credit.
     pub fn ack(&self, lease: &pb::Lease) -> bool {
+        self.ack_with_result(lease, Vec::new())
+    }
+
+    /// Acks `lease` with `result` bytes, kept on the completed job (up to the server's
+    /// result limit, 64 KiB by default: longer is refused with RESOURCE_EXHAUSTED and the
+    /// job stays leased).
+    pub fn ack_with_result(&self, lease: &pb::Lease, result: Vec<u8>) -> bool {
         let (queue, job_id) = lease_ids(lease);
         self.send(In::Ack(pb::AckRequest {
-            result: Vec::new(),
+            result,
             queue,
             job_id,
             lease_token: lease.lease_token.clone(),
         }))
+    }
+
+    /// Saves progress and/or a checkpoint of a held job; the server answers with a
+    /// [`StreamEvent::ProgressSaved`].
+    pub fn progress(&self, req: pb::ReportProgressRequest) -> bool {
+        self.send(In::Progress(req))
     }
 
     /// Fails an attempt (see [`pb::FailRequest`]). The server answers with a Settled and
@@ -115,8 +134,10 @@ impl LeaseStream {
                     });
                     return Ok(Some(StreamEvent::Draining { grace }));
                 }
+                Some(Out::Cancel(c)) => return Ok(Some(StreamEvent::Cancel(c))),
+                Some(Out::ProgressSaved(p)) => return Ok(Some(StreamEvent::ProgressSaved(p))),
                 // A message kind newer than this client: ignore it.
-                Some(Out::Cancel(_)) | Some(Out::ProgressSaved(_)) | None => continue,
+                None => continue,
             }
         }
     }
@@ -159,12 +180,25 @@ impl Client {
     /// Acks a lease outside a stream (unary Ack). FAILED_PRECONDITION: the lease was lost
     /// (expired and leased again, or already settled). Not retried here.
     pub async fn ack(&self, queue: &str, job_id: &str, lease_token: &str) -> Result<(), Error> {
+        self.ack_with_result(queue, job_id, lease_token, Vec::new())
+            .await
+    }
+
+    /// [`Client::ack`] with `result` bytes kept on the completed job (RESOURCE_EXHAUSTED
+    /// beyond the server's result limit, 64 KiB by default; the job stays leased).
+    pub async fn ack_with_result(
+        &self,
+        queue: &str,
+        job_id: &str,
+        lease_token: &str,
+        result: Vec<u8>,
+    ) -> Result<(), Error> {
         self.workers()
             .ack(pb::AckRequest {
                 queue: queue.into(),
                 job_id: job_id.into(),
                 lease_token: lease_token.into(),
-                result: Vec::new(),
+                result,
             })
             .await?;
         Ok(())

@@ -26,6 +26,9 @@ async fn enqueue_sends_every_option_and_a_job_id_makes_it_idempotent() {
         }),
         metadata: HashMap::from([("tenant".to_owned(), "acme".to_owned())]),
         timeout: Some(Duration::from_secs(30)),
+        group_key: None,
+        expire_at: None,
+        ttl: None,
     };
     let payload = Payload::json(&json!({"order": 1})).expect("json");
     let first = client

@@ -108,6 +108,7 @@ fn each_error_maps_to_its_disposition() {
     let limited = fail_request_for(JobError::RateLimited {
         delay: Duration::from_secs(2),
         pause_queue: true,
+        pause_group: false,
     });
     assert_eq!(limited.disposition, pb::FailDisposition::RateLimited as i32);
     assert!(limited.pause_queue);
@@ -117,8 +118,71 @@ fn each_error_maps_to_its_disposition() {
         Some("RateLimited")
     );
 
+    let group = fail_request_for(JobError::rate_limited_group(Duration::from_millis(1500)));
+    assert_eq!(group.disposition, pb::FailDisposition::RateLimited as i32);
+    assert!(group.pause_group && !group.pause_queue);
+    let d = group.retry_after.expect("retry_after");
+    assert_eq!((d.seconds, d.nanos), (1, 500_000_000));
+
+    let cancelled = fail_request_for(JobError::cancelled("customer left"));
+    assert_eq!(cancelled.disposition, pb::FailDisposition::NoRetry as i32);
+    let e = cancelled.error.expect("error");
+    assert_eq!(
+        (e.error_type.as_str(), e.message.as_str()),
+        ("cancelled", "customer left")
+    );
+
     let other = fail_request_for(JobError::failed("x".repeat(300), "m"));
     assert_eq!(other.disposition, pb::FailDisposition::Retry as i32);
     let e = other.error.expect("error");
     assert_eq!(e.error_type.len(), 128, "cut to the server's limit");
+}
+
+#[tokio::test]
+async fn a_fake_lease_records_reports_and_the_result_and_shows_the_checkpoint() {
+    let mut lease = FakeLease::json("q", "n", &serde_json::json!({})).expect("json");
+    if let Some(j) = lease.lease.job.as_mut() {
+        j.checkpoint = b"step-3".to_vec();
+        j.group_key = "acme".into();
+    }
+    let ctx = Ctx::new("test-worker");
+    let r = lease
+        .run_with(
+            |job: Job<serde_json::Value>, ctx: Ctx| async move {
+                assert_eq!(job.checkpoint(), Some(&b"step-3"[..]));
+                assert_eq!(job.group_key(), "acme");
+                ctx.progress(60, "half").await.expect("recorded");
+                ctx.save_checkpoint(b"step-4".to_vec())
+                    .await
+                    .expect("recorded");
+                ctx.set_result(b"ok".to_vec());
+                Ok(())
+            },
+            ctx.clone(),
+        )
+        .await;
+    assert_eq!(r, Ok(()));
+    assert_eq!(ctx.result().as_deref(), Some(&b"ok"[..]));
+    let reports = ctx.reports();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(
+        (reports[0].progress, reports[0].message.as_deref()),
+        (Some(60), Some("half"))
+    );
+    assert_eq!(reports[1].checkpoint.as_deref(), Some(&b"step-4"[..]));
+}
+
+#[tokio::test]
+async fn cancel_with_keeps_the_first_cause() {
+    use jobwire_client::CancelCause;
+    let ctx = Ctx::new("w");
+    assert_eq!(ctx.cancel_cause(), None);
+    ctx.cancel_with(CancelCause::JobCancelled {
+        reason: "customer left".into(),
+        revoke_time: None,
+    });
+    ctx.cancel_with(CancelCause::Shutdown);
+    assert!(ctx.cancel.is_cancelled());
+    assert!(ctx.is_job_cancelled());
+    assert_eq!(ctx.cancel_error(), JobError::cancelled("customer left"));
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::pb_duration;
 use crate::{pb, Error, Payload};
@@ -114,6 +114,19 @@ pub struct EnqueueOptions {
     pub metadata: HashMap<String, String>,
     /// Each attempt's time limit (`None`: the queue's default).
     pub timeout: Option<Duration>,
+    /// The job's group (a tenant, a customer; 1-128 bytes of UTF-8 without control
+    /// characters). Within a queue the groups with waiting jobs are leased round-robin
+    /// (weighted), each may have its own concurrency and rate limit
+    /// ([`super::Client::update_group_config`]), and a worker's
+    /// [`crate::JobError::rate_limited_group`] pauses only the job's group. `None`: the
+    /// queue's default group.
+    pub group_key: Option<String>,
+    /// A job not leased by this time moves to EXPIRED (or to the dead-letter queue with
+    /// reason EXPIRED when the queue's `dead_letter_expired` is set) and never runs. At most
+    /// one of `expire_at` and `ttl`.
+    pub expire_at: Option<SystemTime>,
+    /// `expire_at` relative to the enqueue (1 ms to 365 days), by the server's clock.
+    pub ttl: Option<Duration>,
 }
 
 /// One job of [`super::Client::enqueue_batch`].
@@ -159,9 +172,9 @@ impl NewJob {
             max_attempts: o.max_attempts,
             backoff: o.backoff.map(Backoff::to_pb),
             timeout: o.timeout.map(pb_duration),
-            group_key: String::new(),
-            expire_time: None,
-            ttl: None,
+            group_key: o.group_key.unwrap_or_default(),
+            expire_time: o.expire_at.map(prost_types::Timestamp::from),
+            ttl: o.ttl.map(pb_duration),
         }
     }
 }

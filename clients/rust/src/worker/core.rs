@@ -2,10 +2,11 @@
 //! Handlers, the stream reader, connects and unary calls run in their own tasks and report
 //! back through one channel, so the bookkeeping needs no locks.
 
+mod control;
 mod settling;
 mod stream;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::settle::{self, Extended, Outcome, Settled};
-use super::{Handler, WorkerOptions, WorkerStats};
+use super::{CancelCause, Ctx, Handler, ReportRequest, WorkerOptions, WorkerStats};
 use crate::backoff::FullJitter;
 use crate::stream::{LeaseStream, StreamEvent, StreamSender};
 use crate::{Client, Error, JobError};
@@ -51,6 +52,8 @@ enum Event {
         token: String,
         result: Extended,
     },
+    /// A handler's progress report.
+    Report(ReportRequest),
 }
 
 enum State {
@@ -66,7 +69,11 @@ struct Held {
     ids: (String, String, String),
     /// The stream generation that leased it.
     gen: u64,
-    cancel: CancellationToken,
+    /// The handler's context: its cancel token and cause, its result.
+    ctx: Ctx,
+    /// Progress reports sent on stream `gen`, oldest first, waiting for their ProgressSaved
+    /// (the server answers a stream's reports in order).
+    reports: VecDeque<PendingReport>,
     state: State,
     lease_for: Duration,
     next_extend: Instant,
@@ -75,6 +82,13 @@ struct Held {
     lost: bool,
     /// Failed at the end of the grace: a later result from the handler is dropped (logged).
     abandoned: bool,
+}
+
+/// A progress report sent on a stream.
+struct PendingReport {
+    req: crate::pb::ReportProgressRequest,
+    reply: tokio::sync::oneshot::Sender<Result<(), Error>>,
+    sent: Instant,
 }
 
 struct Live {
@@ -200,6 +214,7 @@ impl Core {
                 }
             }
             Event::Done { token, result } => self.on_done(token, result),
+            Event::Report(r) => self.on_report(r),
             Event::Unary { token, result } => {
                 if let Some(h) = self.held.remove(&token) {
                     let (q, id) = (&h.ids.0, &h.ids.1);
@@ -243,7 +258,7 @@ impl Core {
                                 "lease lost while reconnecting; cancelling its handler"
                             );
                             h.lost = true;
-                            h.cancel.cancel();
+                            h.ctx.cancel_with(CancelCause::LeaseLost);
                         }
                         Extended::Retry(e) => {
                             tracing::debug!(
@@ -272,10 +287,11 @@ impl Core {
             let stall = self.o.stall_timeout;
             let stalled = self.held.values().any(|h| {
                 h.gen == live.gen
-                    && matches!(h.state, State::OnStream { sent, .. } if now.duration_since(sent) >= stall)
+                    && (matches!(h.state, State::OnStream { sent, .. } if now.duration_since(sent) >= stall)
+                        || h.reports.front().is_some_and(|p| now.duration_since(p.sent) >= stall))
             });
             if stalled {
-                self.stream_lost("stalled: settle replies are overdue");
+                self.stream_lost("stalled: settle or progress replies are overdue");
             }
         }
         let live_gen = self.live.as_ref().map(|l| l.gen);

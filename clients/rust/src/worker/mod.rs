@@ -18,6 +18,11 @@
 //!   [`Worker::shutdown_token`]): Drain, wait for held jobs up to `grace`, then cancel the
 //!   handlers' [`Ctx::cancel`] and fail what is left as RETRY (retry_after 1 s), then close.
 //!   A second signal ends the grace at once.
+//! - Job control: a `CancelLease` from the server cancels that handler's [`Ctx::cancel`]
+//!   ([`CancelCause::JobCancelled`]) and the handler's return is settled as usual (an
+//!   error ends the job CANCELLED); [`Ctx::progress`] and [`Ctx::save_checkpoint`] go on
+//!   the stream and wait for the matching `ProgressSaved` (unary ReportProgress when the
+//!   stream is gone); [`Ctx::set_result`] rides on the Ack.
 
 mod core;
 mod handler;
@@ -33,8 +38,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use handler::{bytes_handler, fail_request, json_handler, run as run_handler, Handler};
-pub use handler::{Ctx, Job};
+pub(crate) use handler::{
+    bytes_handler, fail_request, json_handler, run as run_handler, Handler, ReportRequest, Reporter,
+};
+pub use handler::{CancelCause, Ctx, Job};
 pub use stats::WorkerStats;
 
 use crate::{Client, Error, JobError};

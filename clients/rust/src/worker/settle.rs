@@ -9,8 +9,8 @@ use crate::{Client, Error};
 /// A handler's result, ready to send.
 #[derive(Clone, Debug)]
 pub(super) enum Outcome {
-    /// The job completed.
-    Ack,
+    /// The job completed, with these result bytes (empty: none).
+    Ack(Vec<u8>),
     /// The attempt failed (ids and lease token filled in).
     Fail(pb::FailRequest),
 }
@@ -54,10 +54,15 @@ pub(super) async fn unary(
 ) -> Settled {
     let mut backoff = FullJitter::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut tries = 0u32;
+    let mut outcome = outcome;
     loop {
         let call = async {
             match &outcome {
-                Outcome::Ack => client.ack(&queue, &job_id, &token).await,
+                Outcome::Ack(result) => {
+                    client
+                        .ack_with_result(&queue, &job_id, &token, result.clone())
+                        .await
+                }
                 Outcome::Fail(req) => client.fail(req.clone()).await.map(|_| ()),
             }
         };
@@ -70,6 +75,15 @@ pub(super) async fn unary(
             Err(Error::Status(s)) if s.code() == tonic::Code::FailedPrecondition => {
                 return Settled::Lost(s.message().to_owned())
             }
+            Err(Error::Status(s)) if s.code() == tonic::Code::ResourceExhausted => {
+                match result_too_large(&outcome, (&queue, &job_id, &token), s.message()) {
+                    Some(fail) => {
+                        outcome = fail;
+                        continue;
+                    }
+                    None => return Settled::Refused(s),
+                }
+            }
             Err(Error::Status(s)) if transient(s.code()) => {
                 if tries == 1 || tries.is_multiple_of(10) {
                     tracing::warn!(queue, job_id, tries, error = %s,
@@ -81,6 +95,79 @@ pub(super) async fn unary(
         }
         tokio::time::sleep(backoff.next_delay()).await;
     }
+}
+
+/// The Fail that replaces an Ack whose result the server refused as too large
+/// (RESOURCE_EXHAUSTED; the job stays leased until settled): NO_RETRY with error type
+/// `result_too_large`, as running it again would make the same result. None for any other
+/// outcome.
+pub(super) fn result_too_large(
+    outcome: &Outcome,
+    (queue, job_id, token): (&str, &str, &str),
+    why: &str,
+) -> Option<Outcome> {
+    let Outcome::Ack(result) = outcome else {
+        return None;
+    };
+    if result.is_empty() {
+        return None;
+    }
+    tracing::error!(
+        queue,
+        job_id,
+        result_bytes = result.len(),
+        reason = why,
+        "the server refused the job's result as too large: failing the job NO_RETRY"
+    );
+    Some(Outcome::Fail(pb::FailRequest {
+        queue: queue.into(),
+        job_id: job_id.into(),
+        lease_token: token.into(),
+        disposition: pb::FailDisposition::NoRetry as i32,
+        error: Some(pb::JobError {
+            message: format!("result of {} bytes refused: {why}", result.len()),
+            error_type: "result_too_large".into(),
+            details: String::new(),
+        }),
+        ..Default::default()
+    }))
+}
+
+/// Saves a progress report with the unary ReportProgress, retrying UNAVAILABLE and the like
+/// a few times (the handler waits for it). FAILED_PRECONDITION and NOT_FOUND:
+/// [`Error::LeaseLost`].
+pub(super) async fn report(client: Client, req: pb::ReportProgressRequest) -> Result<(), Error> {
+    let mut backoff = FullJitter::new(Duration::from_millis(200), Duration::from_secs(2));
+    let mut tries = 0u32;
+    loop {
+        let call = async {
+            client
+                .workers()
+                .report_progress(req.clone())
+                .await
+                .map(|_| ())
+        };
+        let r = tokio::time::timeout(CALL_TIMEOUT, call)
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no reply in time")));
+        tries += 1;
+        match r {
+            Ok(()) => return Ok(()),
+            Err(s) if lease_gone(s.code()) => return Err(Error::LeaseLost(s.message().into())),
+            Err(s) if transient(s.code()) && tries < 5 => {
+                tokio::time::sleep(backoff.next_delay()).await
+            }
+            Err(s) => return Err(s.into()),
+        }
+    }
+}
+
+/// FAILED_PRECONDITION or NOT_FOUND on a lease-token call: the lease is gone.
+pub(super) fn lease_gone(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::FailedPrecondition | tonic::Code::NotFound
+    )
 }
 
 /// How an ExtendLease ended.

@@ -81,6 +81,30 @@ pub async fn finished(client: &Client, queue: &str, id: &str) -> pb::Job {
     .await
 }
 
+/// Waits until job `id` of `queue` is in `state` (at most `patience`); returns it.
+pub async fn in_state(
+    client: &Client,
+    queue: &str,
+    id: &str,
+    state: pb::JobState,
+    patience: Duration,
+) -> pb::Job {
+    let what = format!("job {id} on {queue} in {state:?}");
+    eventually(patience, &what, || async {
+        let j = client.get_job(queue, id).await.ok()?;
+        (j.state == state as i32).then_some(j)
+    })
+    .await
+}
+
+/// A string parameter of a scenario.
+pub fn param_str(params: &serde_json::Value, name: &str) -> String {
+    params[name]
+        .as_str()
+        .unwrap_or_else(|| panic!("string param {name} missing"))
+        .to_owned()
+}
+
 /// A private `redis-server` on a free port (no persistence), killed on drop.
 pub struct Redis {
     child: std::process::Child,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{Core, Event, Held, State, FINAL_SETTLE, SHUTDOWN_RETRY_AFTER};
 use crate::client::pb_duration;
 use crate::worker::settle::{self, Outcome};
-use crate::worker::{fail_request, WorkerStats};
+use crate::worker::{fail_request, CancelCause, WorkerStats};
 use crate::{pb, JobError};
 
 impl Core {
@@ -31,7 +31,7 @@ impl Core {
             return;
         }
         let outcome = match result {
-            Ok(()) => Outcome::Ack,
+            Ok(()) => Outcome::Ack(h.ctx.result().unwrap_or_default()),
             Err(e) => {
                 if matches!(e, JobError::Failed { .. }) {
                     tracing::warn!(queue = q, job_id = id, error = %e, "job failed");
@@ -55,10 +55,10 @@ impl Core {
         match self.live.as_mut().filter(|l| l.gen == h.gen) {
             Some(live) => {
                 let sent = match &outcome {
-                    Outcome::Ack => {
+                    Outcome::Ack(result) => {
                         live.tx
                             .send(pb::subscribe_request::Message::Ack(pb::AckRequest {
-                                result: Vec::new(),
+                                result: result.clone(),
                                 queue: h.ids.0.clone(),
                                 job_id: h.ids.1.clone(),
                                 lease_token: h.ids.2.clone(),
@@ -106,7 +106,7 @@ impl Core {
             if !matches!(h.state, State::Running) {
                 continue;
             }
-            h.cancel.cancel();
+            h.ctx.cancel_with(CancelCause::Shutdown);
             if h.lost {
                 gone.push(token.clone());
                 continue;

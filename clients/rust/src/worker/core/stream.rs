@@ -1,14 +1,17 @@
 //! The stream side of the loop: opening it (credits = free slots), leases in, Settled
 //! replies, the server's Draining, and what happens to held leases when it breaks.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
 use super::{Core, Event, Held, Live, State};
 use crate::stream::{lease_ids, LeaseStream, StreamEvent, StreamSender};
+use crate::worker::settle;
 use crate::worker::WorkerStats;
-use crate::worker::{run_handler, Ctx};
+use crate::worker::{run_handler, Ctx, Reporter};
 use crate::{pb, Error, JobError};
 
 impl Core {
@@ -114,6 +117,16 @@ impl Core {
                 if !matches!(h.state, State::OnStream { .. }) {
                     return;
                 }
+                if s.code == tonic::Code::ResourceExhausted as i32 {
+                    if let State::OnStream { outcome, .. } = &h.state {
+                        let ids = (h.ids.0.as_str(), h.ids.1.as_str(), h.ids.2.as_str());
+                        if let Some(fail) = settle::result_too_large(outcome, ids, &s.message) {
+                            // The lease is still held by this stream: settle it again on it.
+                            self.settle(&s.lease_token, fail);
+                            return;
+                        }
+                    }
+                }
                 match s.code {
                     0 => {
                         WorkerStats::add(&self.stats.settled);
@@ -138,6 +151,8 @@ impl Core {
                 self.held.remove(&s.lease_token);
                 // The server returned this stream's credit with the Settled.
             }
+            StreamEvent::Cancel(c) => self.on_cancel(c),
+            StreamEvent::ProgressSaved(p) => self.on_progress_saved(p),
             StreamEvent::Draining { grace } => {
                 WorkerStats::add(&self.stats.server_drains);
                 tracing::info!(
@@ -180,11 +195,15 @@ impl Core {
                 "leased beyond the credits granted (a server bug); running it anyway"
             );
         }
-        let cancel = CancellationToken::new();
-        let ctx = Ctx {
-            cancel: cancel.clone(),
-            worker_id: self.worker_id.clone(),
-        };
+        let events = self.tx.clone();
+        let reporter: Reporter = Arc::new(move |r| events.send(Event::Report(r)).is_ok());
+        let ctx = Ctx::for_lease(
+            self.worker_id.clone(),
+            CancellationToken::new(),
+            ids.clone(),
+            reporter,
+        );
+        let held_ctx = ctx.clone();
         let name = l.job.as_ref().map(|j| j.name.clone()).unwrap_or_default();
         let handler = self.handlers.get(&name).cloned();
         let events = self.tx.clone();
@@ -204,7 +223,8 @@ impl Core {
             Held {
                 ids,
                 gen,
-                cancel,
+                ctx: held_ctx,
+                reports: VecDeque::new(),
                 state: State::Running,
                 lease_for,
                 next_extend: now + lease_for / 3,
@@ -248,5 +268,6 @@ impl Core {
         for (token, outcome) in resend {
             self.settle(&token, outcome);
         }
+        self.resend_reports(live.gen);
     }
 }
