@@ -26,6 +26,10 @@ var conformance = map[string]func(t *testing.T, sc scenario){
 	"sigterm_drains":               sigtermDrains,
 	"server_restart_mid_run":       serverRestartMidRun,
 	"stream_killed_by_network":     streamKilledByNetwork,
+
+	"checkpoint_resumes_next_attempt": checkpointResumesNextAttempt,
+	"result_attached_at_ack":          resultAttachedAtAck,
+	"group_key_and_pause_group":       groupKeyAndPauseGroup,
 }
 
 func loadScenarios(t *testing.T) []scenario {
@@ -67,6 +71,15 @@ func (sc scenario) ms(name string) float64 {
 	v, ok := sc.Params[name].(float64)
 	if !ok {
 		panic("scenario " + sc.ID + " has no number param " + name)
+	}
+	return v
+}
+
+// str reads a string parameter.
+func (sc scenario) str(name string) string {
+	v, ok := sc.Params[name].(string)
+	if !ok {
+		panic("scenario " + sc.ID + " has no string param " + name)
 	}
 	return v
 }

@@ -6,7 +6,9 @@
 mod support;
 
 mod errors;
+mod groups;
 mod liveness;
+mod progress;
 mod shutdown;
 mod slots;
 
@@ -22,6 +24,9 @@ const IMPLEMENTED: &[&str] = &[
     "sigterm_drains",
     "server_restart_mid_run",
     "stream_killed_by_network",
+    "checkpoint_resumes_next_attempt",
+    "result_attached_at_ack",
+    "group_key_and_pause_group",
 ];
 
 /// The scenario file, parsed.

@@ -1,0 +1,7 @@
+//! The job-control API beyond the conformance scenarios, against a real server: progress
+//! and results the server refuses.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod progress;
