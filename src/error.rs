@@ -61,6 +61,15 @@ pub enum Error {
         /// Jobs leased.
         leased: u64,
     },
+    /// The job is leased (ACTIVE) and the call needs it not to be (DeleteJob):
+    /// FAILED_PRECONDITION. Nothing changed.
+    #[error("job {id:?} of queue {queue:?} is active (leased); cancel it first (CancelJob) and delete it once it is cancelled")]
+    JobActive {
+        /// The queue.
+        queue: String,
+        /// The job id.
+        id: String,
+    },
     /// Redis is unreachable, or the server is shutting down: UNAVAILABLE, retry with backoff.
     #[error("unavailable: {0}")]
     Unavailable(String),

@@ -13,6 +13,8 @@
 //! group_max_active = 2
 //! group_rate_limit = { max = 5, period = "1s" }
 //! retention = { keep_completed = 1000, keep_dead = 100000, dead_max_age = "30d" }
+//! cancel_grace = "30s"
+//! dead_letter_expired = false
 //! ```
 
 use std::collections::BTreeMap;
@@ -45,6 +47,10 @@ pub struct QueueEntry {
     group_max_active: Option<u32>,
     group_rate_limit: Option<RateLimitEntry>,
     retention: Option<RetentionEntry>,
+    #[serde(default, with = "humantime_serde")]
+    cancel_grace: Option<Duration>,
+    #[serde(default)]
+    dead_letter_expired: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,6 +153,8 @@ impl QueueFile {
                         max: rl.max,
                         period_ms: ms(rl.period),
                     }),
+                    cancel_grace_ms: e.cancel_grace.map(ms),
+                    dead_letter_expired: e.dead_letter_expired,
                 };
                 if config.default_timeout_ms == Some(0) {
                     return Err(format!("{}: must be at least 1 ms", at("default_timeout")));

@@ -232,9 +232,42 @@ pub(crate) fn new_job(
             .transpose()?,
         timeout_ms,
         group_key: group_key(&f("group_key"), &spec.group_key, true)?,
-        // i16: validated by the expiry work (expire_time, ttl).
-        expire_ms: 0,
+        expire_ms: expire_ms(field, spec)?,
     })
+}
+
+/// Longest `ttl` of a job: 365 days.
+const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// When a job expires unless leased by then, ms since the epoch (0: never), from its
+/// `expire_time` or `ttl` (at most one; ttl 1 ms to 365 days; an expire_time must be in
+/// the future). INVALID_ARGUMENT naming the field otherwise.
+fn expire_ms(field: &str, spec: &pb::JobSpec) -> Result<u64, Error> {
+    let f = |name: &str| format!("{field}.{name}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    match (spec.expire_time.as_ref(), spec.ttl.as_ref()) {
+        (Some(_), Some(_)) => Err(Error::invalid(
+            f("ttl"),
+            "must not be set together with expire_time (give one of them)",
+        )),
+        (Some(t), None) => {
+            let at = timestamp_ms(&f("expire_time"), Some(t))?.unwrap_or(0);
+            if at <= now {
+                return Err(Error::invalid(f("expire_time"), "must be in the future"));
+            }
+            Ok(at)
+        }
+        (None, Some(d)) => match duration_ms(&f("ttl"), Some(d), MAX_TTL_MS)? {
+            Some(0) | None => Err(Error::invalid(
+                f("ttl"),
+                format!("must be 1 ms to {MAX_TTL_MS} ms (365 days)"),
+            )),
+            Some(ms) => Ok(now + ms),
+        },
+        (None, None) => Ok(0),
+    }
 }
 
 /// Validates a worker's JobError: the type must fit its limit (it is matched by filters);
@@ -400,16 +433,15 @@ pub(crate) fn job_state(field: &str, s: i32) -> Result<JobState, Error> {
         Ok(pb::JobState::Active) => Ok(JobState::Active),
         Ok(pb::JobState::Completed) => Ok(JobState::Completed),
         Ok(pb::JobState::Dead) => Ok(JobState::Dead),
-        // i16: the cancel and expiry work lists these.
-        Ok(pb::JobState::Cancelled) | Ok(pb::JobState::Expired) | Ok(pb::JobState::Unspecified) => {
-            Err(Error::invalid(
-                field,
-                "is required: WAITING, DELAYED, ACTIVE, COMPLETED or DEAD",
-            ))
-        }
+        Ok(pb::JobState::Cancelled) => Ok(JobState::Cancelled),
+        Ok(pb::JobState::Expired) => Ok(JobState::Expired),
+        Ok(pb::JobState::Unspecified) => Err(Error::invalid(
+            field,
+            "is required: WAITING, DELAYED, ACTIVE, COMPLETED, DEAD, CANCELLED or EXPIRED",
+        )),
         Err(_) => Err(Error::invalid(
             field,
-            format!("unknown value {s}; give WAITING, DELAYED, ACTIVE, COMPLETED or DEAD"),
+            format!("unknown value {s}; give WAITING, DELAYED, ACTIVE, COMPLETED, DEAD, CANCELLED or EXPIRED"),
         )),
     }
 }
@@ -507,7 +539,7 @@ pub(crate) fn job_pb(j: Job) -> pb::Job {
         checkpoint: j.data.checkpoint,
         result: j.data.result,
         cancel_time: timestamp(j.cancel_ms),
-        cancel_reason: String::new(),
+        cancel_reason: j.cancel_reason,
         lease_deadline: timestamp(j.lease_deadline_ms),
         worker_id: j.worker_id,
         progress_time: timestamp(j.data.progress_ms),

@@ -1,4 +1,5 @@
-//! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob, ListJobs (`list_jobs.rs`).
+//! `jobwire.v1.JobService`: Enqueue, EnqueueBatch, GetJob, ListJobs (`list_jobs.rs`),
+//! CancelJob, CancelJobs and DeleteJob (`cancel.rs`).
 
 use std::collections::BTreeMap;
 use std::task::Poll;
@@ -6,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
+use super::cancel;
 use super::convert::{self, ApiLimits};
 use super::limits::MAX_BATCH;
 use super::pb;
+use crate::auth::audit::{self, AdminAction};
 use crate::auth::{Auth, Rpc};
 use crate::jobs::{JobState, NewJob, QueueName};
 use crate::lease::{EchoCredit, Hub};
@@ -261,26 +264,69 @@ impl pb::job_service_server::JobService for JobApi {
         Ok(Response::new(page))
     }
 
-    // i16: the cancel/expiry work implements these three.
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
     async fn cancel_job(
         &self,
-        _request: Request<pb::CancelJobRequest>,
+        request: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::CancelJobResponse>, Status> {
-        Err(Status::unimplemented("CancelJob"))
+        let r = request.get_ref();
+        let queue = convert::queue("queue", &r.queue)?;
+        self.auth.check(&request, Rpc::CancelJob, &[&queue])?;
+        let id = convert::job_id("job_id", &r.job_id)?;
+        let reason = cancel::reason("reason", &r.reason)?;
+        tracing::Span::current().record("queue", queue.as_str());
+        tracing::Span::current().record("job_id", id.as_str());
+        let (job, cancelled) = cancel::one(&self.hub, &queue, &id, &reason).await?;
+        Ok(Response::new(pb::CancelJobResponse {
+            job: Some(convert::job_pb(job)),
+            cancelled,
+        }))
     }
 
+    #[tracing::instrument(skip_all, fields(queue))]
     async fn cancel_jobs(
         &self,
-        _request: Request<pb::CancelJobsRequest>,
+        request: Request<pb::CancelJobsRequest>,
     ) -> Result<Response<pb::CancelJobsResponse>, Status> {
-        Err(Status::unimplemented("CancelJobs"))
+        let r = request.get_ref();
+        let queue = convert::queue("queue", &r.queue)?;
+        // The role first: a caller without it learns nothing about the request's form.
+        let who = self.auth.check(&request, Rpc::CancelJobs, &[&queue])?;
+        let plan = cancel::bulk_request(r)?;
+        tracing::Span::current().record("queue", queue.as_str());
+        let page = cancel::bulk(&self.store, &queue, &plan).await?;
+        audit::record(
+            &who,
+            AdminAction::CancelJobs,
+            queue.as_str(),
+            &plan.describe(),
+            page.cancelled + page.signalled,
+        );
+        Ok(Response::new(page))
     }
 
+    #[tracing::instrument(skip_all, fields(queue, job_id))]
     async fn delete_job(
         &self,
-        _request: Request<pb::DeleteJobRequest>,
+        request: Request<pb::DeleteJobRequest>,
     ) -> Result<Response<pb::DeleteJobResponse>, Status> {
-        Err(Status::unimplemented("DeleteJob"))
+        let r = request.get_ref();
+        let queue = convert::queue("queue", &r.queue)?;
+        let who = self.auth.check(&request, Rpc::DeleteJob, &[&queue])?;
+        let id = convert::job_id("job_id", &r.job_id)?;
+        tracing::Span::current().record("queue", queue.as_str());
+        tracing::Span::current().record("job_id", id.as_str());
+        let state = cancel::delete(&self.store, &queue, &id).await?;
+        audit::record(
+            &who,
+            AdminAction::DeleteJob,
+            queue.as_str(),
+            &format!("id={id:?}"),
+            1,
+        );
+        Ok(Response::new(pb::DeleteJobResponse {
+            state: convert::state_pb(state) as i32,
+        }))
     }
 }
 

@@ -2,6 +2,7 @@
 //! calls the store or the lease hub, and converts the answer. Errors become `Status` in
 //! `status.rs` and nowhere else.
 
+mod cancel;
 pub mod codec;
 mod convert;
 mod dead_letter_service;

@@ -9,8 +9,8 @@ use super::pb;
 use crate::auth::audit::{self, AdminAction};
 use crate::auth::{Auth, Rpc};
 use crate::jobs::{
-    ConfigField, QueueConfig, QueueName, RateLimit, Retention, DEFAULT_DEAD_MAX_AGE_MS,
-    DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD,
+    ConfigField, QueueConfig, QueueName, RateLimit, Retention, DEFAULT_CANCEL_GRACE_MS,
+    DEFAULT_DEAD_MAX_AGE_MS, DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD, MAX_CANCEL_GRACE_MS,
 };
 use crate::lease::Hub;
 use crate::store::{DeleteQueue, QueueStats};
@@ -56,9 +56,9 @@ fn stats_pb(s: QueueStats, workers: u32, config: QueueConfig) -> pb::QueueStats 
         paused: s.paused,
         workers_connected: workers,
         config: Some(config_pb(&config)),
-        // i16: filled by the cancel/expiry and groups work.
-        cancelled: 0,
-        expired: 0,
+        cancelled: s.cancelled,
+        expired: s.expired,
+        // i16: filled by the groups work.
         groups_waiting: 0,
         top_groups: Vec::new(),
     }
@@ -89,9 +89,10 @@ pub(crate) fn config_pb(c: &QueueConfig) -> pb::QueueConfig {
             max: r.max,
             period: Some(convert::duration(r.period_ms)),
         }),
-        // i16: filled by the cancel/expiry work.
-        cancel_grace: None,
-        dead_letter_expired: false,
+        cancel_grace: Some(convert::duration(
+            c.cancel_grace_ms.unwrap_or(DEFAULT_CANCEL_GRACE_MS),
+        )),
+        dead_letter_expired: c.dead_letter_expired,
     }
 }
 
@@ -146,6 +147,12 @@ pub(crate) fn config_from_pb(field: &str, c: &pb::QueueConfig) -> Result<QueueCo
         max_active: c.max_active,
         group_max_active: c.group_max_active,
         group_rate_limit,
+        cancel_grace_ms: convert::duration_ms(
+            &f("cancel_grace"),
+            c.cancel_grace.as_ref(),
+            MAX_CANCEL_GRACE_MS,
+        )?,
+        dead_letter_expired: c.dead_letter_expired,
     };
     if config.default_timeout_ms == Some(0) {
         return Err(Error::invalid(
@@ -167,7 +174,7 @@ fn mask(
         Some(m) => m
             .paths
             .iter()
-            .map(|p| ConfigField::parse(p).ok_or_else(|| Error::invalid("update_mask", format!("unknown path {p:?}; known: default_max_attempts, default_backoff, default_timeout, retention, rate_limit, max_active, group_max_active, group_rate_limit"))))
+            .map(|p| ConfigField::parse(p).ok_or_else(|| Error::invalid("update_mask", format!("unknown path {p:?}; known: default_max_attempts, default_backoff, default_timeout, retention, rate_limit, max_active, group_max_active, group_rate_limit, cancel_grace, dead_letter_expired"))))
             .collect(),
         None => {
             let mut fields = Vec::new();
@@ -180,6 +187,8 @@ fn mask(
                 (c.max_active.is_some(), ConfigField::MaxActive),
                 (c.group_max_active.is_some(), ConfigField::GroupMaxActive),
                 (c.group_rate_limit.is_some(), ConfigField::GroupRateLimit),
+                (c.cancel_grace.is_some(), ConfigField::CancelGrace),
+                (c.dead_letter_expired, ConfigField::DeadLetterExpired),
             ];
             for (is_set, f) in set {
                 if is_set {

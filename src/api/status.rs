@@ -54,6 +54,14 @@ impl From<Error> for Status {
                 );
                 (Code::FailedPrecondition, "QUEUE_BUSY", e.to_string())
             }
+            Error::JobActive { queue, id } => {
+                d.add_precondition_failure_violation(
+                    "JOB_ACTIVE",
+                    format!("{queue}/{id}"),
+                    "the job is leased; cancel it first",
+                );
+                (Code::FailedPrecondition, "JOB_ACTIVE", e.to_string())
+            }
             Error::Unavailable(_) => {
                 d.set_retry_info(Some(Duration::from_secs(1)));
                 (

@@ -128,6 +128,13 @@ fn outbound_pb(o: Outbound) -> Result<pb::SubscribeResponse, Status> {
                 state: state.unwrap_or(pb::JobState::Unspecified) as i32,
             })
         }
+        Outbound::Cancel(c) => Out::Cancel(pb::CancelLease {
+            queue: c.queue.to_string(),
+            job_id: c.id,
+            lease_token: c.token,
+            reason: c.reason,
+            revoke_time: convert::timestamp(c.revoke_ms),
+        }),
         Outbound::Draining(grace) => Out::Draining(pb::Draining {
             grace: Some(convert::duration(grace.as_millis() as u64)),
         }),
@@ -630,9 +637,9 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Internal("renew returned nothing".into()))?;
-        let deadline = settle_error(&queue, &id, res)?;
+        let renewed = settle_error(&queue, &id, res)?;
         Ok(Response::new(pb::ExtendLeaseResponse {
-            lease_deadline: convert::timestamp(deadline),
+            lease_deadline: convert::timestamp(renewed.deadline_ms),
         }))
     }
 }

@@ -30,11 +30,15 @@ pub enum AdminAction {
     UpdateQueueConfig,
     /// DeleteQueue.
     DeleteQueue,
+    /// CancelJobs (a bulk cancel by filter).
+    CancelJobs,
+    /// DeleteJob.
+    DeleteJob,
 }
 
 impl AdminAction {
     /// Every admin action (each has a counter series from the start).
-    pub const ALL: [AdminAction; 7] = [
+    pub const ALL: [AdminAction; 9] = [
         AdminAction::ReplayDeadLetters,
         AdminAction::DeleteDeadLetters,
         AdminAction::PurgeQueue,
@@ -42,6 +46,8 @@ impl AdminAction {
         AdminAction::ResumeQueue,
         AdminAction::UpdateQueueConfig,
         AdminAction::DeleteQueue,
+        AdminAction::CancelJobs,
+        AdminAction::DeleteJob,
     ];
 
     /// The `action` label value: the RPC's name in snake case.
@@ -54,6 +60,8 @@ impl AdminAction {
             AdminAction::ResumeQueue => "resume_queue",
             AdminAction::UpdateQueueConfig => "update_queue_config",
             AdminAction::DeleteQueue => "delete_queue",
+            AdminAction::CancelJobs => "cancel_jobs",
+            AdminAction::DeleteJob => "delete_job",
         }
     }
 
@@ -67,6 +75,8 @@ impl AdminAction {
             Rpc::ResumeQueue => AdminAction::ResumeQueue,
             Rpc::UpdateQueueConfig => AdminAction::UpdateQueueConfig,
             Rpc::DeleteQueue => AdminAction::DeleteQueue,
+            Rpc::CancelJobs => AdminAction::CancelJobs,
+            Rpc::DeleteJob => AdminAction::DeleteJob,
             _ => return None,
         })
     }

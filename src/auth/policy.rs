@@ -64,6 +64,12 @@ pub enum Rpc {
     GetJob,
     /// JobService.ListJobs.
     ListJobs,
+    /// JobService.CancelJob.
+    CancelJob,
+    /// JobService.CancelJobs.
+    CancelJobs,
+    /// JobService.DeleteJob.
+    DeleteJob,
     /// WorkerService.Subscribe (and the Acks and Fails sent on the stream).
     Subscribe,
     /// WorkerService.Ack.
@@ -104,11 +110,14 @@ pub enum Rpc {
 
 impl Rpc {
     /// Every RPC, service by service.
-    pub const ALL: [Rpc; 22] = [
+    pub const ALL: [Rpc; 25] = [
         Rpc::Enqueue,
         Rpc::EnqueueBatch,
         Rpc::GetJob,
         Rpc::ListJobs,
+        Rpc::CancelJob,
+        Rpc::CancelJobs,
+        Rpc::DeleteJob,
         Rpc::Subscribe,
         Rpc::Ack,
         Rpc::Fail,
@@ -135,6 +144,10 @@ impl Rpc {
         match self {
             Rpc::Enqueue | Rpc::EnqueueBatch => &[Producer],
             Rpc::GetJob => &[Producer, Viewer, Admin],
+            // A producer withdraws its own jobs; an operator may too. Deleting a job (its
+            // history gone, its id free) is an operator's.
+            Rpc::CancelJob | Rpc::CancelJobs => &[Producer, Admin],
+            Rpc::DeleteJob => &[Admin],
             Rpc::Subscribe | Rpc::Ack | Rpc::Fail | Rpc::ExtendLease | Rpc::ReportProgress => {
                 &[Worker]
             }
@@ -162,6 +175,9 @@ impl Rpc {
             Rpc::EnqueueBatch => "EnqueueBatch",
             Rpc::GetJob => "GetJob",
             Rpc::ListJobs => "ListJobs",
+            Rpc::CancelJob => "CancelJob",
+            Rpc::CancelJobs => "CancelJobs",
+            Rpc::DeleteJob => "DeleteJob",
             Rpc::Subscribe => "Subscribe",
             Rpc::Ack => "Ack",
             Rpc::Fail => "Fail",
@@ -369,6 +385,10 @@ mod tests {
         assert!(!Roles::of(&[Role::Viewer]).allows(Rpc::PauseQueue));
         assert_eq!(Rpc::Enqueue.roles_text(), "producer");
         assert_eq!(Rpc::GetJob.roles_text(), "producer, viewer or admin");
+        assert_eq!(Rpc::CancelJob.roles_text(), "producer or admin");
+        assert_eq!(Rpc::DeleteJob.roles_text(), "admin");
+        assert!(!Roles::of(&[Role::Producer]).allows(Rpc::DeleteJob));
+        assert!(!Roles::of(&[Role::Viewer, Role::Worker]).allows(Rpc::CancelJobs));
         for rpc in Rpc::ALL {
             assert!(!rpc.roles().is_empty(), "{rpc:?}");
         }

@@ -13,8 +13,8 @@ pub use model::{
     JobState, LeasedJob, NewJob, ProgressReport,
 };
 pub use queue_config::{
-    ConfigField, QueueConfig, RateLimit, Retention, DEFAULT_DEAD_MAX_AGE_MS,
-    DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD,
+    ConfigField, QueueConfig, RateLimit, Retention, DEFAULT_CANCEL_GRACE_MS,
+    DEFAULT_DEAD_MAX_AGE_MS, DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD, MAX_CANCEL_GRACE_MS,
 };
 pub use queue_name::QueueName;
 pub use trace::trace_id;

@@ -307,6 +307,9 @@ pub struct Job {
     pub lease_deadline_ms: u64,
     /// Active only: the worker id of the lease holder; "" otherwise.
     pub worker_id: String,
+    /// The reason given with the cancel ("" none, or not read: only GetJob and CancelJob
+    /// read it).
+    pub cancel_reason: String,
 }
 
 /// What a job carries beside its header (`data` hash of `scripts/common.lua`): progress and

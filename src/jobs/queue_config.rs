@@ -77,7 +77,18 @@ pub struct QueueConfig {
     pub group_max_active: Option<u32>,
     /// Rate limit on the job starts of each named group (a group's own config overrides it).
     pub group_rate_limit: Option<RateLimit>,
+    /// How long the holder of a cancelled active job may take to settle it before its
+    /// lease is revoked, ms (0 to 1 h; default [`DEFAULT_CANCEL_GRACE_MS`]).
+    pub cancel_grace_ms: Option<u64>,
+    /// Expired jobs are dead-lettered (reason EXPIRED) instead of ending EXPIRED.
+    pub dead_letter_expired: bool,
 }
+
+/// The cancel grace when the config says nothing: 30 s (`scripts/common.lua`
+/// CANCEL_GRACE_MS).
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 30_000;
+/// Longest cancel grace: 1 h.
+pub const MAX_CANCEL_GRACE_MS: u64 = 3_600_000;
 
 /// The parts of a config an update may name (AIP-134 update mask paths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,11 +109,15 @@ pub enum ConfigField {
     GroupMaxActive,
     /// `group_rate_limit`
     GroupRateLimit,
+    /// `cancel_grace`
+    CancelGrace,
+    /// `dead_letter_expired`
+    DeadLetterExpired,
 }
 
 impl ConfigField {
     /// Every field, for a full replace.
-    pub const ALL: [ConfigField; 8] = [
+    pub const ALL: [ConfigField; 10] = [
         ConfigField::DefaultMaxAttempts,
         ConfigField::DefaultBackoff,
         ConfigField::DefaultTimeout,
@@ -111,6 +126,8 @@ impl ConfigField {
         ConfigField::MaxActive,
         ConfigField::GroupMaxActive,
         ConfigField::GroupRateLimit,
+        ConfigField::CancelGrace,
+        ConfigField::DeadLetterExpired,
     ];
 
     /// The update-mask path.
@@ -124,6 +141,8 @@ impl ConfigField {
             ConfigField::MaxActive => "max_active",
             ConfigField::GroupMaxActive => "group_max_active",
             ConfigField::GroupRateLimit => "group_rate_limit",
+            ConfigField::CancelGrace => "cancel_grace",
+            ConfigField::DeadLetterExpired => "dead_letter_expired",
         }
     }
 
@@ -138,6 +157,8 @@ impl ConfigField {
             "max_active" => ConfigField::MaxActive,
             "group_max_active" => ConfigField::GroupMaxActive,
             "group_rate_limit" => ConfigField::GroupRateLimit,
+            "cancel_grace" => ConfigField::CancelGrace,
+            "dead_letter_expired" => ConfigField::DeadLetterExpired,
             _ => return None,
         })
     }
@@ -181,6 +202,13 @@ impl QueueConfig {
                     out.push(("grm", opt(self.group_rate_limit.map(|r| r.max))));
                     out.push(("grp", opt(self.group_rate_limit.map(|r| r.period_ms))));
                 }
+                ConfigField::CancelGrace => {
+                    out.push(("cancel_grace_ms", opt(self.cancel_grace_ms)))
+                }
+                ConfigField::DeadLetterExpired => out.push((
+                    "dead_letter_expired",
+                    if self.dead_letter_expired { "1" } else { "" }.to_owned(),
+                )),
             }
         }
         out
@@ -212,6 +240,8 @@ impl QueueConfig {
                 (Some(max), Some(period_ms)) => Some(RateLimit { max, period_ms }),
                 _ => None,
             },
+            cancel_grace_ms: get(meta, "cancel_grace_ms"),
+            dead_letter_expired: meta.get("dead_letter_expired").is_some_and(|v| v == "1"),
         }
     }
 
@@ -243,6 +273,12 @@ impl QueueConfig {
             if let Some(m) = max.filter(|m| !(1..=1_000_000).contains(m)) {
                 return bad(name, format!("is {m}, must be in [1, 1000000]"));
             }
+        }
+        if let Some(g) = self.cancel_grace_ms.filter(|g| *g > MAX_CANCEL_GRACE_MS) {
+            return bad(
+                "cancel_grace",
+                format!("is {g} ms, must be 0 to {MAX_CANCEL_GRACE_MS} ms (1 h)"),
+            );
         }
         for (f, v) in [
             ("retention.keep_completed", self.retention.keep_completed),
@@ -288,6 +324,8 @@ mod tests {
                 max: 5,
                 period_ms: 2000,
             }),
+            cancel_grace_ms: Some(0),
+            dead_letter_expired: true,
         };
         let meta: HashMap<String, String> = c
             .meta_fields(&ConfigField::ALL)

@@ -105,9 +105,17 @@ impl Hub {
             for chunk in items.chunks(RENEW_BATCH) {
                 match self.store().renew(&queue, chunk, lease_ms).await {
                     Ok(results) => {
-                        for ((_, token), r) in chunk.iter().zip(results) {
-                            if !matches!(r, crate::store::Settle::Done(_)) {
-                                self.mark_lost(&queue, token);
+                        for ((id, token), r) in chunk.iter().zip(results) {
+                            match r {
+                                crate::store::Settle::Done(crate::store::Renewed {
+                                    cancel: Some((revoke_ms, reason)),
+                                    ..
+                                }) => {
+                                    // The safety net of a lost cancel notice: told once.
+                                    self.tell_cancel(&queue, id, token, revoke_ms, &reason);
+                                }
+                                crate::store::Settle::Done(_) => {}
+                                _ => self.mark_lost(&queue, token),
                             }
                         }
                     }
@@ -237,7 +245,16 @@ impl Hub {
                     return;
                 }
             };
+            crate::metrics::expired(queue.as_str(), report.expired);
+            if report.expired > 0 {
+                tracing::info!(queue = %queue, jobs = report.expired, "jobs expired before a lease took them");
+            }
             for r in &report.reaped {
+                if r.state == crate::jobs::JobState::Cancelled {
+                    tracing::info!(queue = %queue, job_id = %r.id, name = %r.name, attempt = r.attempt,
+                        "cancelled job's lease revoked: its holder did not settle it within the cancel grace");
+                    continue;
+                }
                 crate::metrics::lease_expired(queue.as_str());
                 let disposition = if r.error_type == "TIMED_OUT" {
                     "timed_out"
@@ -308,6 +325,9 @@ impl Hub {
                     match step {
                         Step::Event(None) | Step::Change(None) => break,
                         Step::Event(Some(WakeEvent::Ready(q))) => self.wake_from_pubsub(&q),
+                        Step::Event(Some(WakeEvent::Cancel(q, n))) => {
+                            self.tell_cancel(&q, &n.id, &n.token, n.revoke_ms, &n.reason);
+                        }
                         Step::Event(Some(WakeEvent::Resubscribed(qs))) => {
                             self.void_echo_credits();
                             for q in qs {

@@ -261,6 +261,38 @@ impl Hub {
         tracing::Span::none()
     }
 
+    /// Job `id` of `queue`, leased under `token`, was cancelled: the local stream holding
+    /// that lease (if any) is sent a CancelLease, once per lease (a notice over pub/sub and
+    /// the renewal's report may both arrive). Returns whether a stream was told now.
+    pub fn tell_cancel(
+        &self,
+        queue: &QueueName,
+        id: &str,
+        token: &str,
+        revoke_ms: u64,
+        reason: &str,
+    ) -> bool {
+        let sessions = match self.inner.loops.lock() {
+            Ok(l) => l.get(queue).map(|lp| lp.sessions()),
+            Err(_) => None,
+        };
+        let notice = super::session::CancelLease {
+            queue: queue.clone(),
+            id: id.to_owned(),
+            token: token.to_owned(),
+            reason: reason.to_owned(),
+            revoke_ms,
+        };
+        for s in sessions.unwrap_or_default() {
+            if s.cancel(&notice) {
+                tracing::info!(queue = %queue, job_id = %id, worker_id = %s.worker_id,
+                    reason = %reason, revoke_ms, "told the lease holder its job was cancelled");
+                return true;
+            }
+        }
+        false
+    }
+
     /// Something may be ready on `queue` (a pub/sub wake-up): its loop looks again.
     pub fn wake(&self, queue: &QueueName) {
         if let Ok(l) = self.inner.loops.lock() {

@@ -19,6 +19,6 @@ pub use background::DEFAULT_SWEEP_RATE;
 pub use hub::{Hub, HubConfig};
 pub use outbound::OutboundStream;
 pub use report::REPORT_TTL_INTERVALS;
-pub use session::{Outbound, Session, Settled, MAX_CREDITS};
+pub use session::{CancelLease, Outbound, Session, Settled, MAX_CREDITS};
 pub use settle::{Settles, MAX_SETTLE_BATCH};
 pub use wakeup::EchoCredit;

@@ -229,6 +229,10 @@ impl QueueLoop {
             }
         };
         let leased = batch.jobs.len();
+        if batch.expired > 0 {
+            crate::metrics::expired(self.queue.as_str(), batch.expired);
+            tracing::info!(queue = %self.queue, jobs = batch.expired, "jobs expired before a lease took them");
+        }
         let mut orphans = Vec::new();
         for (slot, lj) in slots.iter().zip(batch.jobs) {
             crate::metrics::leased(

@@ -32,6 +32,8 @@ pub enum Outbound {
     Lease(Box<LeasedJob>),
     /// The outcome of an Ack or Fail sent on the stream.
     Settled(Settled),
+    /// A job the stream holds was cancelled: stop and settle it before the revoke time.
+    Cancel(CancelLease),
     /// The server is shutting down and will hand leases back after `grace`.
     Draining(Duration),
     /// The stream is ended with this error (a protocol violation by the worker).
@@ -52,6 +54,21 @@ pub struct Settled {
     pub token: String,
     /// Ok(new state name) or the error.
     pub result: Result<Option<crate::jobs::JobState>, crate::Error>,
+}
+
+/// A cancel for the holder of a lease (sent once per lease).
+#[derive(Debug, Clone)]
+pub struct CancelLease {
+    /// The job's queue.
+    pub queue: QueueName,
+    /// The job id.
+    pub id: String,
+    /// The lease token being cancelled.
+    pub token: String,
+    /// The reason given with the cancel.
+    pub reason: String,
+    /// When the lease is revoked unless settled, ms since the epoch.
+    pub revoke_ms: u64,
 }
 
 /// Most replies (settled, draining) queued unread for one stream before its requests stop
@@ -302,6 +319,15 @@ impl Session {
     /// (its credit is free again).
     pub(crate) fn settle(&self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
         self.book().settle(queue, id, token)
+    }
+
+    /// Queues a [`CancelLease`] for the lease `c.token` if this stream holds it (for job
+    /// `c.id`) and was not told yet. True when it was queued.
+    pub(crate) fn cancel(&self, c: &CancelLease) -> bool {
+        if !self.book().mark_cancel_sent(&c.queue, &c.id, &c.token) {
+            return false;
+        }
+        self.send(Outbound::Cancel(c.clone()))
     }
 
     /// How many leases it holds (delivered or waiting in the outbox).

@@ -22,10 +22,12 @@ pub fn enqueued(queue: &str, created: bool) {
 }
 
 /// The counters labelled by queue alone, registered at 0 by [`queue_known`].
-const QUEUE_COUNTERS: [&str; 6] = [
+const QUEUE_COUNTERS: [&str; 8] = [
     JOBS_ENQUEUED,
     JOBS_DEDUPLICATED,
     JOBS_LEASED,
+    JOBS_CANCELLED,
+    JOBS_EXPIRED,
     LEASE_EXPIRATIONS,
     RATE_LIMIT_THROTTLED,
     DEAD_LETTERS_REPLAYED,
@@ -130,6 +132,20 @@ pub fn replayed(queue: &str, n: usize) {
 pub fn trimmed(queue: &str, state: &'static str, n: u64) {
     if n > 0 {
         counter!(JOBS_TRIMMED, "queue" => labels::queue(queue), "state" => state).increment(n);
+    }
+}
+
+/// `n` jobs of `queue` cancelled (ended, or their holders told).
+pub fn cancelled(queue: &str, n: u64) {
+    if n > 0 {
+        counter!(JOBS_CANCELLED, "queue" => labels::queue(queue)).increment(n);
+    }
+}
+
+/// `n` jobs of `queue` expired before a lease took them.
+pub fn expired(queue: &str, n: u64) {
+    if n > 0 {
+        counter!(JOBS_EXPIRED, "queue" => labels::queue(queue)).increment(n);
     }
 }
 

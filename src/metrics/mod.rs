@@ -41,6 +41,12 @@ pub const JOBS_DEAD_LETTERED: &str = "jobwire_jobs_dead_lettered_total";
 pub const DEAD_LETTERS_REPLAYED: &str = "jobwire_dead_letters_replayed_total";
 /// Completed jobs and dead-letter entries removed by retention (count or age), by state.
 pub const JOBS_TRIMMED: &str = "jobwire_jobs_trimmed_total";
+/// Jobs cancelled (CancelJob, CancelJobs): waiting or delayed ones ended, active ones whose
+/// holders were told.
+pub const JOBS_CANCELLED: &str = "jobwire_jobs_cancelled_total";
+/// Jobs not started before their expire time (EXPIRED, or dead-lettered with reason
+/// EXPIRED).
+pub const JOBS_EXPIRED: &str = "jobwire_jobs_expired_total";
 /// Leases that expired (worker died, hung or lost its stream) or attempts that timed out.
 pub const LEASE_EXPIRATIONS: &str = "jobwire_lease_expirations_total";
 /// Lease to ack/fail, seconds.
@@ -154,6 +160,16 @@ pub fn describe_all() {
         JOBS_TRIMMED,
         Unit::Count,
         "Jobs removed by retention (count or age limit), by state: completed or dead."
+    );
+    describe_counter!(
+        JOBS_CANCELLED,
+        Unit::Count,
+        "Jobs cancelled by CancelJob or CancelJobs (waiting and delayed ones ended, active ones' holders told)."
+    );
+    describe_counter!(
+        JOBS_EXPIRED,
+        Unit::Count,
+        "Jobs not started before their expire time (expired, or dead-lettered with reason expired)."
     );
     describe_counter!(
         LEASE_EXPIRATIONS,

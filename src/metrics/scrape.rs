@@ -68,9 +68,17 @@ impl Scraper {
                     .filter(|w| w.queues.iter().any(|wq| wq.as_str() == s.queue))
                     .count() as u64;
                 let g = by_label.entry(labels::queue(&s.queue)).or_default();
-                for (i, n) in [s.waiting, s.delayed, s.active, s.completed, s.dead]
-                    .into_iter()
-                    .enumerate()
+                for (i, n) in [
+                    s.waiting,
+                    s.delayed,
+                    s.active,
+                    s.completed,
+                    s.dead,
+                    s.cancelled,
+                    s.expired,
+                ]
+                .into_iter()
+                .enumerate()
                 {
                     g.jobs[i] += n;
                 }
@@ -81,9 +89,17 @@ impl Scraper {
             }
         }
         for (q, g) in by_label {
-            for (state, n) in ["waiting", "delayed", "active", "completed", "dead"]
-                .into_iter()
-                .zip(g.jobs)
+            for (state, n) in [
+                "waiting",
+                "delayed",
+                "active",
+                "completed",
+                "dead",
+                "cancelled",
+                "expired",
+            ]
+            .into_iter()
+            .zip(g.jobs)
             {
                 gauge!(QUEUE_JOBS, "queue" => q.clone(), "state" => state).set(n as f64);
             }
@@ -107,7 +123,7 @@ const STATS_CHUNK: usize = 200;
 #[derive(Default)]
 struct Gauges {
     /// waiting, delayed, active, completed, dead.
-    jobs: [u64; 5],
+    jobs: [u64; 7],
     oldest_waiting_ms: u64,
     oldest_dead_ms: u64,
     paused: bool,

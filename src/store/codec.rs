@@ -193,7 +193,18 @@ pub(crate) fn job_from_record(
         data: JobData::default(),
         lease_deadline_ms: 0,
         worker_id,
+        cancel_reason: String::new(),
     })
+}
+
+/// The cancel of a job as its data field `x` holds it (`'<revoke ms>,<reason>'`,
+/// `scripts/common.lua`): (revoke ms, 0 for none; reason).
+pub(crate) fn cancel_field(v: &[u8]) -> (u64, String) {
+    let s = String::from_utf8_lossy(v);
+    match s.split_once(',') {
+        Some((revoke, reason)) => (revoke.parse().unwrap_or(0), reason.to_owned()),
+        None => (0, s.into_owned()),
+    }
 }
 
 /// Decodes a progress entry of the `data` hash (`p:<id>`, `scripts/progress.lua`): the

@@ -94,7 +94,7 @@ impl Store {
                 j.expire_ms.to_string().into_bytes(),
             ]);
         }
-        if jobs.iter().any(|j| j.delay_ms > 0) {
+        if jobs.iter().any(|j| j.delay_ms > 0 || j.expire_ms > 0) {
             self.intend_due(queue).await;
         }
         let mut reply = array(self.run_script(&scripts::ENQUEUE, keys, args).await?)?.into_iter();
@@ -105,6 +105,15 @@ impl Store {
         let answered = &jobs[..reply.len().min(jobs.len())];
         if let Some(delay) = answered.iter().map(|j| j.delay_ms).filter(|d| *d > 0).min() {
             self.mark_due(queue, now + delay).await;
+        }
+        // The reaper expires a job no lease took by its expire time.
+        if let Some(at) = answered
+            .iter()
+            .map(|j| j.expire_ms)
+            .filter(|x| *x > 0)
+            .min()
+        {
+            self.mark_due(queue, at).await;
         }
         answered
             .iter()
@@ -151,6 +160,9 @@ impl Store {
         with_progress(&mut job.data, next(&mut data)?)?;
         job.data.checkpoint = bytes(next(&mut data)?)?;
         job.data.result = bytes(next(&mut data)?)?;
+        if let Some(Value::BulkString(x)) = data.next() {
+            job.cancel_reason = super::codec::cancel_field(&x).1;
+        }
         if job.state == JobState::Active {
             job.lease_deadline_ms = match next(&mut reply)? {
                 Value::Nil => 0,
@@ -202,5 +214,6 @@ fn created_job(
         data: Default::default(),
         lease_deadline_ms: 0,
         worker_id: String::new(),
+        cancel_reason: String::new(),
     }
 }

@@ -55,6 +55,7 @@ impl Store {
         };
         let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
         let more = int(next(&mut reply)?)? == 1;
+        let expired = int(next(&mut reply)?)? as u64;
         // Three values per job, then each job's checkpoint.
         let leased = reply.len() / 4;
         let mut jobs = Vec::with_capacity(leased);
@@ -84,6 +85,7 @@ impl Store {
             limited,
             wait_until_ms,
             more,
+            expired,
         })
     }
 
@@ -256,20 +258,29 @@ impl Store {
     }
 
     /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
-    /// attempt timeout (`renew.lua`); `Done` carries the new deadline, ms.
+    /// attempt timeout and, for a lease whose cancel is pending, its revoke time
+    /// (`renew.lua`); `Done` carries the new deadline and the pending cancel, if any.
     pub async fn renew(
         &self,
         queue: &QueueName,
         items: &[(String, String)],
         lease_ms: u64,
-    ) -> Result<Vec<Settle<u64>>, StoreError> {
+    ) -> Result<Vec<Settle<Renewed>>, StoreError> {
         let mut args = vec![
             lease_ms.to_string().into_bytes(),
             items.len().to_string().into_bytes(),
         ];
         push_pairs(&mut args, items);
         self.settle_call(&scripts::RENEW, queue, args, |mut it, _| {
-            Ok(int(next(&mut it)?)? as u64)
+            let deadline_ms = int(next(&mut it)?)? as u64;
+            let cancel = match it.next() {
+                Some(revoke) => Some((int(revoke)? as u64, string(next(&mut it)?)?)),
+                None => None,
+            };
+            Ok(Renewed {
+                deadline_ms,
+                cancel,
+            })
         })
         .await
     }
@@ -356,6 +367,7 @@ impl Store {
         let trimmed_completed = int(next(&mut reply)?)? as u64;
         let trimmed_dead = int(next(&mut reply)?)? as u64;
         let more = int(next(&mut reply)?)? == 1;
+        let expired = int(next(&mut reply)?)? as u64;
         let mut reaped = Vec::new();
         for item in reply {
             let mut f = array(item)?.into_iter();
@@ -377,6 +389,7 @@ impl Store {
             trimmed_dead,
             reaped,
             more,
+            expired,
         })
     }
 }

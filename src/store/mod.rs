@@ -9,6 +9,7 @@
 //! leaves each job in exactly one state; all of a queue's keys share the hash tag `{queue}`;
 //! the scripts take the time from Redis `TIME`.
 
+mod cancel;
 mod client;
 mod codec;
 mod conn;
@@ -30,6 +31,7 @@ mod types;
 mod wake;
 mod workers;
 
+pub use cancel::{CancelFilter, CancelNotice, CancelOutcome, CancelPage, DeletedJob};
 pub use client::{Store, CALL_BYTES};
 pub use dead::{DeadPage, DeadSelector};
 pub use durability::WaitReplicas;
@@ -42,6 +44,6 @@ pub use stats::QueueStats;
 pub use target::check_redis_url;
 pub use types::{
     AckInput, AckItem, AckOutcome, DeleteQueue, DeletedQueue, EnqueueOutcome, FailItem,
-    FailOutcome, LeaseBatch, Limit, ReapReport, ReapedJob, Settle,
+    FailOutcome, LeaseBatch, Limit, ReapReport, ReapedJob, Renewed, Settle,
 };
 pub use wake::{WakeEvent, WakeListener, RESUBSCRIBE_EVERY};

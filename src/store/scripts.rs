@@ -64,6 +64,8 @@ script!(PURGE, "purge");
 script!(WAITING_STATS, "waiting_stats");
 script!(DELETE_QUEUE, "delete_queue");
 script!(PROGRESS, "progress");
+script!(CANCEL, "cancel");
+script!(DELETE_JOB, "delete_job");
 
 macro_rules! global_script {
     ($name:ident, $label:literal) => {

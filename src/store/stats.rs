@@ -26,6 +26,10 @@ pub struct QueueStats {
     pub completed: u64,
     /// Dead-letter depth.
     pub dead: u64,
+    /// Cancelled jobs kept by the completed retention.
+    pub cancelled: u64,
+    /// Expired jobs kept by the completed retention.
+    pub expired: u64,
     /// Age of the oldest waiting job (now - the time it became ready), ms; 0 when none.
     pub oldest_waiting_ms: u64,
     /// Age of the oldest dead-letter entry, ms; 0 when none.
@@ -35,7 +39,7 @@ pub struct QueueStats {
 }
 
 /// Commands per queue in the stats pipeline.
-const PER_QUEUE: usize = 6;
+const PER_QUEUE: usize = 8;
 
 /// Queues whose stats are read at the same time (each one pipeline and one script call).
 pub(super) const PER_QUEUE_CONCURRENCY: usize = 64;
@@ -80,6 +84,8 @@ impl Store {
             .arg(0)
             .arg("WITHSCORES");
         pipe.cmd("HGET").arg(&k.all[5]).arg("paused");
+        pipe.cmd("ZCARD").arg(&k.all[15]);
+        pipe.cmd("ZCARD").arg(&k.all[16]);
         let mut conn = self.conn.clone();
         // The waiting-stats script goes out together with the pipeline: the connection is
         // multiplexed, so they share its round trip.
@@ -103,6 +109,8 @@ impl Store {
         }
         let dead = first_score(it.next().unwrap_or_default())?;
         let paused = string(it.next().unwrap_or_default())? == "1";
+        let cancelled = int(it.next().unwrap_or_default())? as u64;
+        let expired = int(it.next().unwrap_or_default())? as u64;
         let age = |since: Option<f64>| since.map_or(0, |s| (now_ms - s).max(0.0) as u64);
         Ok(QueueStats {
             queue: q.to_string(),
@@ -111,6 +119,8 @@ impl Store {
             active: n[2],
             completed: n[3],
             dead: n[4],
+            cancelled,
+            expired,
             oldest_waiting_ms: age(ready),
             // Dead scores are dead_ms * 1000 + a sequence (see common.lua).
             oldest_dead_ms: age(dead.map(|s| (s / 1000.0).floor())),

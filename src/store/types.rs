@@ -160,7 +160,11 @@ pub struct LeaseBatch {
     pub wait_until_ms: Option<u64>,
     /// The call's byte budget ([`super::CALL_BYTES`]) ran out before the slots did, with jobs
     /// still waiting: fewer jobs than slots, yet the caller should lease again at once.
+    /// Also set when popped jobs had expired (see `expired`).
     pub more: bool,
+    /// Jobs popped past their expire time: EXPIRED (or DEAD with reason EXPIRED), not
+    /// leased.
+    pub expired: u64,
 }
 
 /// A job whose lease the reaper failed.
@@ -202,6 +206,17 @@ pub struct ReapReport {
     /// The call's byte budget ([`super::CALL_BYTES`]) ran out before the expired leases
     /// did (so `reaped` may hold fewer than asked): call again.
     pub more: bool,
+    /// Waiting and delayed jobs this call expired (EXPIRED, or DEAD with reason EXPIRED).
+    pub expired: u64,
+}
+
+/// A renewed lease (`Store::renew`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    /// Its new deadline, ms.
+    pub deadline_ms: u64,
+    /// Its pending cancel, if one was requested: (revoke ms, reason).
+    pub cancel: Option<(u64, String)>,
 }
 
 impl ReapReport {

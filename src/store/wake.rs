@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::keys::{shard_wake_channel, wake_channel, wake_queue};
-use super::{Store, StoreError};
+use super::{CancelNotice, Store, StoreError};
 use crate::jobs::QueueName;
 
 /// How often every wanted sharded subscription is made again (a lost one without any push
@@ -39,6 +39,9 @@ pub const RETRY_EVERY: Duration = Duration::from_millis(250);
 pub enum WakeEvent {
     /// A job of the queue became ready (a script published on its channel).
     Ready(QueueName),
+    /// A leased job of the queue was cancelled (`cancel.lua` published a
+    /// [`CancelNotice`]): the stream holding its lease is to be told.
+    Cancel(QueueName, CancelNotice),
     /// The queues' subscriptions were lost and are made again: messages published meanwhile
     /// are lost, so their loops should look for work.
     Resubscribed(Vec<QueueName>),
@@ -159,7 +162,7 @@ impl WakeListener {
                     msg = stream.next() => {
                         let msg = msg?;
                         if let Some(q) = wake_queue(msg.get_channel_name()) {
-                            return Some(WakeEvent::Ready(q));
+                            return Some(event(q, msg.get_payload_bytes()));
                         }
                     }
                     Ok(()) = replaced.changed() => return Some(WakeEvent::Moved),
@@ -171,6 +174,14 @@ impl WakeListener {
 }
 
 /// The channel name of a push (its first value).
+/// The event of a message on `queue`'s wake channel: a cancel notice or a wake-up.
+fn event(queue: QueueName, payload: &[u8]) -> WakeEvent {
+    match CancelNotice::parse(payload) {
+        Some(n) => WakeEvent::Cancel(queue, n),
+        None => WakeEvent::Ready(queue),
+    }
+}
+
 fn push_channel(push: &PushInfo) -> Option<String> {
     match push.data.first()? {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
@@ -207,7 +218,11 @@ impl Sharded {
                     match push.kind {
                         PushKind::SMessage => {
                             if let Some(q) = push_channel(&push).as_deref().and_then(wake_queue) {
-                                return Some(WakeEvent::Ready(q));
+                                let payload = match push.data.get(1) {
+                                    Some(Value::BulkString(b)) => b.as_slice(),
+                                    _ => b"1".as_slice(),
+                                };
+                                return Some(event(q, payload));
                             }
                         }
                         // The server ended a subscription (its slot moved away from the

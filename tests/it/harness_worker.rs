@@ -31,6 +31,8 @@ pub struct TestWorker {
     pending_leases: Vec<pb::Lease>,
     pending_settled: Vec<pb::Settled>,
     pending_progress: Vec<pb::ProgressSaved>,
+    /// CancelLease messages read while waiting for something else.
+    pending_cancels: Vec<pb::CancelLease>,
 }
 
 use pb::subscribe_request::Message as In;
@@ -68,6 +70,7 @@ impl TestWorker {
             pending_leases: Vec::new(),
             pending_settled: Vec::new(),
             pending_progress: Vec::new(),
+            pending_cancels: Vec::new(),
         }
     }
 
@@ -135,7 +138,8 @@ impl TestWorker {
                 Out::Lease(l) => return Some(l),
                 Out::Settled(s) => self.pending_settled.push(s),
                 Out::ProgressSaved(p) => self.pending_progress.push(p),
-                Out::Draining(_) | Out::Cancel(_) => {}
+                Out::Cancel(c) => self.pending_cancels.push(c),
+                Out::Draining(_) => {}
             }
         }
     }
@@ -159,7 +163,27 @@ impl TestWorker {
                 Out::Settled(s) => return s,
                 Out::Lease(l) => self.pending_leases.push(l),
                 Out::ProgressSaved(p) => self.pending_progress.push(p),
-                Out::Draining(_) | Out::Cancel(_) => {}
+                Out::Cancel(c) => self.pending_cancels.push(c),
+                Out::Draining(_) => {}
+            }
+        }
+    }
+
+    /// The next CancelLease within `patience` (leases, settles and progress replies read
+    /// meanwhile are kept for later), or None.
+    pub async fn cancel_within(&mut self, patience: Duration) -> Option<pb::CancelLease> {
+        if !self.pending_cancels.is_empty() {
+            return Some(self.pending_cancels.remove(0));
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.read(left).await? {
+                Out::Cancel(c) => return Some(c),
+                Out::Lease(l) => self.pending_leases.push(l),
+                Out::Settled(s) => self.pending_settled.push(s),
+                Out::ProgressSaved(p) => self.pending_progress.push(p),
+                Out::Draining(_) => {}
             }
         }
     }
@@ -178,7 +202,8 @@ impl TestWorker {
                 Out::ProgressSaved(p) => return p,
                 Out::Lease(l) => self.pending_leases.push(l),
                 Out::Settled(s) => self.pending_settled.push(s),
-                Out::Draining(_) | Out::Cancel(_) => {}
+                Out::Cancel(c) => self.pending_cancels.push(c),
+                Out::Draining(_) => {}
             }
         }
     }

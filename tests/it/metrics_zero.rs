@@ -7,10 +7,12 @@ use jobwire::pb;
 
 use crate::harness::*;
 
-const QUEUE_COUNTERS: [&str; 6] = [
+const QUEUE_COUNTERS: [&str; 8] = [
     "jobwire_jobs_enqueued_total",
     "jobwire_jobs_deduplicated_total",
     "jobwire_jobs_leased_total",
+    "jobwire_jobs_cancelled_total",
+    "jobwire_jobs_expired_total",
     "jobwire_lease_expirations_total",
     "jobwire_rate_limit_throttled_total",
     "jobwire_dead_letters_replayed_total",

@@ -19,6 +19,11 @@ const TABLE: &[(&str, &[&str])] = &[
     // Issue 15: listing a queue's jobs is a viewer's read (a producer reads its own jobs by
     // id), as is listing the worker streams.
     ("ListJobs", &["viewer", "admin"]),
+    // Issue 16: a producer withdraws its jobs (as an operator may); deleting one is an
+    // operator's.
+    ("CancelJob", &["producer", "admin"]),
+    ("CancelJobs", &["producer", "admin"]),
+    ("DeleteJob", &["admin"]),
     ("Subscribe", &["worker"]),
     ("Ack", &["worker"]),
     ("Fail", &["worker"]),
@@ -44,9 +49,8 @@ const TABLE: &[(&str, &[&str])] = &[
 /// (or queue) that is not there.
 fn allowed_codes(rpc: &str) -> &'static [Code] {
     match rpc {
-        "GetJob" | "Ack" | "Fail" | "ExtendLease" | "ReportProgress" | "GetDeadLetter" => {
-            &[Code::NotFound]
-        }
+        "GetJob" | "Ack" | "Fail" | "ExtendLease" | "ReportProgress" | "GetDeadLetter"
+        | "CancelJob" | "DeleteJob" => &[Code::NotFound],
         "DeleteQueue" => &[Code::Ok, Code::NotFound],
         _ => &[Code::Ok],
     }
@@ -74,6 +78,35 @@ pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Stat
         "GetJob" => c
             .jobs
             .get_job(pb::GetJobRequest {
+                queue: s(q),
+                job_id: s("nope"),
+            })
+            .await
+            .map(drop),
+        "CancelJob" => c
+            .jobs
+            .cancel_job(pb::CancelJobRequest {
+                queue: s(q),
+                job_id: s("nope"),
+                reason: s("r"),
+            })
+            .await
+            .map(drop),
+        "CancelJobs" => c
+            .jobs
+            .cancel_jobs(pb::CancelJobsRequest {
+                queue: s(q),
+                filter: Some(pb::JobFilter {
+                    name: s("n"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "DeleteJob" => c
+            .jobs
+            .delete_job(pb::DeleteJobRequest {
                 queue: s(q),
                 job_id: s("nope"),
             })

@@ -11,11 +11,14 @@ use crate::refusal::snapshot;
 use crate::roles::call;
 use crate::secured::*;
 
-const RPCS: [&str; 22] = [
+const RPCS: [&str; 25] = [
     "Enqueue",
     "EnqueueBatch",
     "GetJob",
     "ListJobs",
+    "CancelJob",
+    "CancelJobs",
+    "DeleteJob",
     "Subscribe",
     "Ack",
     "Fail",

@@ -49,6 +49,8 @@ pub(crate) struct Held {
     pub(crate) id: String,
     /// The renewal saw the lease taken over: stop renewing it.
     pub(crate) lost: bool,
+    /// The worker was sent a CancelLease for it (sent once per lease).
+    pub(crate) cancel_sent: bool,
     /// The attempt's span (queue, job id, name, attempt, worker id, trace id): settle
     /// events are logged inside it.
     pub(crate) span: tracing::Span,
@@ -186,6 +188,7 @@ impl<L: Lease> Book<L> {
             Held {
                 id: lj.job_id().to_owned(),
                 lost: false,
+                cancel_sent: false,
                 span,
             },
         );
@@ -243,6 +246,18 @@ impl<L: Lease> Book<L> {
     pub(crate) fn mark_lost(&mut self, queue: &QueueName, token: &str) {
         if let Some(h) = self.held.get_mut(&(queue.clone(), token.to_owned())) {
             h.lost = true;
+        }
+    }
+
+    /// Records that the holder of lease `token` (job `id`) is told of its cancel: true the
+    /// first time, false when it was told already or this book does not hold the lease.
+    pub(crate) fn mark_cancel_sent(&mut self, queue: &QueueName, id: &str, token: &str) -> bool {
+        match self.held.get_mut(&(queue.clone(), token.to_owned())) {
+            Some(h) if h.id == id && !h.cancel_sent => {
+                h.cancel_sent = true;
+                true
+            }
+            _ => false,
         }
     }
 

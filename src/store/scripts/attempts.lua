@@ -4,6 +4,75 @@
 -- the dead-set filters and walks, wake-ups after failures, repeated settles and lost lease
 -- replies.
 
+-- Cancel and expiry (issue 16). A job leaves the queue for good as CANCELLED (CancelJob,
+-- CancelJobs) or EXPIRED (not leased before its expire time); both are terminal, never
+-- dead-lettered (but an expired job of a queue with meta dead_letter_expired = '1' is DEAD
+-- with reason EXPIRED), and kept by the completed retention in K_CANCELLED / K_EXPIRED.
+-- Expiry applies only until a job is first leased: the lease takes it out of K_EXPIRY, so
+-- a retried, released or replayed job never expires (its expire time stays on the header,
+-- for GetJob).
+-- An ACTIVE job is cancelled in two steps: the cancel sets CX (cancel-requested ms) and the
+-- data field x ('<revoke ms>,<reason>'), caps its K_ACTIVE score at the revoke time (now +
+-- meta cancel_grace_ms, default 30 s) and publishes 'c:...' on the wake channel (the
+-- replica whose stream holds the lease sends it a CancelLease; renew.lua reports it too, as
+-- a safety net). Then the first of: an Ack completes it (COMPLETED); a Fail of any
+-- disposition, the reaper at the revoke time (or an earlier deadline), a release (drain)
+-- or the release of its unconfirmed lease call ends it CANCELLED, uncharged and never
+-- leased again (cancel_active below). A late Ack or Fail then finds the token cleared:
+-- LEASE_LOST. Waiting jobs leave through remove_waiting and active ones through
+-- leave_active (groups.lua, which keep the groups' counts).
+
+-- The default cancel grace, ms (QueueConfig.cancel_grace unset).
+local CANCEL_GRACE_MS = 30000
+
+-- The cancel of job `id` (data field x): revoke ms (0 none) and reason, or nil.
+local function cancel_of(id)
+  local v = redis.call('HGET', K_DATA, 'x:' .. id)
+  if not v then return nil end
+  local revoke, reason = string.match(v, '^(%d+),(.*)$')
+  return tonumber(revoke), reason
+end
+
+-- Ends job `id` (header h, already out of waiting, delayed or active) as CANCELLED at
+-- `now`; the caller trims K_CANCELLED (trim_finished).
+local function finish_cancelled(id, h, now)
+  h[ST], h[FT], h[TOK], h[AD] = 'cancelled', now, '', 0
+  if h[CX] == 0 then h[CX] = now end
+  save_job(id, h)
+  redis.call('ZREM', K_EXPIRY, id)
+  redis.call('ZADD', K_CANCELLED, int(now), id)
+end
+
+-- Ends cancel-pending active job `id` (header h) as CANCELLED: out of K_ACTIVE, no retry,
+-- no dead letter (the attempt it ran stays counted).
+local function cancel_active(id, h, now)
+  leave_active(id, h)
+  finish_cancelled(id, h, now)
+end
+
+-- Applies the completed retention to K_CANCELLED or K_EXPIRED after `added` jobs joined it.
+local function trim_finished(key, now, added)
+  local keep, max_age_ms = completed_retention()
+  trim(key, keep, max_age_ms, now, 100 + added, 1)
+end
+
+-- Ends job `id` (header h, already out of waiting or delayed) as EXPIRED at `now`, or DEAD
+-- with reason EXPIRED when the queue dead-letters expired jobs. Returns the state.
+local function expire_job(id, h, now)
+  redis.call('ZREM', K_EXPIRY, id)
+  h[TOK], h[AD], h[FT] = '', 0, now
+  if redis.call('HGET', K_META, 'dead_letter_expired') == '1' then
+    h[ST], h[DR] = 'dead', 'EXPIRED'
+    save_job(id, h)
+    redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
+    return 'dead'
+  end
+  h[ST] = 'expired'
+  save_job(id, h)
+  redis.call('ZADD', K_EXPIRED, int(now), id)
+  return 'expired'
+end
+
 -- The delay before the retry that follows failed attempt `att` (1-based), in ms.
 -- fixed: d; exponential: d * 2^(att-1) (BullMQ's formula); then capped by max_delay, then
 -- jittered: drawn uniformly from [(1 - jitter) * d, d] using the caller's random r in [0, 1).
@@ -78,6 +147,14 @@ local function fail_attempt(id, h, now, disposition, exhausted_reason, message, 
   end
 
   h[ERR] = record_error(id, { a = att, m = message, t = etype, d = details, w = h[WK], ts = now, x = disposition, rd = delay })
+  -- A cancel is pending (attempts.lua, "Cancel and expiry"): whatever the disposition, the
+  -- job ends CANCELLED, never retried (the attempt a RATE_LIMITED fail returns stays
+  -- uncounted).
+  if h[CX] > 0 then
+    cancel_active(id, h, now)
+    trim_finished(K_CANCELLED, now, 1)
+    return { 'cancelled', now, '' }
+  end
   h[TOK], h[AD] = '', 0
   leave_active(id, h)
 
@@ -306,12 +383,19 @@ local function release_call(call, now)
     if h then
       local tok = h[TOK]
       if h[ST] == 'active' and string.sub(tok, 1, #prefix) == prefix then
-        leave_active(id, h)
         redis.call('ZREM', K_LIMITER, tok)
         if h[GRP] ~= '' then redis.call('ZREM', K_GLIMIT, window_member(h[GRP], h[LT], tok)) end
-        h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
-        make_ready(id, h, now)
-        n = n + 1
+        h[ATT] = h[ATT] - 1
+        if h[CX] > 0 then
+          -- Cancelled meanwhile: it ends CANCELLED, never leased again.
+          cancel_active(id, h, now)
+          trim_finished(K_CANCELLED, now, 1)
+        else
+          leave_active(id, h)
+          h[TOK], h[AD] = '', 0
+          make_ready(id, h, now)
+          n = n + 1
+        end
       end
     end
   end

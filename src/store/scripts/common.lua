@@ -46,8 +46,11 @@
 --                      so the reaper finds those due without walking the queue
 --  19 data       hash  what a job carries beside its header, one field per kind and job,
 --                      `<kind>:<id>`: 'p' progress (MessagePack [percent, message, ms]),
---                      'c' checkpoint (bytes), 'r' result (bytes), 'x' cancel reason
---                      (text); absent when the job has none. Deleting a job deletes them.
+--                      'c' checkpoint (bytes), 'r' result (bytes), 'x' the cancel
+--                      ('<revoke ms>,<reason>': revoke ms is when the lease of a job
+--                      cancelled while ACTIVE is revoked, 0 for a job cancelled while it
+--                      waited; the reason is text, '' none); absent when the job has none.
+--                      Deleting a job deletes them.
 --  20-27 gwait, gseq, groups, gconf, gready, gblocked, glimit, gpause: the named groups
 --                      of the queue (waiting jobs, counts, config, fairness, limits),
 --                      described in groups.lua, which follows this file in every script.
@@ -416,8 +419,9 @@ local function trim(key, keep, max_age_ms, now, budget, scale)
     end
   end
   if removed > 0 then
-    local field = 'trimmed_dead'
-    if key == K_COMPLETED then field = 'trimmed_completed' end
+    -- Cancelled and expired jobs are kept (and counted) like completed ones.
+    local field = 'trimmed_completed'
+    if key == K_DEAD then field = 'trimmed_dead' end
     redis.call('HINCRBY', K_META, field, removed)
   end
   return removed
@@ -444,4 +448,27 @@ end
 local function trim_dead(now)
   local keep, max_age_ms = dead_retention()
   trim(K_DEAD, keep, max_age_ms, now, 100, DEAD_SCALE)
+end
+
+
+-- The body of job `id` without its payload: [ bin '', content type, metadata JSON ]. The
+-- body is [bin payload, str, str] (src/store/codec.rs encode_body); this Lua's cmsgpack
+-- cannot decode bin, so the payload is cut out by its header: 0xc4 (length in 1 byte),
+-- 0xc5 (2) or 0xc6 (4), big-endian. A body of another form is returned whole.
+local function light_body(id)
+  local body = get_body(id)
+  if string.byte(body, 1) ~= 0x93 then return body end
+  local marker, skip = string.byte(body, 2), nil
+  if marker == 0xc4 then
+    skip = 3 + string.byte(body, 3)
+  elseif marker == 0xc5 then
+    local a, b = string.byte(body, 3, 4)
+    skip = 4 + a * 256 + b
+  elseif marker == 0xc6 then
+    local a, b, c, d = string.byte(body, 3, 6)
+    skip = 6 + ((a * 256 + b) * 256 + c) * 256 + d
+  else
+    return body
+  end
+  return '\147\196\0' .. string.sub(body, skip + 1)
 end

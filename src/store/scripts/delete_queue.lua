@@ -22,13 +22,15 @@ if left > 0 then
   out[2] = out[2] + #grouped
   left = left - #grouped
 end
-for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD }) do
+-- Cancelled and expired jobs are counted with the completed ones (KEYS 16, 17).
+local slots = { 3, 4, 5, 6, 5, 5 }
+for i, key in ipairs({ K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_CANCELLED, K_EXPIRED }) do
   if left <= 0 then break end
   local ids = redis.call('ZRANGE', key, 0, left - 1)
   if #ids > 0 then
     redis.call('ZREM', key, unpack(ids))
     delete_jobs(ids)
-    out[2 + i] = #ids
+    out[slots[i]] = out[slots[i]] + #ids
     left = left - #ids
   end
 end
@@ -36,7 +38,8 @@ end
 if left > 0 then
   -- The job hashes are empty by now (every job was deleted); DEL them all the same.
   redis.call('DEL', K_WAITING, K_META, K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS,
-    K_BODIES, K_ERRORS, K_PRIO, K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE)
+    K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA, K_GWAIT, K_GSEQ,
+    K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE)
   out[7] = 1
 end
 return out

@@ -3,10 +3,11 @@
 -- maxmemory, where MULTI is refused.
 -- ARGV: [1] wake channel (unused), [2] the job's id.
 -- Reply: { record (header .. body) or nil, history { field, value, ... } (read_history),
---          data { progress entry, checkpoint, result } (the job's fields of the data hash,
---          common.lua; nil each when absent), lease deadline (its active score) or nil }.
+--          data { progress entry, checkpoint, result, cancel ('<revoke ms>,<reason>') }
+--          (the job's fields of the data hash, common.lua; nil each when absent), lease
+--          deadline (its active score) or nil }.
 local id = ARGV[2]
 local rec = get_record(id)
 if not rec then return { false, {} } end
-local data = redis.call('HMGET', K_DATA, 'p:' .. id, 'c:' .. id, 'r:' .. id)
+local data = redis.call('HMGET', K_DATA, 'p:' .. id, 'c:' .. id, 'r:' .. id, 'x:' .. id)
 return { rec, read_history(id), data, redis.call('ZSCORE', K_ACTIVE, id) }

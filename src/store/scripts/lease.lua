@@ -16,8 +16,10 @@
 --          max_active, rate limit or paused), wait until ms (when the limit next admits a
 --          start; -1 unknown; for 'group' the earliest time a blocked group's rate window
 --          or pause ends),
---          more 0|1 (1: the call's byte budget ran out with jobs still waiting, common.lua:
---          call again at once),
+--          more 0|1 (1: the call's byte budget ran out with jobs still waiting, common.lua,
+--          or jobs taken had expired: call again at once),
+--          jobs expired (taken past their expire time: EXPIRED, or DEAD with reason
+--          EXPIRED, without using a slot; attempts.lua, "Cancel and expiry"),
 --          then three values per leased job: id, deadline, record (the header as
 --          saved, then the body); the i-th job leased has the i-th token (flat: no table
 --          a job), then one value per leased job, in the same order: its checkpoint (the
@@ -28,7 +30,7 @@ local call, c = ARGV[4], tonumber(ARGV[5])
 local workers = 5 + c
 if c > 0 then confirm_calls({ unpack(ARGV, 6, 5 + c) }) end
 promote_due(now, 1000)
-local out = { now, next_score(K_DELAYED), 0, '', -1, 0 }
+local out = { now, next_score(K_DELAYED), 0, '', -1, 0, 0 }
 -- Released before it ran (its reply was given up on): lease nothing.
 if redis.call('HEXISTS', K_CALL_JOBS, call) == 1 then return out end
 local m = redis.call('HMGET', K_META, 'paused', 'throttle_until', 'max_active', 'rate_max', 'rate_ms')
@@ -71,8 +73,11 @@ local deadline = now + lease_ms
 local deadline_s = int(deadline)
 local active = {}
 local leased = {}
--- Leases waiting job `id` in the next slot; false when its entry was stale (the job is
--- gone or has moved on: never expected; the entry is dropped).
+local has_expiry = redis.call('EXISTS', K_EXPIRY) == 1
+local expired_n, expired_dead = 0, false
+-- Leases waiting job `id` (already out of its waiting structure) in the next slot; false
+-- when its entry was stale (the job is gone or has moved on: never expected; the entry is
+-- dropped) or when the job had expired (it ends EXPIRED here, without a slot).
 local function take(id)
   local hdr = get_header(id)
   -- Only the lease part is decoded and written anew; the rest of the header is copied as
@@ -80,6 +85,18 @@ local function take(id)
   local off, st, att, to, name
   if hdr then off, st, att, to, name = cmsgpack.unpack_limit(hdr, LEASE_VALUES, 0) end
   if st ~= 'waiting' then return false end
+  -- Expiry applies until the first lease (attempts.lua, "Cancel and expiry").
+  if has_expiry then
+    local xs = redis.call('ZSCORE', K_EXPIRY, id)
+    if xs then
+      redis.call('ZREM', K_EXPIRY, id)
+      if tonumber(xs) <= now then
+        if expire_job(id, split_header(hdr), now) == 'dead' then expired_dead = true end
+        expired_n = expired_n + 1
+        return false
+      end
+    end
+  end
   slot = slot + 1
   local token = call .. '-' .. slot
   local due, due_s, ad = deadline, deadline_s, 0
@@ -174,6 +191,11 @@ else
     local first = redis.call('ZRANGE', K_GBLOCKED, 0, 0, 'WITHSCORES')
     if first[2] then out[5] = tonumber(first[2]) end
   end
+end
+if expired_n > 0 then
+  out[6], out[7] = 1, expired_n
+  trim_finished(K_EXPIRED, now, expired_n)
+  if expired_dead then trim_dead(now) end
 end
 if slot > 0 then
   -- The checkpoints the attempts resume from: one HMGET for the whole call.

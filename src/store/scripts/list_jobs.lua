@@ -5,7 +5,8 @@
 --              (priority 0), then K_PRIO from ZERO_SCORE (priority < 0); the time is the
 --              ready time of the header (not indexed: a time filter examines every job)
 --   delayed    K_DELAYED by due time; active K_ACTIVE by lease deadline; completed
---              K_COMPLETED by finish time; dead K_DEAD by death time (score / DEAD_SCALE)
+--              K_COMPLETED by finish time; dead K_DEAD by death time (score / DEAD_SCALE);
+--              cancelled K_CANCELLED and expired K_EXPIRED by finish time
 -- A sorted set is walked in (score, id) order, as Redis sorts it; the cursor is the last
 -- job examined: its score and id (the walk goes on strictly after them, from its rank when
 -- it is still there under that score, else from the score). The list (priority 0) is a
@@ -37,28 +38,6 @@ local function bytes_le(a, b)
     if x ~= y then return x < y end
   end
   return #a <= #b
-end
-
--- The body of job `id` without its payload: [ bin '', content type, metadata JSON ]. The
--- body is [bin payload, str, str] (src/store/codec.rs encode_body); this Lua's cmsgpack
--- cannot decode bin, so the payload is cut out by its header: 0xc4 (length in 1 byte),
--- 0xc5 (2) or 0xc6 (4), big-endian. A body of another form is returned whole.
-local function light_body(id)
-  local body = get_body(id)
-  if string.byte(body, 1) ~= 0x93 then return body end
-  local marker, skip = string.byte(body, 2), nil
-  if marker == 0xc4 then
-    skip = 3 + string.byte(body, 3)
-  elseif marker == 0xc5 then
-    local a, b = string.byte(body, 3, 4)
-    skip = 4 + a * 256 + b
-  elseif marker == 0xc6 then
-    local a, b, c, d = string.byte(body, 3, 6)
-    skip = 6 + ((a * 256 + b) * 256 + c) * 256 + d
-  else
-    return body
-  end
-  return '\147\196\0' .. string.sub(body, skip + 1)
 end
 
 -- Examines job `id` (its index entry says it is in `state`; `time_check` when the time
@@ -167,7 +146,9 @@ end
 local key, scale = K_DELAYED, 1
 if state == 'active' then key = K_ACTIVE
 elseif state == 'completed' then key = K_COMPLETED
-elseif state == 'dead' then key, scale = K_DEAD, DEAD_SCALE end
+elseif state == 'dead' then key, scale = K_DEAD, DEAD_SCALE
+elseif state == 'cancelled' then key = K_CANCELLED
+elseif state == 'expired' then key = K_EXPIRED end
 local lo, hi
 if after >= 0 then lo = after * scale end
 if before >= 0 then hi = before * scale end

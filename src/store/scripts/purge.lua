@@ -1,5 +1,5 @@
 -- purge.lua: deletes up to a budget of the queue's waiting and delayed jobs (and, if asked,
--- completed and dead ones). Leased jobs are never purged: their workers hold them.
+-- completed (with cancelled and expired) and dead ones). Leased jobs are never purged: their workers hold them.
 -- ARGV: [1] wake channel (unused), [2] include completed 1|0, [3] include dead 1|0,
 --       [4] most jobs to delete in this call.
 -- Reply: the number of jobs deleted (less than the budget: nothing is left to purge).
@@ -14,7 +14,12 @@ if deleted < budget then
   deleted = deleted + #grouped
 end
 local sets = { K_DELAYED }
-if ARGV[2] == '1' then sets[#sets + 1] = K_COMPLETED end
+if ARGV[2] == '1' then
+  -- Cancelled and expired jobs go with the completed ones (kept by the same retention).
+  sets[#sets + 1] = K_COMPLETED
+  sets[#sets + 1] = K_CANCELLED
+  sets[#sets + 1] = K_EXPIRED
+end
 if ARGV[3] == '1' then sets[#sets + 1] = K_DEAD end
 for _, key in ipairs(sets) do
   if deleted >= budget then break end

@@ -8,19 +8,25 @@
 -- Leases of a lease call whose reply was never confirmed are released, not failed: no
 -- worker received them (attempts.lua, "Lost lease replies"); so are the calls whose deadline
 -- passed (their records and tombstones are dropped).
+-- Cancel and expiry (attempts.lua): a lease whose cancel is pending ends CANCELLED at its
+-- deadline (the revoke time, or earlier), not as a failed attempt; up to the max leases of
+-- due entries of K_EXPIRY expire (EXPIRED, or DEAD with reason EXPIRED); the cancelled and
+-- expired sets are trimmed by the completed retention.
 -- ARGV: [1] wake channel, [2] max leases to reap, [3 ..] a random in [0, 1) per lease.
--- Reply: { promoted, next active deadline or -1, next delayed due or -1,
+-- Reply: { promoted, next active deadline or -1, next delayed due or expire time or -1,
 --          next retention due or -1 (now when the budget ran out: call again),
 --          completed jobs trimmed, dead jobs trimmed (by this call and by the ack and fail
 --          calls since the last reap: the meta counters are collected and reset),
 --          more (1: the call's byte budget ran out before the expired leases did: call
---          again; common.lua), per reaped job: { id, name, error type, state, dead reason, attempt } }
+--          again; common.lua), jobs expired by this call,
+--          per reaped job: { id, name, error type ('CANCELLED' for a revoked lease),
+--          state, dead reason, attempt } }
 local RETENTION_BUDGET = 1000
 local now = now_ms()
 local limit = tonumber(ARGV[2])
 local promoted = promote_due(now, 1000)
 if promoted > 0 then redis.call(WAKE_CMD, WAKE, '1') end
-local out = { promoted, -1, -1, -1, 0, 0, 0 }
+local out = { promoted, -1, -1, -1, 0, 0, 0, 0 }
 local any_waiting = false
 for _, call in ipairs(redis.call('ZRANGE', K_CALLS, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do
   if over_budget() then out[7] = 1; break end
@@ -37,6 +43,12 @@ for i, id in ipairs(expired) do
   elseif unconfirmed(call) then
     -- Its attempt timed out before its call was confirmed: released, uncharged.
     if release_call(call, now) > 0 then any_waiting = true end
+  elseif h[CX] > 0 then
+    -- A cancel is pending and the holder did not settle in time: revoked, CANCELLED.
+    local name, att = h[NAME], h[ATT]
+    cancel_active(id, h, now)
+    trim_finished(K_CANCELLED, now, 1)
+    out[#out + 1] = { id, name, 'CANCELLED', 'cancelled', '', att }
   else
     local etype, message = 'LEASE_EXPIRED', 'lease expired before the job was acked'
     if h[AD] > 0 and now >= h[AD] then
@@ -49,8 +61,36 @@ for i, id in ipairs(expired) do
   end
 end
 if #expired > 0 or any_waiting then wake_after_failures(any_waiting) end
+
+-- Expiry: waiting and delayed jobs past their expire time, a bounded batch per call.
+local expiring = redis.call('ZRANGE', K_EXPIRY, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local expired_n, expired_dead = 0, false
+for _, id in ipairs(expiring) do
+  if over_budget() then out[7] = 1; break end
+  local h = load_job(id)
+  if h and (h[ST] == 'waiting' or h[ST] == 'delayed') then
+    if h[ST] == 'waiting' then
+      remove_waiting(id, h)
+    else
+      redis.call('ZREM', K_DELAYED, id)
+    end
+    if expire_job(id, h, now) == 'dead' then expired_dead = true end
+    expired_n = expired_n + 1
+  else
+    redis.call('ZREM', K_EXPIRY, id)
+  end
+end
+if #expiring >= limit then out[7] = 1 end
+if expired_n > 0 then
+  out[8] = expired_n
+  trim_finished(K_EXPIRED, now, expired_n)
+  if expired_dead then trim_dead(now) end
+end
+
 out[2] = next_score(K_ACTIVE)
 out[3] = next_score(K_DELAYED)
+local next_expiry = next_score(K_EXPIRY)
+if next_expiry >= 0 and (out[3] < 0 or next_expiry < out[3]) then out[3] = next_expiry end
 
 -- Retention: the earliest time an entry left in a set passes its age limit is the set's
 -- next due time.
@@ -64,6 +104,14 @@ if trim(K_COMPLETED, keep_c, age_c, now, RETENTION_BUDGET, 1) >= RETENTION_BUDGE
 elseif age_c > 0 then
   local first = next_score(K_COMPLETED)
   if first >= 0 then due_at(first + age_c) end
+end
+for _, key in ipairs({ K_CANCELLED, K_EXPIRED }) do
+  if trim(key, keep_c, age_c, now, RETENTION_BUDGET, 1) >= RETENTION_BUDGET then
+    due_at(now)
+  elseif age_c > 0 then
+    local first = next_score(key)
+    if first >= 0 then due_at(first + age_c) end
+  end
 end
 local keep_d, age_d = dead_retention()
 if trim(K_DEAD, keep_d, age_d, now, RETENTION_BUDGET, DEAD_SCALE) >= RETENTION_BUDGET then

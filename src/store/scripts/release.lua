@@ -1,5 +1,6 @@
 -- release.lua: hands leased jobs back to waiting at once without consuming the attempt
--- (orderly shutdown: the job never ran to an outcome through no fault of its own).
+-- (orderly shutdown: the job never ran to an outcome through no fault of its own); a job
+-- whose cancel is pending ends CANCELLED instead (attempts.lua, "Cancel and expiry").
 -- ARGV: [1] wake channel, [2] n, then per job: id, lease token.
 -- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job
 -- 1 released | 0 (not found, or the lease moved on).
@@ -14,11 +15,18 @@ for j = 0, n - 1 do
   local rec = leased_record(id, token)
   if rec then
     local h = split_header(rec)
-    leave_active(id, h)
-    h[ATT], h[TOK], h[AD] = h[ATT] - 1, '', 0
-    make_ready(id, h, now)
+    h[ATT] = h[ATT] - 1
+    if h[CX] > 0 then
+      -- A cancel is pending: handed back, it ends CANCELLED (attempts.lua).
+      cancel_active(id, h, now)
+      trim_finished(K_CANCELLED, now, 1)
+    else
+      leave_active(id, h)
+      h[TOK], h[AD] = '', 0
+      make_ready(id, h, now)
+      any = true
+    end
     out[#out + 1] = 1
-    any = true
   else
     out[#out + 1] = 0
   end

@@ -4,7 +4,11 @@
 -- nothing is written to it. Renewing a lease proves the server got its lease call's reply:
 -- that call is confirmed (attempts.lua, "Lost lease replies").
 -- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
--- Reply: per job { 'OK', deadline } | { 'NOT_FOUND' } | { 'LEASE_LOST', state }.
+-- A lease whose cancel is pending (attempts.lua, "Cancel and expiry") is never pushed past
+-- its revoke time, and its reply says so, so the server can tell the holder if the
+-- wake-up message was lost.
+-- Reply: per job { 'OK', deadline[, revoke ms, cancel reason] } | { 'NOT_FOUND' }
+--        | { 'LEASE_LOST', state }.
 local now = now_ms()
 local lease_ms, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
@@ -21,6 +25,8 @@ for j = 0, n - 1 do
     local _, _, _, _, ad = lease_fields(rec)
     local deadline, deadline_s = now + lease_ms, default_s
     if ad > 0 and ad < deadline then deadline, deadline_s = ad, int(ad) end
+    local revoke, why = cancel_of(id)
+    if revoke and revoke > 0 and revoke < deadline then deadline, deadline_s = revoke, int(revoke) end
     deadlines[#deadlines + 1] = deadline_s
     deadlines[#deadlines + 1] = id
     local call = call_of(token)
@@ -28,7 +34,11 @@ for j = 0, n - 1 do
       seen[call] = true
       calls[#calls + 1] = call
     end
-    out[#out + 1] = { 'OK', deadline }
+    if revoke and revoke > 0 then
+      out[#out + 1] = { 'OK', deadline, revoke, why }
+    else
+      out[#out + 1] = { 'OK', deadline }
+    end
   end
 end
 for i = 1, #deadlines, 1000 do
