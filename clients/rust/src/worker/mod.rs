@@ -25,6 +25,7 @@
 //!   stream is gone); [`Ctx::set_result`] rides on the Ack.
 
 mod core;
+mod ctx;
 mod handler;
 mod settle;
 mod signal;
@@ -38,10 +39,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use handler::{
-    bytes_handler, fail_request, json_handler, run as run_handler, Handler, ReportRequest, Reporter,
-};
-pub use handler::{CancelCause, Ctx, Job};
+pub use ctx::{CancelCause, Ctx};
+pub(crate) use ctx::{ReportRequest, Reporter};
+pub use handler::Job;
+pub(crate) use handler::{bytes_handler, fail_request, json_handler, run as run_handler, Handler};
 pub use stats::WorkerStats;
 
 use crate::{Client, Error, JobError};
