@@ -27,9 +27,11 @@ var conformance = map[string]func(t *testing.T, sc scenario){
 	"server_restart_mid_run":       serverRestartMidRun,
 	"stream_killed_by_network":     streamKilledByNetwork,
 
-	"checkpoint_resumes_next_attempt": checkpointResumesNextAttempt,
-	"result_attached_at_ack":          resultAttachedAtAck,
-	"group_key_and_pause_group":       groupKeyAndPauseGroup,
+	"cancel_reaches_running_handler":   cancelReachesRunningHandler,
+	"checkpoint_resumes_next_attempt":  checkpointResumesNextAttempt,
+	"result_attached_at_ack":           resultAttachedAtAck,
+	"cancel_delete_expire_from_client": cancelDeleteExpireFromClient,
+	"group_key_and_pause_group":        groupKeyAndPauseGroup,
 }
 
 func loadScenarios(t *testing.T) []scenario {

@@ -14,6 +14,7 @@ async fn enqueue_sends_every_option_and_a_job_id_makes_it_idempotent() {
     let server = support::server(&[]).await;
     let client = server.client().await.expect("connect");
     let q = support::queue("client");
+    let expire_at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(4_000_000_000);
     let opts = EnqueueOptions {
         job_id: Some("order-1".into()),
         delay: Some(Duration::from_secs(60)),
@@ -26,8 +27,8 @@ async fn enqueue_sends_every_option_and_a_job_id_makes_it_idempotent() {
         }),
         metadata: HashMap::from([("tenant".to_owned(), "acme".to_owned())]),
         timeout: Some(Duration::from_secs(30)),
-        group_key: None,
-        expire_at: None,
+        group_key: Some("acme".into()),
+        expire_at: Some(expire_at),
         ttl: None,
     };
     let payload = Payload::json(&json!({"order": 1})).expect("json");
@@ -54,6 +55,8 @@ async fn enqueue_sends_every_option_and_a_job_id_makes_it_idempotent() {
     assert_eq!(b.kind, pb::BackoffKind::Exponential as i32);
     assert_eq!(b.jitter, 0.5);
     assert_eq!(job.timeout.map(|t| t.seconds), Some(30));
+    assert_eq!(job.group_key, "acme");
+    assert_eq!(job.expire_time.map(|t| t.seconds), Some(4_000_000_000));
 
     let missing = client.get_job(&q, "nope").await.expect_err("unknown job");
     assert_eq!(missing.code(), Some(tonic::Code::NotFound));

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cancel;
 mod errors;
 mod groups;
 mod liveness;
@@ -24,8 +25,10 @@ const IMPLEMENTED: &[&str] = &[
     "sigterm_drains",
     "server_restart_mid_run",
     "stream_killed_by_network",
+    "cancel_reaches_running_handler",
     "checkpoint_resumes_next_attempt",
     "result_attached_at_ack",
+    "cancel_delete_expire_from_client",
     "group_key_and_pause_group",
 ];
 

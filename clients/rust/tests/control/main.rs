@@ -1,7 +1,8 @@
 //! The job-control API beyond the conformance scenarios, against a real server: progress
-//! and results the server refuses.
+//! and results the server refuses, cancel and expiry.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cancel;
 mod progress;
