@@ -232,3 +232,44 @@ func TestQueueConfigJobControlFields(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledHandlerPastTheGraceLosesItsLease: a handler that ignores the cancel past the
+// queue's cancel_grace has its lease revoked: the job is CANCELLED, its late ack is refused
+// (logged), and the worker's slot serves the next job.
+func TestCancelledHandlerPastTheGraceLosesItsLease(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	const q = "grace-over"
+	if _, err := c.UpdateQueueConfig(ctx, q, &pb.QueueConfig{CancelGrace: durationpb.New(300 * time.Millisecond)}, "cancel_grace"); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 2)
+	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}})
+	jobwire.HandleRaw(w, "stubborn", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		started <- struct{}{}
+		time.Sleep(1500 * time.Millisecond) // ignores ctx
+		job.SetResult([]byte("too late"))
+		return nil
+	})
+	jobwire.HandleRaw(w, "next", func(ctx context.Context, job *jobwire.Job[[]byte]) error { return nil })
+	runWorker(t, w)
+	if _, err := c.Enqueue(ctx, q, "stubborn", []byte("x"), jobwire.JobID("s-1")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if _, cancelled, err := c.CancelJob(ctx, q, "s-1", "stop"); err != nil || !cancelled {
+		t.Fatalf("CancelJob: %v %v", cancelled, err)
+	}
+	j := waitState(t, c, q, "s-1", pb.JobState_JOB_STATE_CANCELLED, 10*time.Second)
+	if len(j.GetResult()) != 0 {
+		t.Errorf("the revoked job kept a result: %q", j.GetResult())
+	}
+	if _, err := c.Enqueue(ctx, q, "next", []byte("x"), jobwire.JobID("n-1")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c, q, "n-1", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	if j, _ := c.GetJob(ctx, q, "s-1"); j.GetState() != pb.JobState_JOB_STATE_CANCELLED {
+		t.Errorf("s-1 after the late ack: %v, want CANCELLED", j.GetState())
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -139,3 +142,55 @@ func TestResultTooLargeFailsTheJob(t *testing.T) {
 		t.Fatalf("dead job: attempts %d, errors %v", j.GetAttemptsMade(), errs)
 	}
 }
+
+// TestProgressAfterTheStreamBrokeGoesUnary: a report made after the stream that leased the
+// job was cut goes through the unary ReportProgress (the lease is an orphan now, renewed
+// with ExtendLease), and is saved.
+func TestProgressAfterTheStreamBrokeGoesUnary(t *testing.T) {
+	srv := jobwiretest.StartServer(t)
+	producer := srv.Client()
+	p := startProxy(t, srv.Addr)
+	var reports atomic.Int32
+	c, err := jobwire.NewClient(p.addr(), jobwire.WithDialOptions(grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil && strings.HasSuffix(method, "/ReportProgress") {
+				reports.Add(1)
+			}
+			return err
+		})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	const q = "orphan-progress"
+	started, cut := make(chan struct{}, 1), make(chan struct{})
+	errs := make(chan error, 1)
+	w := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}})
+	jobwire.HandleRaw(w, "n", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		started <- struct{}{}
+		<-cut
+		err := job.Report(ctx, jobwire.Report{Progress: ptr(uint32(70)), Message: ptr("after the cut"), Checkpoint: []byte("c-7")})
+		errs <- err
+		return err
+	})
+	runWorker(t, w)
+	if _, err := producer.Enqueue(context.Background(), q, "n", []byte("x"), jobwire.JobID("o-1")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	p.cut()
+	close(cut)
+	if err := <-errs; err != nil {
+		t.Fatalf("the report after the cut: %v", err)
+	}
+	j := waitState(t, producer, q, "o-1", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	if j.GetProgress() != 70 || j.GetProgressMessage() != "after the cut" || string(j.GetCheckpoint()) != "c-7" || j.GetAttemptsMade() != 1 {
+		t.Fatalf("job: progress %d %q checkpoint %q attempts %d", j.GetProgress(), j.GetProgressMessage(), j.GetCheckpoint(), j.GetAttemptsMade())
+	}
+	if reports.Load() != 1 {
+		t.Fatalf("%d unary ReportProgress calls, want 1", reports.Load())
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

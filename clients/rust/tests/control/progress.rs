@@ -110,3 +110,79 @@ async fn a_result_too_large_fails_the_job_instead_of_leaving_it_leased() {
         Some("result_too_large")
     );
 }
+
+#[tokio::test]
+async fn a_report_after_the_stream_broke_goes_unary() {
+    use jobwire_client::{Client, ClientOptions};
+    let server = support::server(&[]).await;
+    let direct = server.client().await.expect("connect");
+    let proxy = support::proxy::Proxy::start(server.grpc_port()).await;
+    let via_proxy = Client::connect(
+        &format!("127.0.0.1:{}", proxy.port),
+        ClientOptions::default(),
+    )
+    .await
+    .expect("connect through the proxy");
+    let q = support::queue("orphan-progress");
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (cut_tx, cut) = tokio::sync::watch::channel(false);
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    let mut worker = Worker::new(via_proxy, support::options(&q, 1));
+    worker.handle_bytes("n", move |_job: Job<Vec<u8>>, ctx: Ctx| {
+        let (started_tx, done_tx, mut cut) = (started_tx.clone(), done_tx.clone(), cut.clone());
+        async move {
+            let _ = started_tx.send(());
+            let _ = cut.wait_for(|c| *c).await;
+            let r = ctx
+                .report(Report {
+                    progress: Some(70),
+                    message: Some("after the cut".into()),
+                    checkpoint: Some(b"c-7".to_vec()),
+                })
+                .await;
+            let ok = r.is_ok();
+            let _ = done_tx.send(r);
+            if ok {
+                Ok(())
+            } else {
+                Err(jobwire_client::JobError::failed("test", "report failed"))
+            }
+        }
+    });
+    let stats = worker.stats();
+    let w = support::run(worker);
+    direct
+        .enqueue(&q, "n", b"x".to_vec(), with_id("o1"))
+        .await
+        .expect("enqueue");
+    started.recv().await.expect("started");
+    assert!(
+        proxy.cut() >= 1,
+        "the worker's connection went through the proxy"
+    );
+    cut_tx.send(true).expect("signal");
+    done.recv()
+        .await
+        .expect("reported")
+        .expect("the report after the cut is saved");
+    let job = support::in_state(
+        &direct,
+        &q,
+        "o1",
+        pb::JobState::Completed,
+        Duration::from_secs(20),
+    )
+    .await;
+    w.stop().await;
+    assert_eq!(
+        (job.progress, job.progress_message.as_str()),
+        (70, "after the cut")
+    );
+    assert_eq!(job.checkpoint, b"c-7");
+    assert_eq!(job.attempts_made, 1);
+    assert_eq!(
+        stats.get(&stats.unary_settles),
+        1,
+        "the stream was gone: {stats:?}"
+    );
+}
