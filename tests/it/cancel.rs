@@ -778,3 +778,110 @@ async fn delete_queue_removes_the_cancelled_expired_expiry_and_data_keys() {
     assert!(left.is_empty(), "keys left: {left:?}");
     let _ = &mut c;
 }
+
+#[tokio::test]
+async fn a_lost_cancel_notice_reaches_the_holder_at_its_next_renewal() {
+    let (redis, app) = TestApp::with_redis().await;
+    let q = "cx-lost-notice";
+    enqueue(&app, spec(q, "a")).await;
+    let mut w = TestWorker::open(&app, &[q], 1, "w").await;
+    let l = w.lease().await;
+    // The replica's wake-up listener loses its connection, so the notice published by the
+    // cancel (made by another client, not through this replica) reaches nobody.
+    let mut c = redis.conn().await;
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut c)
+        .await
+        .expect("client kill");
+    let store = redis.store().await;
+    let qn = jobwire::jobs::QueueName::parse(q).expect("queue");
+    let got = store.cancel_job(&qn, "a", "lost").await.expect("cancel");
+    assert!(matches!(
+        got,
+        jobwire::store::CancelOutcome::Job {
+            cancelled: true,
+            ..
+        }
+    ));
+    // Renewal (every lease_duration / 3 while the worker heartbeats) tells it.
+    let mut told = None;
+    for _ in 0..20 {
+        w.heartbeat();
+        if let Some(c) = w.cancel_within(Duration::from_millis(200)).await {
+            told = Some(c);
+            break;
+        }
+    }
+    let c = told.expect("told at a renewal");
+    assert_eq!(
+        (c.lease_token.as_str(), c.reason.as_str()),
+        (l.lease_token.as_str(), "lost")
+    );
+    // Once per lease: later renewals do not repeat it.
+    for _ in 0..8 {
+        w.heartbeat();
+        assert!(
+            w.cancel_within(Duration::from_millis(200)).await.is_none(),
+            "told twice"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_job_of_a_lease_call_whose_reply_was_lost_ends_cancelled() {
+    // The store alone: a lease call the server never confirmed (its reply lost), then a
+    // cancel, then the release of that call: the job is not handed back to waiting.
+    let redis = TestRedis::start().await;
+    let store = redis.store().await;
+    let qn = jobwire::jobs::QueueName::parse("cx-lost-call").expect("queue");
+    let job = jobwire::jobs::NewJob {
+        queue: qn.clone(),
+        id: "a".into(),
+        name: "n".into(),
+        payload: Vec::new(),
+        content_type: String::new(),
+        metadata: Default::default(),
+        delay_ms: 0,
+        priority: 0,
+        max_attempts: Some(3),
+        backoff: None,
+        timeout_ms: None,
+        group_key: String::new(),
+        expire_ms: 0,
+    };
+    store.enqueue(&qn, &[job], 1).await.expect("enqueue");
+    let call = jobwire::store::new_lease_call_id();
+    let batch = store
+        .lease(&qn, &["w"], 60_000, &call, &[])
+        .await
+        .expect("lease");
+    assert_eq!(batch.jobs.len(), 1);
+    let got = store.cancel_job(&qn, "a", "stop").await.expect("cancel");
+    assert!(matches!(
+        got,
+        jobwire::store::CancelOutcome::Job {
+            cancelled: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        store
+            .release_lease_call(&qn, &call, 60_000)
+            .await
+            .expect("release"),
+        0
+    );
+    let a = store.get_job(&qn, "a").await.expect("get").expect("job");
+    assert_eq!(a.state, jobwire::jobs::JobState::Cancelled);
+    assert_eq!(a.attempts_made, 0, "no attempt charged: no worker got it");
+    assert_eq!(a.cancel_reason, "stop");
+    let call = jobwire::store::new_lease_call_id();
+    let again = store
+        .lease(&qn, &["w"], 60_000, &call, &[])
+        .await
+        .expect("lease");
+    assert!(again.jobs.is_empty(), "never leased again");
+}

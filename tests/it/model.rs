@@ -1,21 +1,33 @@
 //! A model-based property test of the Lua state machine against a real Redis: random
-//! sequences of enqueue / lease / ack / fail / expire / release / replay / delete, driven
+//! sequences of enqueue / lease / ack / fail / expire / release / replay / delete / cancel /
+//! delete job / expiry (issue 16), driven
 //! through `jobwire::store::Store`, are checked after every step against a small in-memory
 //! model. Invariants: every job is in exactly one state set and its record agrees; the waiting
 //! order is priority then FIFO; counts are conserved; attempts never exceed the limit; a
-//! stale token changes nothing.
+//! stale token changes nothing; a cancelled job never runs again (an active one ends
+//! CANCELLED at its holder's Fail, release or lease expiry, COMPLETED at its Ack); a job
+//! past its expire time ends EXPIRED at the lease or the reap that finds it, unless it was
+//! leased before.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use jobwire::jobs::{Disposition, NewJob, QueueName};
-use jobwire::store::{DeadSelector, FailItem, Settle, Store};
+use jobwire::store::{CancelOutcome, DeadSelector, DeletedJob, FailItem, Settle, Store};
 use proptest::prelude::*;
 
 use crate::harness::{RawConn, TestRedis};
 
-const SETS: [&str; 5] = ["waiting", "delayed", "active", "completed", "dead"];
+const SETS: [&str; 7] = [
+    "waiting",
+    "delayed",
+    "active",
+    "completed",
+    "dead",
+    "cancelled",
+    "expired",
+];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -24,6 +36,19 @@ enum Op {
         max: u32,
         pri: i32,
         delayed: bool,
+        /// Enqueued with an expire time (an hour ahead: it is made due by `Due`).
+        ttl: bool,
+    },
+    /// Makes the expiry of job `id` due now (its entry in the expiry index; the header
+    /// keeps its time), as if the hour had passed.
+    Due {
+        id: u8,
+    },
+    Cancel {
+        id: u8,
+    },
+    DeleteJob {
+        id: u8,
     },
     Lease {
         n: usize,
@@ -53,8 +78,11 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1))
-            .prop_map(|(id, max, pri, delayed)| Op::Enqueue { id, max, pri, delayed }),
+        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1), prop::bool::weighted(0.3))
+            .prop_map(|(id, max, pri, delayed, ttl)| Op::Enqueue { id, max, pri, delayed, ttl }),
+        1 => (0u8..10).prop_map(|id| Op::Due { id }),
+        2 => (0u8..10).prop_map(|id| Op::Cancel { id }),
+        1 => (0u8..10).prop_map(|id| Op::DeleteJob { id }),
         3 => (1usize..4).prop_map(|n| Op::Lease { n }),
         2 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, stale)| Op::Ack { pick, stale }),
         2 => (any::<usize>(), 0u8..3, prop::bool::weighted(0.2))
@@ -74,6 +102,12 @@ struct MJob {
     pri: i32,
     token: String,
     old_tokens: Vec<String>,
+    /// In the expiry index: enqueued with an expire time and never leased.
+    expiry: bool,
+    /// Its expiry is due (`Op::Due`).
+    due: bool,
+    /// Active with a cancel pending.
+    pending: bool,
 }
 
 #[derive(Default)]
@@ -125,6 +159,16 @@ impl Model {
     fn fail_attempt(&mut self, id: &str, how: u8) {
         let j = self.jobs.get_mut(id).expect("job");
         j.old_tokens.push(std::mem::take(&mut j.token));
+        if j.pending {
+            // A cancel is pending: whatever the disposition, CANCELLED (a rate-limited
+            // return still gives its attempt back).
+            if how == 2 {
+                j.att -= 1;
+            }
+            j.state = "cancelled";
+            j.pending = false;
+            return;
+        }
         match how {
             1 => j.state = "dead",
             2 => {
@@ -134,6 +178,11 @@ impl Model {
             _ if j.att >= j.max => j.state = "dead",
             _ => self.make_ready(id),
         }
+    }
+
+    /// Takes `id` out of the waiting order (if it is there).
+    fn unwait(&mut self, id: &str) {
+        self.waiting.retain(|(_, _, w)| w != id);
     }
 
     /// What a settle with (id, token) must answer: Ok, or the LEASE_LOST state, or None
@@ -163,8 +212,13 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
             max,
             pri,
             delayed,
+            ttl,
         } => {
             let id = format!("j{id}");
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis() as u64;
             let job = NewJob {
                 queue: q.clone(),
                 id: id.clone(),
@@ -178,7 +232,7 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 backoff: None,
                 timeout_ms: None,
                 group_key: String::new(),
-                expire_ms: 0,
+                expire_ms: if ttl { now + 3_600_000 } else { 0 },
             };
             let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
             assert_eq!(out[0].created, !m.jobs.contains_key(&id), "dedupe of {id}");
@@ -191,6 +245,9 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                     pri,
                     token: String::new(),
                     old_tokens: vec![],
+                    expiry: ttl,
+                    due: false,
+                    pending: false,
                 };
                 m.jobs.insert(id.clone(), j);
                 if !delayed {
@@ -211,9 +268,23 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 .await
                 .expect("confirm");
             let take = n.min(m.waiting.len());
-            let expected: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
+            let popped: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
+            // A popped job whose expiry is due expires there, without a slot.
+            let mut want = Vec::new();
+            let mut expired = 0;
+            for (_, _, id) in popped {
+                let j = m.jobs.get_mut(&id).expect("job");
+                if j.expiry && j.due {
+                    j.state = "expired";
+                    j.expiry = false;
+                    expired += 1;
+                } else {
+                    j.expiry = false;
+                    want.push(id);
+                }
+            }
+            assert_eq!(batch.expired, expired, "expired at lease time");
             let got: Vec<&str> = batch.jobs.iter().map(|l| l.job.id.as_str()).collect();
-            let want: Vec<&str> = expected.iter().map(|(_, _, id)| id.as_str()).collect();
             assert_eq!(got, want, "lease order: priority, then FIFO");
             for l in batch.jobs {
                 let j = m.jobs.get_mut(&l.job.id).expect("job");
@@ -243,6 +314,7 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 m.acked.insert(token);
                 let j = m.jobs.get_mut(&id).expect("job");
                 j.state = "completed";
+                j.pending = false;
                 j.old_tokens.push(std::mem::take(&mut j.token));
             }
         }
@@ -296,6 +368,20 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
             let report = store.reap(q, 100).await.expect("reap");
             assert_eq!(report.reaped.len(), 1, "only the expired lease is reaped");
             m.fail_attempt(&id, 0);
+            // The reap also expires the waiting and delayed jobs whose expiry is due.
+            let due: Vec<String> = m
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.expiry && j.due && matches!(j.state, "waiting" | "delayed"))
+                .map(|(id, _)| id.clone())
+                .collect();
+            assert_eq!(report.expired, due.len() as u64, "expired by the reaper");
+            for id in due {
+                m.unwait(&id);
+                let j = m.jobs.get_mut(&id).expect("job");
+                j.state = "expired";
+                j.expiry = false;
+            }
         }
         Op::Release { pick } => {
             let Some((id, token)) = m.pick_active(pick, false) else {
@@ -311,7 +397,89 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
             let j = m.jobs.get_mut(&id).expect("job");
             j.att -= 1;
             j.old_tokens.push(std::mem::take(&mut j.token));
-            m.make_ready(&id);
+            if j.pending {
+                j.pending = false;
+                j.state = "cancelled";
+            } else {
+                m.make_ready(&id);
+            }
+        }
+        Op::Due { id } => {
+            let id = format!("j{id}");
+            let _: i64 = redis::cmd("ZADD")
+                .arg(format!("jw:{{{q}}}:expiry"))
+                .arg("XX")
+                .arg(1)
+                .arg(&id)
+                .query_async(redis)
+                .await
+                .expect("zadd");
+            if let Some(j) = m.jobs.get_mut(&id) {
+                if j.expiry {
+                    j.due = true;
+                }
+            }
+        }
+        Op::Cancel { id } => {
+            let id = format!("j{id}");
+            let got = store.cancel_job(q, &id, "r").await.expect("cancel");
+            let Some(j) = m.jobs.get(&id).cloned() else {
+                assert!(
+                    matches!(got, CancelOutcome::NotFound),
+                    "cancel {id}: {got:?}"
+                );
+                return;
+            };
+            let CancelOutcome::Job {
+                job,
+                cancelled,
+                token,
+                ..
+            } = got
+            else {
+                panic!("cancel {id}: not found");
+            };
+            let want = match j.state {
+                "waiting" | "delayed" => true,
+                "active" => !j.pending,
+                _ => false,
+            };
+            assert_eq!(cancelled, want, "cancel {id} ({})", j.state);
+            match j.state {
+                "waiting" | "delayed" => {
+                    m.unwait(&id);
+                    let j = m.jobs.get_mut(&id).expect("job");
+                    j.state = "cancelled";
+                    j.expiry = false;
+                }
+                "active" => {
+                    assert_eq!(token, j.token, "cancel {id}: the holder's token");
+                    m.jobs.get_mut(&id).expect("job").pending = true;
+                }
+                _ => {}
+            }
+            assert_eq!(
+                job.state.as_str(),
+                m.jobs[&id].state,
+                "cancel {id}: the job after"
+            );
+        }
+        Op::DeleteJob { id } => {
+            let id = format!("j{id}");
+            let got = store.delete_job(q, &id).await.expect("delete job");
+            match m.jobs.get(&id).map(|j| j.state) {
+                None => assert_eq!(got, DeletedJob::NotFound, "delete {id}"),
+                Some("active") => assert_eq!(got, DeletedJob::Active, "delete {id}"),
+                Some(state) => {
+                    assert!(
+                        matches!(&got, DeletedJob::Deleted(s) if s.as_str() == state),
+                        "delete {id} ({state}): {got:?}"
+                    );
+                    m.unwait(&id);
+                    m.jobs.remove(&id);
+                    m.deleted += 1;
+                }
+            }
         }
         Op::Replay { id } => {
             let id = format!("j{id}");
