@@ -1,4 +1,4 @@
-//! Wiring: the tonic router (health, reflection, the three jobwire services) on the gRPC
+//! Wiring: the tonic router (health, reflection, the jobwire services) on the gRPC
 //! listener, the HTTP port, the Redis health watch, and the orderly shutdown of section 3 of
 //! DESIGN.md.
 
@@ -15,8 +15,8 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::{
-    max_message_bytes, pb, ApiLimits, DeadLetterApi, JobApi, MessageSizeLayer, QueueApi, WorkerApi,
-    WorkerService,
+    max_message_bytes, pb, ApiLimits, DeadLetterApi, GroupApi, JobApi, MessageSizeLayer, QueueApi,
+    WorkerApi, WorkerService,
 };
 use crate::auth::Auth;
 use crate::config::ServeArgs;
@@ -26,11 +26,12 @@ use crate::metrics::{GrpcMetricsLayer, Scraper};
 use crate::store::{Store, StoreError};
 
 /// gRPC service names whose health is reported (plus "" for the whole server).
-const SERVICES: [&str; 4] = [
+const SERVICES: [&str; 5] = [
     "jobwire.v1.JobService",
     "jobwire.v1.WorkerService",
     "jobwire.v1.DeadLetterService",
     "jobwire.v1.QueueService",
+    "jobwire.v1.GroupService",
 ];
 /// How often the health watch writes to Redis and reads its `maxmemory-policy`.
 const HEALTH_PERIOD: Duration = Duration::from_millis(500);
@@ -170,7 +171,7 @@ async fn metrics_setup(
     Ok((token, listener))
 }
 
-/// The four jobwire services, each behind the authentication interceptor of `auth`, as tonic
+/// The five jobwire services, each behind the authentication interceptor of `auth`, as tonic
 /// [`Routes`]: the gRPC listener serves them (with health and reflection beside them), and
 /// the dashboard calls them in process (`crate::ui`), so both get the same authentication,
 /// authorization, validation and audit.
@@ -211,6 +212,11 @@ pub fn api_routes(cfg: &ServeArgs, hub: &Hub, store: &Store, auth: &Auth) -> Rou
     ))
     .add_service(InterceptedService::new(
         pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone(), auth.clone()))
+            .max_decoding_message_size(max_message),
+        authn.clone(),
+    ))
+    .add_service(InterceptedService::new(
+        pb::group_service_server::GroupServiceServer::new(GroupApi::new(hub.clone(), auth.clone()))
             .max_decoding_message_size(max_message),
         authn,
     ))

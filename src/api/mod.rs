@@ -6,6 +6,7 @@ mod cancel;
 pub mod codec;
 mod convert;
 mod dead_letter_service;
+mod group_service;
 mod job_service;
 pub mod limits;
 mod list_jobs;
@@ -18,6 +19,7 @@ mod worker_service;
 
 pub use convert::ApiLimits;
 pub use dead_letter_service::DeadLetterApi;
+pub use group_service::GroupApi;
 pub use job_service::JobApi;
 pub use message_size::{max_message_bytes, MessageSizeLayer};
 pub use queue_service::QueueApi;

@@ -13,7 +13,7 @@ use crate::jobs::{
     DEFAULT_DEAD_MAX_AGE_MS, DEFAULT_KEEP_COMPLETED, DEFAULT_KEEP_DEAD, MAX_CANCEL_GRACE_MS,
 };
 use crate::lease::Hub;
-use crate::store::{DeleteQueue, QueueStats};
+use crate::store::{DeleteQueue, GroupInfo, QueueStats};
 use crate::Error;
 
 /// The QueueService handlers.
@@ -37,13 +37,22 @@ impl QueueApi {
         for (q, s) in queues.iter().zip(stats) {
             let config = store.queue_config(q).await?;
             let workers = sessions.iter().filter(|w| w.queues.contains(q)).count() as u32;
-            out.push(stats_pb(s, workers, config));
+            let top = store.list_groups(q, None, TOP_GROUPS).await?.groups;
+            out.push(stats_pb(s, workers, config, top));
         }
         Ok(out)
     }
 }
 
-fn stats_pb(s: QueueStats, workers: u32, config: QueueConfig) -> pb::QueueStats {
+/// Groups listed in QueueStats.top_groups.
+const TOP_GROUPS: usize = 10;
+
+fn stats_pb(
+    s: QueueStats,
+    workers: u32,
+    config: QueueConfig,
+    top: Vec<GroupInfo>,
+) -> pb::QueueStats {
     pb::QueueStats {
         queue: s.queue,
         waiting: s.waiting,
@@ -58,9 +67,18 @@ fn stats_pb(s: QueueStats, workers: u32, config: QueueConfig) -> pb::QueueStats 
         config: Some(config_pb(&config)),
         cancelled: s.cancelled,
         expired: s.expired,
-        // i16: filled by the groups work.
-        groups_waiting: 0,
-        top_groups: Vec::new(),
+        groups_waiting: s.groups_waiting,
+        // The groups with the most waiting jobs (groups with leased jobs only follow them in
+        // a listing: not "top by backlog").
+        top_groups: top
+            .into_iter()
+            .filter(|g| g.waiting > 0)
+            .map(|g| pb::GroupCount {
+                group_key: g.key,
+                waiting: g.waiting,
+                active: g.active,
+            })
+            .collect(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The audit trail of admin actions: each replay, dead-letter delete, purge, pause, resume,
-//! config change and queue delete that was carried out writes one structured log line
+//! config change and queue delete (and group config change, pause and resume) that was
+//! carried out writes one structured log line
 //! (tracing target `jobwire::audit`: principal, action, queue, filter, count) and increments
 //! `jobwire_admin_actions_total{action}`. An admin call refused for want of a role writes a
 //! line too (`outcome = "denied"`), and is not counted.
@@ -34,11 +35,17 @@ pub enum AdminAction {
     CancelJobs,
     /// DeleteJob.
     DeleteJob,
+    /// UpdateGroupConfig.
+    UpdateGroupConfig,
+    /// PauseGroup.
+    PauseGroup,
+    /// ResumeGroup.
+    ResumeGroup,
 }
 
 impl AdminAction {
     /// Every admin action (each has a counter series from the start).
-    pub const ALL: [AdminAction; 9] = [
+    pub const ALL: [AdminAction; 12] = [
         AdminAction::ReplayDeadLetters,
         AdminAction::DeleteDeadLetters,
         AdminAction::PurgeQueue,
@@ -48,6 +55,9 @@ impl AdminAction {
         AdminAction::DeleteQueue,
         AdminAction::CancelJobs,
         AdminAction::DeleteJob,
+        AdminAction::UpdateGroupConfig,
+        AdminAction::PauseGroup,
+        AdminAction::ResumeGroup,
     ];
 
     /// The `action` label value: the RPC's name in snake case.
@@ -62,6 +72,9 @@ impl AdminAction {
             AdminAction::DeleteQueue => "delete_queue",
             AdminAction::CancelJobs => "cancel_jobs",
             AdminAction::DeleteJob => "delete_job",
+            AdminAction::UpdateGroupConfig => "update_group_config",
+            AdminAction::PauseGroup => "pause_group",
+            AdminAction::ResumeGroup => "resume_group",
         }
     }
 
@@ -77,6 +90,9 @@ impl AdminAction {
             Rpc::DeleteQueue => AdminAction::DeleteQueue,
             Rpc::CancelJobs => AdminAction::CancelJobs,
             Rpc::DeleteJob => AdminAction::DeleteJob,
+            Rpc::UpdateGroupConfig => AdminAction::UpdateGroupConfig,
+            Rpc::PauseGroup => AdminAction::PauseGroup,
+            Rpc::ResumeGroup => AdminAction::ResumeGroup,
             _ => return None,
         })
     }

@@ -21,10 +21,10 @@ pub enum Role {
     /// Subscribe, Ack, Fail, ExtendLease, ReportProgress.
     Worker,
     /// Every read: GetJob, ListJobs, ListQueues, GetQueueStats, GetQueueConfig, ListWorkers,
-    /// ListDeadLetters, GetDeadLetter.
+    /// ListDeadLetters, GetDeadLetter, ListGroups, GetGroup.
     Viewer,
     /// viewer + PauseQueue, ResumeQueue, UpdateQueueConfig, PurgeQueue, DeleteQueue,
-    /// ReplayDeadLetters, DeleteDeadLetters.
+    /// ReplayDeadLetters, DeleteDeadLetters, UpdateGroupConfig, PauseGroup, ResumeGroup.
     Admin,
 }
 
@@ -106,11 +106,21 @@ pub enum Rpc {
     DeleteQueue,
     /// QueueService.ListWorkers.
     ListWorkers,
+    /// GroupService.ListGroups.
+    ListGroups,
+    /// GroupService.GetGroup.
+    GetGroup,
+    /// GroupService.UpdateGroupConfig.
+    UpdateGroupConfig,
+    /// GroupService.PauseGroup.
+    PauseGroup,
+    /// GroupService.ResumeGroup.
+    ResumeGroup,
 }
 
 impl Rpc {
     /// Every RPC, service by service.
-    pub const ALL: [Rpc; 25] = [
+    pub const ALL: [Rpc; 30] = [
         Rpc::Enqueue,
         Rpc::EnqueueBatch,
         Rpc::GetJob,
@@ -136,6 +146,11 @@ impl Rpc {
         Rpc::PurgeQueue,
         Rpc::DeleteQueue,
         Rpc::ListWorkers,
+        Rpc::ListGroups,
+        Rpc::GetGroup,
+        Rpc::UpdateGroupConfig,
+        Rpc::PauseGroup,
+        Rpc::ResumeGroup,
     ];
 
     /// The roles that allow this RPC (any one of them is enough).
@@ -157,14 +172,19 @@ impl Rpc {
             | Rpc::ListQueues
             | Rpc::ListWorkers
             | Rpc::GetQueueStats
-            | Rpc::GetQueueConfig => &[Viewer, Admin],
+            | Rpc::GetQueueConfig
+            | Rpc::ListGroups
+            | Rpc::GetGroup => &[Viewer, Admin],
             Rpc::ReplayDeadLetters
             | Rpc::DeleteDeadLetters
             | Rpc::PauseQueue
             | Rpc::ResumeQueue
             | Rpc::UpdateQueueConfig
             | Rpc::PurgeQueue
-            | Rpc::DeleteQueue => &[Admin],
+            | Rpc::DeleteQueue
+            | Rpc::UpdateGroupConfig
+            | Rpc::PauseGroup
+            | Rpc::ResumeGroup => &[Admin],
         }
     }
 
@@ -196,6 +216,11 @@ impl Rpc {
             Rpc::PurgeQueue => "PurgeQueue",
             Rpc::DeleteQueue => "DeleteQueue",
             Rpc::ListWorkers => "ListWorkers",
+            Rpc::ListGroups => "ListGroups",
+            Rpc::GetGroup => "GetGroup",
+            Rpc::UpdateGroupConfig => "UpdateGroupConfig",
+            Rpc::PauseGroup => "PauseGroup",
+            Rpc::ResumeGroup => "ResumeGroup",
         }
     }
 

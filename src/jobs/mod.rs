@@ -2,12 +2,14 @@
 //! of Redis. `api` converts protobuf messages into these types (validating them), and
 //! `store` persists them; neither depends on the other.
 
+mod group_config;
 mod model;
 mod queue_config;
 mod queue_name;
 mod trace;
 mod workers;
 
+pub use group_config::{GroupConfig, GroupField};
 pub use model::{
     AttemptError, Backoff, BackoffKind, DeadFilter, DeadReason, Disposition, Job, JobData,
     JobState, LeasedJob, NewJob, ProgressReport,

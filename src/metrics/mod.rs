@@ -61,6 +61,9 @@ pub const QUEUE_OLDEST_WAITING_AGE: &str = "jobwire_queue_oldest_waiting_age_sec
 pub const DEAD_LETTER_OLDEST_AGE: &str = "jobwire_dead_letter_oldest_age_seconds";
 /// 1 when the queue is paused, from Redis.
 pub const QUEUE_PAUSED: &str = "jobwire_queue_paused";
+/// Groups of the queue with waiting jobs (no per-group label: a queue may have millions), from
+/// Redis.
+pub const QUEUE_GROUPS_WAITING: &str = "jobwire_queue_groups_waiting";
 /// Worker streams on this replica subscribed to the queue.
 pub const WORKERS_CONNECTED: &str = "jobwire_workers_connected";
 /// Lease attempts held back by the queue's rate or concurrency limit.
@@ -207,6 +210,11 @@ pub fn describe_all() {
         "1 when the queue is paused, read from Redis."
     );
     describe_gauge!(
+        QUEUE_GROUPS_WAITING,
+        Unit::Count,
+        "Groups (job group keys, e.g. tenants) of the queue with waiting jobs, the default group counted when it has some, read from Redis. The oldest waiting age of any group is jobwire_queue_oldest_waiting_age_seconds."
+    );
+    describe_gauge!(
         WORKERS_CONNECTED,
         Unit::Count,
         "Worker streams subscribed to the queue on this replica (sum across replicas)."
@@ -249,7 +257,7 @@ pub fn describe_all() {
     describe_counter!(
         ADMIN_ACTIONS,
         Unit::Count,
-        "Admin actions carried out, by action: replay_dead_letters, delete_dead_letters, purge_queue, pause_queue, resume_queue, update_queue_config, delete_queue."
+        "Admin actions carried out, by action: replay_dead_letters, delete_dead_letters, purge_queue, pause_queue, resume_queue, update_queue_config, delete_queue, update_group_config, pause_group, resume_group."
     );
     describe_gauge!(
         crate::transport::tls::CERT_EXPIRY,

@@ -85,6 +85,7 @@ impl Scraper {
                 g.oldest_waiting_ms = g.oldest_waiting_ms.max(s.oldest_waiting_ms);
                 g.oldest_dead_ms = g.oldest_dead_ms.max(s.oldest_dead_ms);
                 g.paused |= s.paused;
+                g.groups_waiting += s.groups_waiting;
                 g.workers += workers;
             }
         }
@@ -108,6 +109,7 @@ impl Scraper {
             gauge!(DEAD_LETTER_OLDEST_AGE, "queue" => q.clone())
                 .set(g.oldest_dead_ms as f64 / 1000.0);
             gauge!(QUEUE_PAUSED, "queue" => q.clone()).set(if g.paused { 1.0 } else { 0.0 });
+            gauge!(QUEUE_GROUPS_WAITING, "queue" => q.clone()).set(g.groups_waiting as f64);
             gauge!(WORKERS_CONNECTED, "queue" => q.clone()).set(g.workers as f64);
             // Registered at zero so that rate() and alerts see every queue from the start.
             queue_known(&q);
@@ -127,5 +129,7 @@ struct Gauges {
     oldest_waiting_ms: u64,
     oldest_dead_ms: u64,
     paused: bool,
+    /// Groups with waiting jobs (summed over the queues of the label).
+    groups_waiting: u64,
     workers: u64,
 }

@@ -44,7 +44,7 @@ impl JobsCursor {
     /// Is this a cursor a listing of `state` can have made (segment and position forms)?
     pub fn fits(&self, state: JobState) -> bool {
         let seg_ok = match state {
-            JobState::Waiting => matches!(self.segment.as_str(), "hi" | "l" | "lo"),
+            JobState::Waiting => matches!(self.segment.as_str(), "hi" | "l" | "lo" | "g"),
             _ => self.segment == "z",
         };
         seg_ok

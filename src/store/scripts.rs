@@ -1,5 +1,6 @@
 //! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA; on NOSCRIPT
-//! with EVAL and the body). Each script is `common.lua`, then `groups.lua`, then `attempts.lua`, then its own file.
+//! with EVAL and the body). Each script is `common.lua`, then `groups.lua`, then
+//! `attempts.lua`, then its own file.
 
 use std::sync::LazyLock;
 
@@ -15,7 +16,13 @@ pub(crate) struct NamedScript {
 }
 
 /// The queue scripts that only read: no WAIT after them under `--redis-wait-replicas`.
-const READ_ONLY: [&str; 4] = ["get_job", "list_dead", "list_jobs", "waiting_stats"];
+const READ_ONLY: [&str; 5] = [
+    "get_job",
+    "groups_read",
+    "list_dead",
+    "list_jobs",
+    "waiting_stats",
+];
 
 impl NamedScript {
     /// Whether a call may write (every queue script but [`READ_ONLY`]).
@@ -66,6 +73,7 @@ script!(DELETE_QUEUE, "delete_queue");
 script!(PROGRESS, "progress");
 script!(CANCEL, "cancel");
 script!(DELETE_JOB, "delete_job");
+script!(GROUP_ADMIN, "group_admin");
 
 macro_rules! global_script {
     ($name:ident, $label:literal) => {
@@ -85,8 +93,8 @@ global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
 
 /// A read-only queue script: `#!lua flags=no-writes` (which must open the script), then
-/// `common.lua`, `groups.lua`, `attempts.lua` and its own file. It runs on a full Redis too (past
-/// maxmemory, where MULTI is refused).
+/// `common.lua`, `groups.lua`, `attempts.lua` and its own file. It runs on a full Redis too
+/// (past maxmemory, where MULTI is refused).
 macro_rules! read_script {
     ($name:ident, $label:literal) => {
         #[doc = concat!("`scripts/", $label, ".lua` (read-only), after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua`.")]
@@ -113,9 +121,10 @@ macro_rules! read_script {
 }
 
 read_script!(LIST_JOBS, "list_jobs");
+read_script!(GROUPS_READ, "groups_read");
 
-/// `scripts/get_job.lua` after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua` (it takes
-/// the same keys as every queue script): a job's record and error history in one read-only
+/// `scripts/get_job.lua` after `scripts/common.lua`, `scripts/groups.lua` and
+/// `scripts/attempts.lua` (it takes the same keys as every queue script): a job's record and error history in one read-only
 /// call (`flags=no-writes`, which must open the script: it runs on a full Redis too, where
 /// MULTI is refused).
 pub(crate) static GET_JOB: NamedScript = NamedScript {

@@ -36,6 +36,8 @@ pub struct QueueStats {
     pub oldest_dead_ms: u64,
     /// Leasing is paused.
     pub paused: bool,
+    /// Groups with waiting jobs (the default group counts when it has some).
+    pub groups_waiting: u64,
 }
 
 /// Commands per queue in the stats pipeline.
@@ -104,6 +106,7 @@ impl Store {
         let ready = Some(int(next(&mut w)?)?)
             .filter(|r| *r >= 0)
             .map(|r| r as f64);
+        let groups_waiting = int(next(&mut w)?)? as u64;
         for slot in &mut n[1..] {
             *slot = int(it.next().unwrap_or_default())? as u64;
         }
@@ -125,6 +128,7 @@ impl Store {
             // Dead scores are dead_ms * 1000 + a sequence (see common.lua).
             oldest_dead_ms: age(dead.map(|s| (s / 1000.0).floor())),
             paused,
+            groups_waiting,
         })
     }
 }

@@ -28,7 +28,7 @@ use monitor::{calls, hash_tag, keys_of, show, Monitor};
 const Q: &str = "dk";
 
 /// Every script jobwire runs, by the name in its file's first comment line.
-const SCRIPTS: [&str; 22] = [
+const SCRIPTS: [&str; 24] = [
     "enqueue",
     "lease",
     "ack",
@@ -47,6 +47,8 @@ const SCRIPTS: [&str; 22] = [
     "waiting_stats",
     "delete_queue",
     "get_job",
+    "group_admin",
+    "groups_read",
     "due",
     "intent",
     "register",
@@ -128,6 +130,56 @@ async fn groups(app: &TestApp, store: &Store, q: &QueueName) {
         .collect();
     store.fail(q, &fails).await.expect("fail");
     store.reap(q, 100).await.expect("reap");
+    // GroupService: config, pause, resume, list, get.
+    let mut groups = pb::group_service_client::GroupServiceClient::new(app.channel.clone());
+    groups
+        .update_group_config(pb::UpdateGroupConfigRequest {
+            queue: Q.into(),
+            group_key: "g1".into(),
+            config: Some(pb::GroupConfig {
+                weight: Some(2),
+                max_active: Some(3),
+                rate_limit: None,
+            }),
+            update_mask: None,
+        })
+        .await
+        .expect("group config");
+    groups
+        .pause_group(pb::PauseGroupRequest {
+            queue: Q.into(),
+            group_key: "g2".into(),
+            duration: Some(ms(Duration::from_secs(60))),
+        })
+        .await
+        .expect("pause group");
+    groups
+        .resume_group(pb::ResumeGroupRequest {
+            queue: Q.into(),
+            group_key: "g2".into(),
+        })
+        .await
+        .expect("resume group");
+    let mut token = String::new();
+    for _ in 0..3 {
+        token = groups
+            .list_groups(pb::ListGroupsRequest {
+                queue: Q.into(),
+                page_size: 1,
+                page_token: token,
+            })
+            .await
+            .expect("list groups")
+            .into_inner()
+            .next_page_token;
+    }
+    groups
+        .get_group(pb::GetGroupRequest {
+            queue: Q.into(),
+            group_key: "g1".into(),
+        })
+        .await
+        .expect("get group");
 }
 
 fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {

@@ -30,6 +30,7 @@ mod error_text;
 mod expiry;
 mod flow_control;
 mod groups;
+mod groups_api;
 mod list_jobs;
 mod list_workers;
 mod model;

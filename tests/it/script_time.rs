@@ -169,7 +169,8 @@ fn script_names() -> BTreeMap<String, &'static str> {
         "set_meta",
         "purge",
         "waiting_stats",
-        "delete_queue"
+        "delete_queue",
+        "group_admin"
     )
     .into_iter()
     .map(|(name, text)| (redis::Script::new(text).get_hash().to_owned(), name))

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-const ACTIONS: [&str; 7] = [
+const ACTIONS: [&str; 10] = [
     "replay_dead_letters",
     "delete_dead_letters",
     "purge_queue",
@@ -26,6 +26,9 @@ const ACTIONS: [&str; 7] = [
     "resume_queue",
     "update_queue_config",
     "delete_queue",
+    "update_group_config",
+    "pause_group",
+    "resume_group",
 ];
 
 /// The next audit line (target `jobwire::audit`) from the server's JSON log.
@@ -235,6 +238,46 @@ async fn every_admin_action_is_logged_and_counted() {
     let line = next_audit(&mut lines).await;
     assert_eq!(line["action"], "purge_queue");
     assert_eq!(line["filter"], "include_completed=true include_dead=true");
+    assert_eq!(line["count"], 1);
+
+    // A group's config, pause and resume (issue 16).
+    c.groups
+        .update_group_config(pb::UpdateGroupConfigRequest {
+            queue: "audit-q".into(),
+            group_key: "tenant-1".into(),
+            config: Some(pb::GroupConfig {
+                weight: Some(2),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["weight".into()],
+            }),
+        })
+        .await
+        .expect("update group config");
+    let line = next_audit(&mut lines).await;
+    assert_eq!(line["action"], "update_group_config");
+    assert_eq!(line["filter"], "group=tenant-1 fields=weight");
+    c.groups
+        .pause_group(pb::PauseGroupRequest {
+            queue: "audit-q".into(),
+            group_key: "tenant-1".into(),
+            duration: None,
+        })
+        .await
+        .expect("pause group");
+    let line = next_audit(&mut lines).await;
+    assert_eq!(line["action"], "pause_group");
+    assert_eq!(line["filter"], "group=tenant-1");
+    c.groups
+        .resume_group(pb::ResumeGroupRequest {
+            queue: "audit-q".into(),
+            group_key: "tenant-1".into(),
+        })
+        .await
+        .expect("resume group");
+    let line = next_audit(&mut lines).await;
+    assert_eq!(line["action"], "resume_group");
     assert_eq!(line["count"], 1);
 
     // Denied: the viewer tries a delete. One line, not counted.

@@ -1,4 +1,4 @@
-//! Each RPC of the four jobwire services × each role, over TLS with bearer tokens: a principal holding only that role
+//! Each RPC of the five jobwire services × each role, over TLS with bearer tokens: a principal holding only that role
 //! (on `t-*`) gets an answer (OK, or the call's own NOT_FOUND), every other call is
 //! PERMISSION_DENIED naming the queue and the role it needs, and changes nothing in Redis.
 //! A principal with no grant on the queue is refused everything there.
@@ -43,6 +43,12 @@ const TABLE: &[(&str, &[&str])] = &[
     ("PurgeQueue", &["admin"]),
     ("DeleteQueue", &["admin"]),
     ("ListWorkers", &["viewer", "admin"]),
+    // Issue 16: the groups of a queue, read like its stats, changed like its config.
+    ("ListGroups", &["viewer", "admin"]),
+    ("GetGroup", &["viewer", "admin"]),
+    ("UpdateGroupConfig", &["admin"]),
+    ("PauseGroup", &["admin"]),
+    ("ResumeGroup", &["admin"]),
 ];
 
 /// The codes an allowed call may end with: OK, or NOT_FOUND for the calls that name a job
@@ -253,6 +259,52 @@ pub async fn call(c: &mut Clients, rpc: &str, q: &str) -> Result<(), tonic::Stat
             .delete_queue(pb::DeleteQueueRequest {
                 queue: s(q),
                 force: true,
+            })
+            .await
+            .map(drop),
+        "ListGroups" => c
+            .groups
+            .list_groups(pb::ListGroupsRequest {
+                queue: s(q),
+                ..Default::default()
+            })
+            .await
+            .map(drop),
+        "GetGroup" => c
+            .groups
+            .get_group(pb::GetGroupRequest {
+                queue: s(q),
+                group_key: s("tenant"),
+            })
+            .await
+            .map(drop),
+        "UpdateGroupConfig" => c
+            .groups
+            .update_group_config(pb::UpdateGroupConfigRequest {
+                queue: s(q),
+                group_key: s("tenant"),
+                config: Some(pb::GroupConfig {
+                    weight: Some(2),
+                    ..Default::default()
+                }),
+                update_mask: None,
+            })
+            .await
+            .map(drop),
+        "PauseGroup" => c
+            .groups
+            .pause_group(pb::PauseGroupRequest {
+                queue: s(q),
+                group_key: s("tenant"),
+                duration: None,
+            })
+            .await
+            .map(drop),
+        "ResumeGroup" => c
+            .groups
+            .resume_group(pb::ResumeGroupRequest {
+                queue: s(q),
+                group_key: s("tenant"),
             })
             .await
             .map(drop),

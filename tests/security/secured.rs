@@ -9,6 +9,7 @@ use std::time::Duration;
 use jobwire::auth::token::Token;
 use jobwire::pb;
 use jobwire::pb::dead_letter_service_client::DeadLetterServiceClient;
+use jobwire::pb::group_service_client::GroupServiceClient;
 use jobwire::pb::job_service_client::JobServiceClient;
 use jobwire::pb::queue_service_client::QueueServiceClient;
 use jobwire::pb::worker_service_client::WorkerServiceClient;
@@ -139,6 +140,7 @@ pub struct Clients {
     pub workers: WorkerServiceClient<With>,
     pub dead: DeadLetterServiceClient<With>,
     pub queues: QueueServiceClient<With>,
+    pub groups: GroupServiceClient<With>,
 }
 
 impl Clients {
@@ -147,7 +149,8 @@ impl Clients {
             jobs: JobServiceClient::with_interceptor(channel.clone(), bearer.clone()),
             workers: WorkerServiceClient::with_interceptor(channel.clone(), bearer.clone()),
             dead: DeadLetterServiceClient::with_interceptor(channel.clone(), bearer.clone()),
-            queues: QueueServiceClient::with_interceptor(channel.clone(), bearer),
+            queues: QueueServiceClient::with_interceptor(channel.clone(), bearer.clone()),
+            groups: GroupServiceClient::with_interceptor(channel.clone(), bearer),
         }
     }
 

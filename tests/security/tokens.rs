@@ -11,7 +11,7 @@ use crate::refusal::snapshot;
 use crate::roles::call;
 use crate::secured::*;
 
-const RPCS: [&str; 25] = [
+const RPCS: [&str; 30] = [
     "Enqueue",
     "EnqueueBatch",
     "GetJob",
@@ -37,6 +37,11 @@ const RPCS: [&str; 25] = [
     "PurgeQueue",
     "DeleteQueue",
     "ListWorkers",
+    "ListGroups",
+    "GetGroup",
+    "UpdateGroupConfig",
+    "PauseGroup",
+    "ResumeGroup",
 ];
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time).
 --
--- KEYS, the same twenty-seven for every queue script, all under one hash tag {queue} (so one
+-- KEYS, the same twenty-eight for every queue script, all under one hash tag {queue} (so one
 -- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
 -- it on the queue's node (src/store/keys.rs builds the list; tests/it/declared_keys.rs
 -- checks every command each script runs against it).
@@ -51,7 +51,7 @@
 --                      cancelled while ACTIVE is revoked, 0 for a job cancelled while it
 --                      waited; the reason is text, '' none); absent when the job has none.
 --                      Deleting a job deletes them.
---  20-27 gwait, gseq, groups, gconf, gready, gblocked, glimit, gpause: the named groups
+--  20-28 gwait, gseq, groups, gconf, gready, gblocked, glimit, gpause, gcount: the named groups
 --                      of the queue (waiting jobs, counts, config, fairness, limits),
 --                      described in groups.lua, which follows this file in every script.
 -- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command

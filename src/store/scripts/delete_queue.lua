@@ -39,7 +39,8 @@ if left > 0 then
   -- The job hashes are empty by now (every job was deleted); DEL them all the same.
   redis.call('DEL', K_WAITING, K_META, K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS,
     K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA, K_GWAIT, K_GSEQ,
-    K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE)
+    K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE,
+    K_GCOUNT)
   out[7] = 1
 end
 return out

@@ -3,8 +3,8 @@
 -- hooks common.lua declares (push_group_ready, group_waiting, group_oldest_id).
 --
 -- The default group '' (jobs without a group key) keeps common.lua's structures (KEYS 1
--- and 15), and the queue's own limits are its only limits. Named groups live in KEYS 20-27,
--- eight per-queue keys whatever the number of groups (Redis Cluster: a script never builds
+-- and 15), and the queue's own limits are its only limits. Named groups live in KEYS 20-28,
+-- nine per-queue keys whatever the number of groups (Redis Cluster: a script never builds
 -- a key name):
 --  20 gwait    zset  the waiting jobs of named groups, every score 0, ordered by member
 --                    (lex): '<group>\0<pppp><sssssssssssssss>\0<id>', pppp = 1000 - priority
@@ -16,7 +16,8 @@
 --  21 gseq     zset  id -> waiting sequence of each job in 20: rebuilds a known job's member
 --                    (remove_waiting), and its lowest entry is the grouped job made ready
 --                    first (the oldest-waiting age)
---  22 groups   hash  'w:<group>' waiting jobs, 'a:<group>' leased jobs; a field is deleted
+--  22 groups   hash  group -> its leased jobs, and '' -> the leased jobs of every named
+--                    group (the default group's are the rest of 3); a field is deleted
 --                    when it reaches 0
 --  23 gconf    hash  a group's own config, set at run time (UpdateGroupConfig):
 --                    'wt:<group>' weight, 'ma:<group>' max_active, 'rm:<group>' /
@@ -32,6 +33,8 @@
 --                    lease trims the group it checks, the reaper walks the rest
 --  27 gpause   zset  group -> paused until ms (PauseGroup, or a RATE_LIMITED Fail with
 --                    pause_group); the reaper drops entries past their time
+--  28 gcount   zset  group -> its waiting jobs (entries removed at 0): the groups with
+--                    waiting jobs, by backlog (ListGroups, QueueStats.top_groups)
 -- A group with no waiting or leased job and no config of its own has no entry anywhere
 -- (once its rate-window entries and a pause passed: the reaper drops those).
 --
@@ -46,12 +49,13 @@
 -- group waiting (gwait empty) runs common.lua's single-group path unchanged.
 --
 -- Limits of a named group, checked when the lease reaches it: paused (27), max_active
--- leased at once (22 'a:'), the rate window (26). A group at max_active leaves 24 and comes
+-- leased at once (22), the rate window (26). A group at max_active leaves 24 and comes
 -- back when one of its jobs leaves active (group_left_active, which also wakes the lease
 -- loops); one rate- or pause-blocked goes to 25 until its time.
 
 local K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF = KEYS[20], KEYS[21], KEYS[22], KEYS[23]
 local K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
+local K_GCOUNT = KEYS[28]
 
 -- A number as a score or meta value with every significant digit.
 local function num(x)
@@ -88,7 +92,7 @@ push_group_ready = function(ids, pri, g)
   end
   redis.call('ZADD', K_GWAIT, unpack(members))
   redis.call('ZADD', K_GSEQ, unpack(seqs))
-  redis.call('HINCRBY', K_GROUPS, 'w:' .. g, #ids)
+  redis.call('ZINCRBY', K_GCOUNT, #ids, g)
   group_eligible(g)
 end
 
@@ -104,8 +108,8 @@ end
 
 -- k waiting jobs of named group g stopped waiting: when none is left, g leaves 24 and 25.
 local function group_unwait(g, k)
-  if redis.call('HINCRBY', K_GROUPS, 'w:' .. g, -k) <= 0 then
-    redis.call('HDEL', K_GROUPS, 'w:' .. g)
+  if tonumber(redis.call('ZINCRBY', K_GCOUNT, -k, g)) <= 0 then
+    redis.call('ZREM', K_GCOUNT, g)
     redis.call('ZREM', K_GREADY, g)
     redis.call('ZREM', K_GBLOCKED, g)
   end
@@ -117,12 +121,18 @@ local group_freed = false
 
 -- A leased job of named group g left active (acked, failed, reaped, released).
 local function group_left_active(g)
-  if redis.call('HINCRBY', K_GROUPS, 'a:' .. g, -1) <= 0 then
-    redis.call('HDEL', K_GROUPS, 'a:' .. g)
+  for _, f in ipairs({ g, '' }) do
+    if redis.call('HINCRBY', K_GROUPS, f, -1) <= 0 then redis.call('HDEL', K_GROUPS, f) end
   end
-  if redis.call('HEXISTS', K_GROUPS, 'w:' .. g) == 1 and not redis.call('ZSCORE', K_GBLOCKED, g) then
+  if redis.call('ZSCORE', K_GCOUNT, g) and not redis.call('ZSCORE', K_GBLOCKED, g) then
     if redis.call('ZADD', K_GREADY, 'NX', num(group_virtual_time()), g) == 1 then group_freed = true end
   end
+end
+
+-- A job of named group g was leased.
+local function group_entered_active(g)
+  redis.call('HINCRBY', K_GROUPS, g, 1)
+  redis.call('HINCRBY', K_GROUPS, '', 1)
 end
 
 -- Job `id` (header h, state waiting) stops waiting (cancelled, deleted, expired): removes
@@ -188,7 +198,7 @@ local function group_block(g, now, max_active, rm, rp)
     if pu > now then return pu end
     redis.call('ZREM', K_GPAUSE, g)
   end
-  if max_active and (tonumber(redis.call('HGET', K_GROUPS, 'a:' .. g)) or 0) >= max_active then
+  if max_active and (tonumber(redis.call('HGET', K_GROUPS, g)) or 0) >= max_active then
     return 'active'
   end
   if rm and rp then
@@ -213,11 +223,14 @@ local function unblock_due_groups(now)
   end
 end
 
--- Pauses named group g until `until_ms` (or later, if it already was): it leaves 24 for 25.
-local function pause_group(g, until_ms)
-  redis.call('ZADD', K_GPAUSE, 'GT', until_ms, g)
+-- Pauses named group g until `until_ms` (`exact`: PauseGroup; else until then or later, if
+-- it already was: a worker's pause never shortens another): it leaves 24 for 25.
+local function pause_group(g, until_ms, exact)
+  local gt = 'GT'
+  if exact then gt = 'CH' end
+  redis.call('ZADD', K_GPAUSE, gt, until_ms, g)
   if redis.call('ZREM', K_GREADY, g) == 1 or redis.call('ZSCORE', K_GBLOCKED, g) then
-    redis.call('ZADD', K_GBLOCKED, 'GT', until_ms, g)
+    redis.call('ZADD', K_GBLOCKED, gt, until_ms, g)
   end
 end
 

@@ -163,21 +163,21 @@ else
         vt = pass
         if not m then
           -- Counted as waiting with no job left (never expected): forget the count.
-          redis.call('HDEL', K_GROUPS, 'w:' .. g)
+          redis.call('ZREM', K_GCOUNT, g)
           redis.call('ZREM', K_GREADY, g)
         else
           redis.call('ZREM', K_GWAIT, m)
           local id = string.sub(m, #g + 22)
           redis.call('ZREM', K_GSEQ, id)
-          if redis.call('HINCRBY', K_GROUPS, 'w:' .. g, -1) <= 0 then
-            redis.call('HDEL', K_GROUPS, 'w:' .. g)
+          if tonumber(redis.call('ZINCRBY', K_GCOUNT, -1, g)) <= 0 then
+            redis.call('ZREM', K_GCOUNT, g)
             redis.call('ZREM', K_GREADY, g)
           else
             redis.call('ZADD', K_GREADY, num(pass + 1 / weight), g)
           end
           local token = take(id)
           if token then
-            redis.call('HINCRBY', K_GROUPS, 'a:' .. g, 1)
+            group_entered_active(g)
             if rm and rp then redis.call('ZADD', K_GLIMIT, 0, window_member(g, now, token)) end
           end
         end

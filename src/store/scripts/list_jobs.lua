@@ -1,8 +1,10 @@
 -- list_jobs.lua: reads a page of a queue's jobs in one state, in the order of the state's
 -- index, filtered by name and by the time that orders the index (see common.lua for the
 -- keys). Read-only (the no-writes flag, put first by src/store/scripts.rs).
---   waiting    lease order: K_PRIO below ZERO_SCORE (priority > 0), then the list
---              (priority 0), then K_PRIO from ZERO_SCORE (priority < 0); the time is the
+--   waiting    the default group's jobs in lease order: K_PRIO below ZERO_SCORE
+--              (priority > 0), then the list (priority 0), then K_PRIO from ZERO_SCORE
+--              (priority < 0); then the named groups' jobs in the order they became ready
+--              (KEYS 21, groups.lua; whatever their group and priority); the time is the
 --              ready time of the header (not indexed: a time filter examines every job)
 --   delayed    K_DELAYED by due time; active K_ACTIVE by lease deadline; completed
 --              K_COMPLETED by finish time; dead K_DEAD by death time (score / DEAD_SCALE);
@@ -16,7 +18,7 @@
 -- first index + 1 entries); when it is gone, so is everything before it, and the walk goes
 -- on from the head. Neither cursor lists a job twice or skips one that stayed in place.
 -- ARGV: [1] wake channel (unused), [2] state, [3] cursor segment ('' = start; 'z' for a
---       sorted-set state; 'hi', 'l' or 'lo' for waiting), [4] cursor score or list index,
+--       sorted-set state; 'hi', 'l', 'lo' or 'g' for waiting), [4] cursor score or list index,
 --       [5] cursor id, [6] page size, [7] max entries to examine, [8] byte budget of the
 --       page, [9] name ('' = any), [10] after ms, [11] before ms (-1 = unbounded)
 -- Reply: { segment ('' = done), score or index, id, { id, record, progress }, ... } where a
@@ -138,8 +140,16 @@ if state == 'waiting' then
     end
     seg, pos = 'lo', ''
   end
-  a, b = walk_zset(K_PRIO, num(pos), cid, ZERO_SCORE, nil, true)
-  if a then out[1], out[2], out[3] = 'lo', int(a), b end
+  if seg == 'lo' then
+    a, b = walk_zset(K_PRIO, num(pos), cid, ZERO_SCORE, nil, true)
+    if a then
+      out[1], out[2], out[3] = 'lo', int(a), b
+      return out
+    end
+    seg, pos = 'g', ''
+  end
+  a, b = walk_zset(K_GSEQ, num(pos), cid, nil, nil, true)
+  if a then out[1], out[2], out[3] = 'g', int(a), b end
   return out
 end
 

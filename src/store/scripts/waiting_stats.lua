@@ -6,7 +6,8 @@
 -- (A delayed job promoted late carries its due time, so the age can be off by the promotion
 -- lag, ~the reaper interval.)
 -- ARGV: [1] wake channel (unused).
--- Reply: { waiting jobs, ready time of the oldest waiting job in ms or -1 when none waits }.
+-- Reply: { waiting jobs, ready time of the oldest waiting job in ms or -1 when none waits,
+--          groups with waiting jobs (the default group counts when it has some) }.
 local oldest = -1
 local function consider(id)
   local h = id and load_job(id)
@@ -22,4 +23,6 @@ while true do
   consider(first[1])
   from = int((math.floor(tonumber(first[2]) / LEVEL) + 1) * LEVEL)
 end
-return { waiting_count(), oldest }
+local groups = redis.call('ZCARD', K_GCOUNT)
+if redis.call('EXISTS', K_WAITING, K_PRIO) == 1 then groups = groups + 1 end
+return { waiting_count(), oldest, groups }
