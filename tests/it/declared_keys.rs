@@ -53,6 +53,8 @@ const SCRIPTS: [&str; 24] = [
     "intent",
     "register",
     "progress",
+    "cancel",
+    "delete_job",
 ];
 
 async fn lease(store: &Store, q: &QueueName, n: usize, lease_ms: u64) -> Vec<(String, String)> {
@@ -182,6 +184,116 @@ async fn groups(app: &TestApp, store: &Store, q: &QueueName) {
         .expect("get group");
 }
 
+async fn cancel_and_expiry(app: &TestApp, store: &Store, q: &QueueName) {
+    let cancel = |id: &'static str| {
+        let mut c = app.jobs();
+        async move {
+            c.cancel_job(pb::CancelJobRequest {
+                queue: Q.into(),
+                job_id: id.into(),
+                reason: "dk".into(),
+            })
+            .await
+            .expect("cancel")
+        }
+    };
+    enqueue(app, spec(Q, "cx-w")).await;
+    enqueue(
+        app,
+        pb::JobSpec {
+            priority: 2,
+            ..spec(Q, "cx-p")
+        },
+    )
+    .await;
+    enqueue(
+        app,
+        pb::JobSpec {
+            delay: Some(ms(Duration::from_secs(60))),
+            ..spec(Q, "cx-d")
+        },
+    )
+    .await;
+    enqueue(
+        app,
+        pb::JobSpec {
+            group_key: "acme".into(),
+            ..spec(Q, "cx-g")
+        },
+    )
+    .await;
+    for id in ["cx-w", "cx-p", "cx-d", "cx-g"] {
+        cancel(id).await;
+    }
+    // Active: told, renewed (the safety net's report), then failed / released.
+    enqueue(app, spec(Q, "cx-a")).await;
+    enqueue(app, spec(Q, "cx-b")).await;
+    let held = lease(store, q, 2, 30_000).await;
+    for (id, _) in &held {
+        let id: &'static str = if id == "cx-a" { "cx-a" } else { "cx-b" };
+        cancel(id).await;
+    }
+    store.renew(q, &held, 30_000).await.expect("renew");
+    store
+        .fail(q, &[fail_item(&held[0].0, &held[0].1, Disposition::Retry)])
+        .await
+        .expect("fail");
+    store.release(q, &held[1..]).await.expect("release");
+    // By filter, over every phase.
+    for i in 0..3 {
+        let mut s = spec(Q, &format!("cx-m{i}"));
+        s.metadata.insert("tenant".into(), "t".into());
+        if i == 1 {
+            s.group_key = "acme".into();
+        }
+        enqueue(app, s).await;
+    }
+    app.jobs()
+        .cancel_jobs(pb::CancelJobsRequest {
+            queue: Q.into(),
+            filter: Some(pb::JobFilter {
+                metadata_key: "tenant".into(),
+                metadata_value: Some("t".into()),
+                ..Default::default()
+            }),
+            reason: "dk".into(),
+            limit: 2,
+            page_token: String::new(),
+        })
+        .await
+        .expect("cancel jobs");
+    enqueue(app, spec(Q, "cx-del")).await;
+    app.jobs()
+        .delete_job(pb::DeleteJobRequest {
+            queue: Q.into(),
+            job_id: "cx-del".into(),
+        })
+        .await
+        .expect("delete job");
+    // Expiry: due at the lease, and by the reaper.
+    for id in ["ex-1", "ex-2"] {
+        enqueue(
+            app,
+            pb::JobSpec {
+                ttl: Some(ms(Duration::from_millis(50))),
+                ..spec(Q, id)
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let call = jobwire::store::new_lease_call_id();
+    store
+        .lease(q, &["w"], 30_000, &call, &[])
+        .await
+        .expect("lease");
+    store
+        .confirm_lease_calls(q, &[call])
+        .await
+        .expect("confirm");
+    store.reap(q, 100).await.expect("reap");
+}
+
 fn fail_item(id: &str, token: &str, disposition: Disposition) -> FailItem {
     FailItem {
         id: id.into(),
@@ -307,6 +419,8 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
         pb::JobState::Active,
         pb::JobState::Completed,
         pb::JobState::Dead,
+        pb::JobState::Cancelled,
+        pb::JobState::Expired,
     ] {
         let mut token = String::new();
         for _ in 0..3 {
@@ -398,6 +512,9 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     // Groups (groups.lua): turns, a group at max_active, the group rate window, a pause by
     // a RATE_LIMITED fail, a lost lease call and a release of grouped jobs, the reaper.
     groups(app, store, &q).await;
+
+    // Cancel, delete and expiry (cancel.lua, delete_job.lua; expiry in lease and reap).
+    cancel_and_expiry(app, store, &q).await;
 
     // Queue operations.
     queues
