@@ -54,6 +54,8 @@ BAD = {
                                             "external": {"mode": "single", "hosts": ["a:6379"]}}},
     "unknown log format": {"config": {"logFormat": "xml"}},
     "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
+    "checkpoint above the server's cap": {"config": {"maxCheckpointBytes": 1048577}},
+    "result of zero bytes": {"config": {"maxResultBytes": 0}},
     "duration without unit": {"config": {"leaseDuration": "30"}},
     "liveness of an unknown type": {"livenessProbe": {"type": "tcp"}},
     "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"limit": 2}}}},

@@ -373,3 +373,43 @@ async fn list_jobs_shows_progress_but_not_the_checkpoint() {
     assert!(job.checkpoint.is_empty() && job.result.is_empty());
     assert_eq!(w.ack(&l).await.code, 0);
 }
+
+#[tokio::test]
+async fn a_replay_from_the_dead_letter_queue_keeps_the_checkpoint() {
+    let (_redis, app) = TestApp::with_redis().await;
+    enqueue(&app, retrying("replay", "j", 1)).await;
+    let mut w = TestWorker::open(&app, &["replay"], 1, "w").await;
+    let l = w.lease().await;
+    assert_eq!(
+        w.report(&l, Some(80), Some("4 of 5"), Some(b"step-4"))
+            .await
+            .code,
+        0
+    );
+    let s = w.fail(&l, D::NoRetry, "provider down", "fatal", None).await;
+    assert_eq!(s.state, pb::JobState::Dead as i32);
+    let dead = get_job(&app, "replay", "j").await;
+    assert_eq!(
+        (dead.checkpoint.as_slice(), dead.progress),
+        (b"step-4".as_slice(), 80)
+    );
+    let replayed = app
+        .dead()
+        .replay_dead_letters(pb::ReplayDeadLettersRequest {
+            queue: "replay".into(),
+            job_ids: vec!["j".into()],
+            filter: None,
+        })
+        .await
+        .expect("replay")
+        .into_inner();
+    assert_eq!(replayed.replayed_job_ids, ["j"]);
+    let again = w.lease().await;
+    assert_eq!(again.attempt, 1, "a fresh attempt budget");
+    let job = again.job.as_ref().expect("job");
+    assert_eq!(
+        job.checkpoint, b"step-4",
+        "the replay resumes after the last step"
+    );
+    assert_eq!(w.ack(&again).await.code, 0);
+}

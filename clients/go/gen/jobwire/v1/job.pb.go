@@ -677,27 +677,34 @@ type Job struct {
 	GroupKey string `protobuf:"bytes,22,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
 	// When it expires if not started by then (unset: never).
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	// The last progress its worker reported, 0-100 (kept across attempts; 0 when none).
+	// The last progress its worker reported, 0-100 (kept across attempts and replays; 0 when
+	// none). In GetJob and ListJobs; not in a Lease.
 	Progress uint32 `protobuf:"varint,24,opt,name=progress,proto3" json:"progress,omitempty"`
-	// The message of the last progress report (up to 256 bytes).
+	// The message of the last progress report (up to 256 bytes). In GetJob and ListJobs; not
+	// in a Lease.
 	ProgressMessage string `protobuf:"bytes,25,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
 	// The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
-	// default). A Lease carries it, so the next attempt resumes where the last one stopped.
-	// Empty in ListJobs.
+	// default). A Lease carries it, so the next attempt (after a retry, an expired lease, a
+	// server restart or a replay from the dead-letter queue) resumes where the last one
+	// stopped. Deleted with the job. Empty in ListJobs.
 	Checkpoint []byte `protobuf:"bytes,26,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	// The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
-	// limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+	// The result bytes attached to its Ack (COMPLETED only, and only when the queue keeps
+	// completed jobs: keep_completed > 0; bounded by the server's result limit, 64 KiB by
+	// default). Empty in a Lease and in ListJobs.
 	Result []byte `protobuf:"bytes,27,opt,name=result,proto3" json:"result,omitempty"`
 	// When a cancel was requested (CANCELLED, or ACTIVE while its holder is told to stop).
 	CancelTime *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
 	// The reason given with the cancel (up to 1024 bytes).
 	CancelReason string `protobuf:"bytes,29,opt,name=cancel_reason,json=cancelReason,proto3" json:"cancel_reason,omitempty"`
 	// ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
-	// deadline and the attempt's timeout).
+	// deadline and the attempt's timeout), as of the read. In GetJob and a Lease; unset in
+	// ListJobs (which lists ACTIVE jobs in this order).
 	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,30,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
-	// ACTIVE only: the worker id of the stream (or unary caller) holding the lease.
+	// ACTIVE only: the worker id of the stream holding the lease (the one given in its
+	// OpenStream).
 	WorkerId string `protobuf:"bytes,31,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	// When the last progress or checkpoint was saved.
+	// When the last progress report (with or without a checkpoint) was saved; unset when none.
+	// In GetJob and ListJobs; not in a Lease.
 	ProgressTime  *timestamppb.Timestamp `protobuf:"bytes,32,opt,name=progress_time,json=progressTime,proto3" json:"progress_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

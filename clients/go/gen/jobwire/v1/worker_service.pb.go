@@ -217,8 +217,10 @@ type AckRequest struct {
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The lease token from the Lease.
 	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	// Optional result bytes, kept on the completed job for GetJob (up to the server's result
-	// limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+	// Optional result bytes, kept on the completed job for GetJob while the queue keeps it
+	// (none with keep_completed 0). Up to the server's result limit (64 KiB by default):
+	// longer is RESOURCE_EXHAUSTED naming `result` (on the stream a Settled with code 8) and
+	// the job stays leased. A repeated ack (its reply was lost) keeps the first ack's result.
 	Result        []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -679,7 +681,10 @@ func (x *ExtendLeaseResponse) GetLeaseDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
-// Saves progress and/or a checkpoint of a leased job, fenced by its lease token.
+// Saves progress and/or a checkpoint of a leased job, fenced by its lease token: a token
+// that is not the job's current one (the lease expired and the job was leased again, or it
+// was settled) is FAILED_PRECONDITION and saves nothing; an unknown job is NOT_FOUND. Each
+// report sets progress_time; progress, message and checkpoint are kept across attempts.
 type ReportProgressRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job's queue.
@@ -688,9 +693,10 @@ type ReportProgressRequest struct {
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The lease token from the Lease.
 	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	// Percent done, 0 to 100; unset keeps the last value.
+	// Percent done, 0 to 100 (over 100: INVALID_ARGUMENT); unset keeps the last value.
 	Progress *uint32 `protobuf:"varint,4,opt,name=progress,proto3,oneof" json:"progress,omitempty"`
-	// A short message shown with the progress (up to 256 bytes); unset keeps the last one.
+	// A short message shown with the progress (up to 256 bytes: longer is INVALID_ARGUMENT);
+	// unset keeps the last one.
 	Message *string `protobuf:"bytes,5,opt,name=message,proto3,oneof" json:"message,omitempty"`
 	// Bytes the next attempt receives in its Lease (job.checkpoint), up to the server's
 	// checkpoint limit (64 KiB by default: longer is RESOURCE_EXHAUSTED, nothing saved);
@@ -963,7 +969,9 @@ type SubscribeRequest_Drain struct {
 }
 
 type SubscribeRequest_Progress struct {
-	// Saves progress and/or a checkpoint; the server answers with a ProgressSaved.
+	// Saves progress and/or a checkpoint (authorized like an Ack: the worker role on its
+	// queue); the server answers each with a ProgressSaved, and the stream goes on whatever
+	// its code. Counts as a heartbeat, like any message.
 	Progress *ReportProgressRequest `protobuf:"bytes,7,opt,name=progress,proto3,oneof"`
 }
 
@@ -985,7 +993,8 @@ func (*SubscribeRequest_Progress) isSubscribeRequest_Message() {}
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job, with its payload and its last failed attempt only (job.errors holds at most one
-	// entry here, never the history: GetJob returns that).
+	// entry here, never the history: GetJob returns that), and the last checkpoint saved by an
+	// earlier attempt (job.checkpoint; empty when none): resume from it.
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// This attempt's number, 1-based.
 	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`

@@ -242,19 +242,27 @@ export interface Job {
   expireTime?:
     | Date
     | undefined;
-  /** The last progress its worker reported, 0-100 (kept across attempts; 0 when none). */
+  /**
+   * The last progress its worker reported, 0-100 (kept across attempts and replays; 0 when
+   * none). In GetJob and ListJobs; not in a Lease.
+   */
   progress: number;
-  /** The message of the last progress report (up to 256 bytes). */
+  /**
+   * The message of the last progress report (up to 256 bytes). In GetJob and ListJobs; not
+   * in a Lease.
+   */
   progressMessage: string;
   /**
    * The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
-   * default). A Lease carries it, so the next attempt resumes where the last one stopped.
-   * Empty in ListJobs.
+   * default). A Lease carries it, so the next attempt (after a retry, an expired lease, a
+   * server restart or a replay from the dead-letter queue) resumes where the last one
+   * stopped. Deleted with the job. Empty in ListJobs.
    */
   checkpoint: Buffer;
   /**
-   * The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
-   * limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+   * The result bytes attached to its Ack (COMPLETED only, and only when the queue keeps
+   * completed jobs: keep_completed > 0; bounded by the server's result limit, 64 KiB by
+   * default). Empty in a Lease and in ListJobs.
    */
   result: Buffer;
   /** When a cancel was requested (CANCELLED, or ACTIVE while its holder is told to stop). */
@@ -265,14 +273,21 @@ export interface Job {
   cancelReason: string;
   /**
    * ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
-   * deadline and the attempt's timeout).
+   * deadline and the attempt's timeout), as of the read. In GetJob and a Lease; unset in
+   * ListJobs (which lists ACTIVE jobs in this order).
    */
   leaseDeadline?:
     | Date
     | undefined;
-  /** ACTIVE only: the worker id of the stream (or unary caller) holding the lease. */
+  /**
+   * ACTIVE only: the worker id of the stream holding the lease (the one given in its
+   * OpenStream).
+   */
   workerId: string;
-  /** When the last progress or checkpoint was saved. */
+  /**
+   * When the last progress report (with or without a checkpoint) was saved; unset when none.
+   * In GetJob and ListJobs; not in a Lease.
+   */
   progressTime?: Date | undefined;
 }
 

@@ -60,8 +60,10 @@ export interface AckRequest {
   /** The lease token from the Lease. */
   leaseToken: string;
   /**
-   * Optional result bytes, kept on the completed job for GetJob (up to the server's result
-   * limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+   * Optional result bytes, kept on the completed job for GetJob while the queue keeps it
+   * (none with keep_completed 0). Up to the server's result limit (64 KiB by default):
+   * longer is RESOURCE_EXHAUSTED naming `result` (on the stream a Settled with code 8) and
+   * the job stays leased. A repeated ack (its reply was lost) keeps the first ack's result.
    */
   result: Buffer;
 }
@@ -146,7 +148,12 @@ export interface ExtendLeaseResponse {
   leaseDeadline?: Date | undefined;
 }
 
-/** Saves progress and/or a checkpoint of a leased job, fenced by its lease token. */
+/**
+ * Saves progress and/or a checkpoint of a leased job, fenced by its lease token: a token
+ * that is not the job's current one (the lease expired and the job was leased again, or it
+ * was settled) is FAILED_PRECONDITION and saves nothing; an unknown job is NOT_FOUND. Each
+ * report sets progress_time; progress, message and checkpoint are kept across attempts.
+ */
 export interface ReportProgressRequest {
   /** The job's queue. */
   queue: string;
@@ -154,11 +161,14 @@ export interface ReportProgressRequest {
   jobId: string;
   /** The lease token from the Lease. */
   leaseToken: string;
-  /** Percent done, 0 to 100; unset keeps the last value. */
+  /** Percent done, 0 to 100 (over 100: INVALID_ARGUMENT); unset keeps the last value. */
   progress?:
     | number
     | undefined;
-  /** A short message shown with the progress (up to 256 bytes); unset keeps the last one. */
+  /**
+   * A short message shown with the progress (up to 256 bytes: longer is INVALID_ARGUMENT);
+   * unset keeps the last one.
+   */
   message?:
     | string
     | undefined;
@@ -197,7 +207,11 @@ export interface SubscribeRequest {
     /** No more leases on this stream. */
     { $case: "drain"; drain: DrainStream }
     | //
-    /** Saves progress and/or a checkpoint; the server answers with a ProgressSaved. */
+    /**
+     * Saves progress and/or a checkpoint (authorized like an Ack: the worker role on its
+     * queue); the server answers each with a ProgressSaved, and the stream goes on whatever
+     * its code. Counts as a heartbeat, like any message.
+     */
     { $case: "progress"; progress: ReportProgressRequest }
     | undefined;
 }
@@ -206,7 +220,8 @@ export interface SubscribeRequest {
 export interface Lease {
   /**
    * The job, with its payload and its last failed attempt only (job.errors holds at most one
-   * entry here, never the history: GetJob returns that).
+   * entry here, never the history: GetJob returns that), and the last checkpoint saved by an
+   * earlier attempt (job.checkpoint; empty when none): resume from it.
    */
   job?:
     | Job

@@ -460,22 +460,30 @@ class Job(_message.Message):
     group_key: _builtins.str
     """Its group (empty: the queue's default group)."""
     progress: _builtins.int
-    """The last progress its worker reported, 0-100 (kept across attempts; 0 when none)."""
+    """The last progress its worker reported, 0-100 (kept across attempts and replays; 0 when
+    none). In GetJob and ListJobs; not in a Lease.
+    """
     progress_message: _builtins.str
-    """The message of the last progress report (up to 256 bytes)."""
+    """The message of the last progress report (up to 256 bytes). In GetJob and ListJobs; not
+    in a Lease.
+    """
     checkpoint: _builtins.bytes
     """The last checkpoint a worker saved (bounded by the server's checkpoint limit, 64 KiB by
-    default). A Lease carries it, so the next attempt resumes where the last one stopped.
-    Empty in ListJobs.
+    default). A Lease carries it, so the next attempt (after a retry, an expired lease, a
+    server restart or a replay from the dead-letter queue) resumes where the last one
+    stopped. Deleted with the job. Empty in ListJobs.
     """
     result: _builtins.bytes
-    """The result bytes attached to its Ack (COMPLETED only; bounded by the server's result
-    limit, 64 KiB by default). Empty in a Lease and in ListJobs.
+    """The result bytes attached to its Ack (COMPLETED only, and only when the queue keeps
+    completed jobs: keep_completed > 0; bounded by the server's result limit, 64 KiB by
+    default). Empty in a Lease and in ListJobs.
     """
     cancel_reason: _builtins.str
     """The reason given with the cancel (up to 1024 bytes)."""
     worker_id: _builtins.str
-    """ACTIVE only: the worker id of the stream (or unary caller) holding the lease."""
+    """ACTIVE only: the worker id of the stream holding the lease (the one given in its
+    OpenStream).
+    """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The producer's metadata."""
@@ -523,12 +531,15 @@ class Job(_message.Message):
     @_builtins.property
     def lease_deadline(self) -> _timestamp_pb2.Timestamp:
         """ACTIVE only: when the current lease expires unless renewed (the earlier of the lease's
-        deadline and the attempt's timeout).
+        deadline and the attempt's timeout), as of the read. In GetJob and a Lease; unset in
+        ListJobs (which lists ACTIVE jobs in this order).
         """
 
     @_builtins.property
     def progress_time(self) -> _timestamp_pb2.Timestamp:
-        """When the last progress or checkpoint was saved."""
+        """When the last progress report (with or without a checkpoint) was saved; unset when none.
+        In GetJob and ListJobs; not in a Lease.
+        """
 
     def __init__(
         self,

@@ -128,8 +128,10 @@ class AckRequest(_message.Message):
     lease_token: _builtins.str
     """The lease token from the Lease."""
     result: _builtins.bytes
-    """Optional result bytes, kept on the completed job for GetJob (up to the server's result
-    limit, 64 KiB by default: longer is RESOURCE_EXHAUSTED and the job stays leased).
+    """Optional result bytes, kept on the completed job for GetJob while the queue keeps it
+    (none with keep_completed 0). Up to the server's result limit (64 KiB by default):
+    longer is RESOURCE_EXHAUSTED naming `result` (on the stream a Settled with code 8) and
+    the job stays leased. A repeated ack (its reply was lost) keeps the first ack's result.
     """
     def __init__(
         self,
@@ -350,7 +352,11 @@ Global___ExtendLeaseResponse: _TypeAlias = ExtendLeaseResponse  # noqa: Y015
 
 @_typing.final
 class ReportProgressRequest(_message.Message):
-    """Saves progress and/or a checkpoint of a leased job, fenced by its lease token."""
+    """Saves progress and/or a checkpoint of a leased job, fenced by its lease token: a token
+    that is not the job's current one (the lease expired and the job was leased again, or it
+    was settled) is FAILED_PRECONDITION and saves nothing; an unknown job is NOT_FOUND. Each
+    report sets progress_time; progress, message and checkpoint are kept across attempts.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -367,9 +373,11 @@ class ReportProgressRequest(_message.Message):
     lease_token: _builtins.str
     """The lease token from the Lease."""
     progress: _builtins.int
-    """Percent done, 0 to 100; unset keeps the last value."""
+    """Percent done, 0 to 100 (over 100: INVALID_ARGUMENT); unset keeps the last value."""
     message: _builtins.str
-    """A short message shown with the progress (up to 256 bytes); unset keeps the last one."""
+    """A short message shown with the progress (up to 256 bytes: longer is INVALID_ARGUMENT);
+    unset keeps the last one.
+    """
     checkpoint: _builtins.bytes
     """Bytes the next attempt receives in its Lease (job.checkpoint), up to the server's
     checkpoint limit (64 KiB by default: longer is RESOURCE_EXHAUSTED, nothing saved);
@@ -460,7 +468,10 @@ class SubscribeRequest(_message.Message):
 
     @_builtins.property
     def progress(self) -> Global___ReportProgressRequest:
-        """Saves progress and/or a checkpoint; the server answers with a ProgressSaved."""
+        """Saves progress and/or a checkpoint (authorized like an Ack: the worker role on its
+        queue); the server answers each with a ProgressSaved, and the stream goes on whatever
+        its code. Counts as a heartbeat, like any message.
+        """
 
     def __init__(
         self,
@@ -503,7 +514,8 @@ class Lease(_message.Message):
     @_builtins.property
     def job(self) -> _job_pb2.Job:
         """The job, with its payload and its last failed attempt only (job.errors holds at most one
-        entry here, never the history: GetJob returns that).
+        entry here, never the history: GetJob returns that), and the last checkpoint saved by an
+        earlier attempt (job.checkpoint; empty when none): resume from it.
         """
 
     @_builtins.property
