@@ -28,7 +28,7 @@ use monitor::{calls, hash_tag, keys_of, show, Monitor};
 const Q: &str = "dk";
 
 /// Every script jobwire runs, by the name in its file's first comment line.
-const SCRIPTS: [&str; 24] = [
+const SCRIPTS: [&str; 26] = [
     "enqueue",
     "lease",
     "ack",

@@ -43,8 +43,10 @@ type JobServiceClient interface {
 	// Reads one job.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	// Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
-	// state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
-	// then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+	// state's index: WAITING in lease order for the jobs without a group (priority above 0
+	// highest first, then priority 0, then below 0; FIFO by the time each became ready within
+	// a priority), then the jobs with a group_key in the order they became ready (the groups
+	// take turns at lease time, so this is not their lease order), DELAYED by due
 	// time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
 	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
 	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
@@ -157,8 +159,10 @@ type JobServiceServer interface {
 	// Reads one job.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	// Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
-	// state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
-	// then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+	// state's index: WAITING in lease order for the jobs without a group (priority above 0
+	// highest first, then priority 0, then below 0; FIFO by the time each became ready within
+	// a priority), then the jobs with a group_key in the order they became ready (the groups
+	// take turns at lease time, so this is not their lease order), DELAYED by due
 	// time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
 	// timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
 	// unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).

@@ -44,8 +44,10 @@ class JobServiceStub:
     """Reads one job."""
     ListJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]
     """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
-    state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
-    then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+    state's index: WAITING in lease order for the jobs without a group (priority above 0
+    highest first, then priority 0, then below 0; FIFO by the time each became ready within
+    a priority), then the jobs with a group_key in the order they became ready (the groups
+    take turns at lease time, so this is not their lease order), DELAYED by due
     time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
     timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
     unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
@@ -83,8 +85,10 @@ class JobServiceAsyncStub(JobServiceStub):
     """Reads one job."""
     ListJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]  # type: ignore[assignment]
     """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
-    state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
-    then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+    state's index: WAITING in lease order for the jobs without a group (priority above 0
+    highest first, then priority 0, then below 0; FIFO by the time each became ready within
+    a priority), then the jobs with a group_key in the order they became ready (the groups
+    take turns at lease time, so this is not their lease order), DELAYED by due
     time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
     timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
     unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
@@ -143,8 +147,10 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.ListJobsResponse, _abc.Awaitable[_job_service_pb2.ListJobsResponse]]:
         """Lists a queue's jobs in one state, paged (AIP-158) and filtered, in the order of the
-        state's index: WAITING in lease order (priority above 0 highest first, then priority 0,
-        then below 0; FIFO by the time each became ready within a priority), DELAYED by due
+        state's index: WAITING in lease order for the jobs without a group (priority above 0
+        highest first, then priority 0, then below 0; FIFO by the time each became ready within
+        a priority), then the jobs with a group_key in the order they became ready (the groups
+        take turns at lease time, so this is not their lease order), DELAYED by due
         time, ACTIVE by lease deadline (the earlier of the lease's deadline and the attempt's
         timeout), COMPLETED by finish time, DEAD by death time; oldest (or first) first. An
         unknown queue lists nothing (as GetQueueStats and ListDeadLetters answer for it).
