@@ -85,3 +85,60 @@ pub(crate) fn progress_saved_pb(s: Settled) -> pb::ProgressSaved {
         message,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(
+        progress: Option<u32>,
+        message: Option<&str>,
+        checkpoint: Option<usize>,
+    ) -> pb::ReportProgressRequest {
+        pb::ReportProgressRequest {
+            queue: "q".into(),
+            job_id: "j".into(),
+            lease_token: "t".into(),
+            progress,
+            message: message.map(str::to_owned),
+            checkpoint: checkpoint.map(|n| vec![0; n]),
+        }
+    }
+
+    #[test]
+    fn reports_are_checked_against_each_limit_naming_the_field() {
+        let limits = ApiLimits {
+            max_checkpoint_bytes: 10,
+            ..ApiLimits::default()
+        };
+        let ok = progress_args(req(Some(100), Some(&"m".repeat(256)), Some(10)), &limits)
+            .expect("at the limits");
+        assert_eq!(ok.3.progress, Some(100));
+        assert_eq!(ok.3.checkpoint.as_deref().map(<[u8]>::len), Some(10));
+        let unset = progress_args(req(None, None, None), &limits).expect("nothing set");
+        assert_eq!(unset.3, ProgressReport::default());
+        for (r, field, code) in [
+            (
+                req(Some(101), None, None),
+                "progress",
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                req(None, Some(&"m".repeat(257)), None),
+                "message",
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                req(None, None, Some(11)),
+                "checkpoint",
+                tonic::Code::ResourceExhausted,
+            ),
+        ] {
+            let st = tonic::Status::from(progress_args(r, &limits).expect_err(field));
+            assert_eq!(st.code(), code, "{field}");
+            assert!(st.message().contains(field), "{}", st.message());
+        }
+        let e = too_large("result", 65_537, 65_536).expect_err("over");
+        assert!(e.to_string().contains("65536"), "{e}");
+    }
+}

@@ -317,6 +317,32 @@ mod tests {
     }
 
     #[test]
+    fn decodes_a_progress_entry() {
+        // As progress.lua packs it: [percent, message, ms].
+        let mut raw = Vec::new();
+        let entry = rmpv::Value::Array(vec![
+            30.into(),
+            "step 1".into(),
+            1_733_040_002_000i64.into(),
+        ]);
+        rmpv::encode::write_value(&mut raw, &entry).expect("encode");
+        let mut data = JobData::default();
+        with_progress(&mut data, Value::BulkString(raw)).expect("decodes");
+        assert_eq!(
+            (
+                data.progress,
+                data.progress_message.as_str(),
+                data.progress_ms
+            ),
+            (30, "step 1", 1_733_040_002_000)
+        );
+        let mut none = JobData::default();
+        with_progress(&mut none, Value::Nil).expect("none");
+        assert_eq!(none, JobData::default());
+        assert!(with_progress(&mut none, Value::BulkString(vec![0x01])).is_err());
+    }
+
+    #[test]
     fn refuses_a_record_without_state_or_body() {
         let q = QueueName::parse("q").expect("valid");
         let mut bad_state = header("gone", 0, "", "");
