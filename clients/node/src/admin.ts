@@ -117,8 +117,9 @@ export class Queues {
 
   /**
    * Changes the fields named in `updateMask` (snake_case, AIP-134: default_max_attempts,
-   * default_backoff, default_timeout, retention, rate_limit, max_active); a named field left
-   * unset is reset. No mask: every field set in `config`.
+   * default_backoff, default_timeout, retention, rate_limit, max_active, and for job control
+   * group_max_active, group_rate_limit, cancel_grace, dead_letter_expired); a named field left
+   * unset is reset. No mask: every field set in `config`. `rateLimit()` builds a RateLimit.
    */
   async updateConfig(queue: string, config: Partial<QueueConfig>, updateMask?: string[], s: CallSettings = {}): Promise<QueueConfig> {
     const req = { queue, config: QueueConfig.fromPartial(config), updateMask };

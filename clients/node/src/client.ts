@@ -6,11 +6,19 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { DeadLetters, Queues } from "./admin.js";
+import { Groups } from "./groups.js";
+import { GroupServiceClient } from "./gen/jobwire/v1/group_service.js";
 import { call, DEFAULT_RETRY, openChannel, type CallSettings, type ChannelSettings, type RetryPolicy, type UnaryMethod } from "./channel.js";
 import { encodePayload, msToDuration, type Payload } from "./convert.js";
 import { DeadLetterServiceClient } from "./gen/jobwire/v1/dead_letter_service.js";
 import { Backoff as PbBackoff, BackoffKind, Job, JobSpec, JobState } from "./gen/jobwire/v1/job.js";
-import { JobServiceClient, ListJobsFilter, type ListJobsResponse } from "./gen/jobwire/v1/job_service.js";
+import {
+  JobFilter,
+  JobServiceClient,
+  ListJobsFilter,
+  type CancelJobsResponse,
+  type ListJobsResponse,
+} from "./gen/jobwire/v1/job_service.js";
 import { QueueServiceClient, type ListWorkersResponse } from "./gen/jobwire/v1/queue_service.js";
 import { WorkerServiceClient } from "./gen/jobwire/v1/worker_service.js";
 import { consoleLogger, type Logger } from "./logger.js";
@@ -55,6 +63,35 @@ export interface EnqueueOptions {
   timeout?: number;
   /** The payload's MIME type (default: by the payload's kind, see {@link encodePayload}). */
   contentType?: string;
+  /**
+   * The job's group (a tenant, a customer: 1-128 bytes): the queue's groups with waiting jobs
+   * are leased round-robin, each with its own concurrency and rate limit (`client.groups`).
+   */
+  groupKey?: string;
+  /** A job not started by this time is EXPIRED instead of run (at most one of expireAt and ttl). */
+  expireAt?: Date;
+  /** The same as expireAt = now + ttl, in milliseconds (1 ms to 365 days). */
+  ttl?: number;
+}
+
+/** Which jobs {@link Client.cancelJobs} cancels: every field given must match (at least one). */
+export interface JobFilterOptions {
+  /** The job name. */
+  name?: string;
+  /** The group key. */
+  groupKey?: string;
+  /** A metadata key the job has... */
+  metadataKey?: string;
+  /** ... with this value. */
+  metadataValue?: string;
+}
+
+/** What {@link Client.cancelJobs} did. */
+export interface CancelCount {
+  /** WAITING and DELAYED jobs moved to CANCELLED. */
+  cancelled: number;
+  /** ACTIVE jobs whose workers were told to stop (CANCELLED once they settle, or after the queue's cancel_grace). */
+  signalled: number;
 }
 
 /** One job of {@link Client.enqueueBatch}. */
@@ -88,6 +125,8 @@ function backoffPb(b: BackoffOptions): PbBackoff {
 
 /** The JobSpec of a job (exported for tests and advanced use). */
 export function jobSpec(queue: string, name: string, payload: Payload, o: EnqueueOptions = {}): JobSpec {
+  if (o.expireAt !== undefined && o.ttl !== undefined) throw new TypeError("give expireAt or ttl, not both");
+  if (o.expireAt !== undefined && Number.isNaN(o.expireAt.getTime())) throw new RangeError("expireAt is an invalid Date");
   const p = encodePayload(payload, o.contentType);
   return JobSpec.fromPartial({
     queue,
@@ -101,6 +140,9 @@ export function jobSpec(queue: string, name: string, payload: Payload, o: Enqueu
     maxAttempts: o.maxAttempts,
     backoff: o.backoff === undefined ? undefined : backoffPb(o.backoff),
     timeout: o.timeout === undefined ? undefined : msToDuration(o.timeout),
+    groupKey: o.groupKey ?? "",
+    expireTime: o.expireAt,
+    ttl: o.ttl === undefined ? undefined : msToDuration(o.ttl),
   });
 }
 
@@ -123,11 +165,14 @@ export class Client {
     workers: WorkerServiceClient;
     deadLetters: DeadLetterServiceClient;
     queues: QueueServiceClient;
+    groups: GroupServiceClient;
   };
   /** The DeadLetterService: list, get, replay and delete dead jobs. */
   readonly deadLetters: DeadLetters;
   /** The QueueService: stats, pause/resume, config, purge, delete. */
   readonly queues: Queues;
+  /** The GroupService: a queue's groups (tenants): list, get, config, pause, resume. */
+  readonly groups: Groups;
   /** Where the SDK logs. */
   readonly logger: Logger;
   /** The address dialled. */
@@ -152,9 +197,11 @@ export class Client {
       workers: new WorkerServiceClient(target, insecure, opts),
       deadLetters: new DeadLetterServiceClient(target, insecure, opts),
       queues: new QueueServiceClient(target, insecure, opts),
+      groups: new GroupServiceClient(target, insecure, opts),
     };
     this.deadLetters = new DeadLetters(this.stubs.deadLetters, this);
     this.queues = new Queues(this.stubs.queues, this);
+    this.groups = new Groups(this.stubs.groups, this);
   }
 
   /** @internal A unary call with this client's deadline and retry policy. */
@@ -231,6 +278,66 @@ export class Client {
    */
   listWorkers(queue = "", s: CallSettings = {}): Promise<ListWorkersResponse> {
     return this.unary(this.stubs.queues.listWorkers.bind(this.stubs.queues), { queue }, true, s);
+  }
+
+  /**
+   * Cancels a job: a WAITING or DELAYED one is CANCELLED at once; an ACTIVE one's worker is
+   * told (its handler's `ctx.signal` aborts with a JobCancelled) and the job ends CANCELLED when
+   * it settles, or when the queue's cancel_grace runs out. `reason` (up to 1024 bytes) is
+   * recorded on the job. Resolves to the job after the call and whether this call cancelled it
+   * (false: it had finished already, or a cancel was pending). NOT_FOUND for an unknown job.
+   * Retried on UNAVAILABLE (a repeat finds the cancel done and says false).
+   */
+  async cancelJob(queue: string, jobId: string, reason = "", s: CallSettings = {}): Promise<{ job: Job; cancelled: boolean }> {
+    const res = await this.unary(this.stubs.jobs.cancelJob.bind(this.stubs.jobs), { queue, jobId, reason }, true, s);
+    if (res.job === undefined) throw new Error("CancelJob answered without a job");
+    return { job: res.job, cancelled: res.cancelled };
+  }
+
+  /**
+   * One CancelJobs call: cancels up to `limit` (1 to 10,000; default 1,000) WAITING, DELAYED and
+   * ACTIVE jobs of `queue` matching `filter`; pass `nextPageToken` on as `pageToken` until it
+   * is empty ({@link Client.cancelJobs} does).
+   */
+  cancelJobsPage(
+    queue: string,
+    filter: JobFilterOptions,
+    o: { reason?: string; limit?: number; pageToken?: string } & CallSettings = {},
+  ): Promise<CancelJobsResponse> {
+    const req = {
+      queue,
+      filter: JobFilter.fromPartial(filter),
+      reason: o.reason ?? "",
+      limit: o.limit ?? 0,
+      pageToken: o.pageToken ?? "",
+    };
+    return this.unary(this.stubs.jobs.cancelJobs.bind(this.stubs.jobs), req, true, o);
+  }
+
+  /**
+   * Cancels every WAITING, DELAYED and ACTIVE job of `queue` that matches `filter` (at least one
+   * field), `limit` per call, page after page; resolves to the counts.
+   */
+  async cancelJobs(queue: string, filter: JobFilterOptions, o: { reason?: string; limit?: number } & CallSettings = {}): Promise<CancelCount> {
+    const count: CancelCount = { cancelled: 0, signalled: 0 };
+    let pageToken = "";
+    do {
+      const page = await this.cancelJobsPage(queue, filter, { ...o, pageToken });
+      count.cancelled += page.cancelled;
+      count.signalled += page.signalled;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    return count;
+  }
+
+  /**
+   * Deletes a job that is not ACTIVE (FAILED_PRECONDITION: cancel it first) with its history,
+   * checkpoint and result; its id is free for a new enqueue at once. Resolves to the state it
+   * was in. NOT_FOUND for an unknown job (not retried: a repeat after a lost reply would say
+   * NOT_FOUND).
+   */
+  async deleteJob(queue: string, jobId: string, s: CallSettings = {}): Promise<JobState> {
+    return (await this.unary(this.stubs.jobs.deleteJob.bind(this.stubs.jobs), { queue, jobId }, false, s)).state;
   }
 
   /** Resolves once the channel is connected; rejects after `timeoutMs` (default 10 s). */

@@ -8,7 +8,10 @@
  * - {@link RetryAfter}: retry, but not before the given delay: `RETRY` with `retry_after`,
  *   overriding the job's backoff for this retry.
  * - {@link RateLimited}: the downstream said "slow down" (a 429): `RATE_LIMITED` with
- *   `retry_after`; no attempt is charged; `pauseQueue` pauses the whole queue that long.
+ *   `retry_after`; no attempt is charged; `pauseQueue` pauses the whole queue that long,
+ *   `pauseGroup` only the job's group (its tenant).
+ * - {@link JobCancelled}: the job was cancelled (CancelJob) while its handler ran: the reason
+ *   of the handler's aborted signal; settled as a Fail, which the server ends CANCELLED.
  * - anything else: `RETRY` with the error's type name, message and stack (the job's backoff
  *   applies while attempts remain).
  */
@@ -58,6 +61,11 @@ export class RetryAfter extends Error {
 export interface RateLimitedOptions extends JobErrorOptions {
   /** Pause leasing from the whole queue for the delay, on every server replica (default false). */
   pauseQueue?: boolean;
+  /**
+   * Pause leasing only the job's group (its `groupKey`: the tenant whose limit was hit) for the
+   * delay, on every server replica; the queue's other groups go on (default false).
+   */
+  pauseGroup?: boolean;
   /** The message recorded (default "rate limited for N ms"). */
   message?: string;
 }
@@ -73,15 +81,79 @@ export class RateLimited extends Error {
   readonly delayMs: number;
   /** Whether the whole queue pauses for `delayMs`. */
   readonly pauseQueue: boolean;
+  /** Whether the job's group pauses for `delayMs`. */
+  readonly pauseGroup: boolean;
   readonly errorType: string | undefined;
   readonly details: string | undefined;
   constructor(delayMs: number, opts: RateLimitedOptions = {}) {
     super(opts.message ?? `rate limited for ${delayMs} ms`, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.delayMs = delayMs;
     this.pauseQueue = opts.pauseQueue ?? false;
+    this.pauseGroup = opts.pauseGroup ?? false;
     this.errorType = opts.errorType;
     this.details = opts.details;
   }
+}
+
+/**
+ * The job was cancelled (CancelJob / CancelJobs) while its handler ran: the handler's
+ * `ctx.signal` is aborted with this as its reason (so `fetch` and friends reject with it). What
+ * the handler then returns or throws settles the job as a Fail (error type `cancelled`), which
+ * the server ends CANCELLED.
+ */
+export class JobCancelled extends Error {
+  override readonly name: string = "JobCancelled";
+  /** Recorded as the attempt's error_type. */
+  readonly errorType = "cancelled";
+  /** The reason given with the cancel ("" when none). */
+  readonly reason: string;
+  /** When the server revokes the lease unless the job is settled by then. */
+  readonly revokeTime: Date | undefined;
+  constructor(reason: string, revokeTime?: Date) {
+    super(reason === "" ? "cancelled" : `cancelled: ${reason}`);
+    this.reason = reason;
+    this.revokeTime = revokeTime;
+  }
+}
+
+/**
+ * A progress report or checkpoint was refused because the attempt's lease is gone (it expired,
+ * or a cancelled job's lease was revoked): another worker may run the job now; stop working,
+ * what this attempt returns is dropped.
+ */
+export class LeaseLost extends Error {
+  override readonly name: string = "LeaseLost";
+}
+
+/**
+ * The server refused a progress report or checkpoint for another reason than a lost lease:
+ * `code` INVALID_ARGUMENT (a progress above 100, a message over 256 bytes), RESOURCE_EXHAUSTED
+ * (a checkpoint over the server's limit), ... Nothing of that report was saved.
+ */
+export class ReportRefused extends Error {
+  override readonly name: string = "ReportRefused";
+  constructor(
+    /** The gRPC status code (`status.INVALID_ARGUMENT`, ...). */
+    readonly code: number,
+    message: string,
+  ) {
+    super(`progress report refused (code ${code}): ${message}`);
+  }
+}
+
+/** What a refused report rejects with: {@link LeaseLost} for FAILED_PRECONDITION (9) and NOT_FOUND (5), else {@link ReportRefused}. */
+export function reportError(code: number, message: string): Error {
+  if (code === 9 || code === 5) return new LeaseLost(message === "" ? "lease lost" : `lease lost: ${message}`);
+  return new ReportRefused(code, message);
+}
+
+/** The Fail sent instead of an Ack whose result the server refused as too large. */
+export function resultTooLarge(message: string): Failure {
+  return {
+    disposition: FailDisposition.FAIL_DISPOSITION_NO_RETRY,
+    error: { errorType: "result_too_large", message: `result refused: ${message}`, details: "" },
+    pauseQueue: false,
+  };
 }
 
 /** The error record's limits (bytes): error_type 128 (longer is INVALID_ARGUMENT), details 8 KiB here. */
@@ -108,6 +180,8 @@ export interface Failure {
   /** RETRY: overrides the backoff; RATE_LIMITED: when to come back. Milliseconds. */
   retryAfterMs?: number;
   pauseQueue: boolean;
+  /** RATE_LIMITED: pause the job's group too. */
+  pauseGroup?: boolean;
 }
 
 function typeName(err: unknown): string {
@@ -140,6 +214,9 @@ export function failureOf(err: unknown): Failure {
     errorType: truncateUtf8(typeName(err), MAX_TYPE_BYTES),
     details: truncateUtf8(detailsOf(err), MAX_DETAILS_BYTES),
   };
+  if (err instanceof JobCancelled) {
+    return { disposition: FailDisposition.FAIL_DISPOSITION_NO_RETRY, error: { ...error, details: "" }, pauseQueue: false };
+  }
   if (err instanceof NonRetryable) {
     return { disposition: FailDisposition.FAIL_DISPOSITION_NO_RETRY, error, pauseQueue: false };
   }
@@ -152,6 +229,7 @@ export function failureOf(err: unknown): Failure {
       error,
       retryAfterMs: err.delayMs,
       pauseQueue: err.pauseQueue,
+      pauseGroup: err.pauseGroup,
     };
   }
   return { disposition: FailDisposition.FAIL_DISPOSITION_RETRY, error, pauseQueue: false };

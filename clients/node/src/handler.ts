@@ -3,10 +3,10 @@
  * or a Fail per {@link failureOf}). Shared by the {@link Worker} and the test helper
  * `runHandler`, so a handler tested against a fake lease behaves as it will in production.
  */
-import { decodePayload } from "./convert.js";
-import { failureOf, NonRetryable, type Failure } from "./errors.js";
+import { decodePayload, encodePayload, type Payload } from "./convert.js";
+import { failureOf, NonRetryable, type Failure, type JobCancelled } from "./errors.js";
 import type { AttemptError, Job as PbJob } from "./gen/jobwire/v1/job.js";
-import type { Lease } from "./gen/jobwire/v1/worker_service.js";
+import type { Lease, ReportProgressRequest } from "./gen/jobwire/v1/worker_service.js";
 import type { Logger } from "./logger.js";
 
 /** A leased job as a handler sees it. */
@@ -28,6 +28,8 @@ export interface Job<T = unknown> {
   contentType: string;
   /** The producer's metadata. */
   metadata: Record<string, string>;
+  /** Its group (a tenant, a customer; "" for the queue's default group). */
+  groupKey: string;
   /** Runs allowed in the current attempt budget. */
   maxAttempts: number;
   /** The last failed attempt, if this is a retry. */
@@ -39,10 +41,38 @@ export interface Job<T = unknown> {
 /** The context of one attempt. */
 export interface JobContext {
   /**
-   * Aborted when the worker gives the attempt up: the shutdown grace ran out, or the lease was
-   * lost (another worker may hold the job now). Pass it to fetch() and friends.
+   * Aborted when the handler should stop: the job was cancelled (CancelJob; the reason is then a
+   * {@link JobCancelled} and {@link JobContext.cancelReason} is set), the shutdown grace ran
+   * out, or the lease was lost (another worker may hold the job now). Pass it to fetch() and
+   * friends. After a cancel, whatever the handler returns or throws settles the job as a Fail
+   * (the server ends it CANCELLED).
    */
   signal: AbortSignal;
+  /** The reason given with the job's cancel, once it was cancelled while this attempt ran; else undefined. */
+  readonly cancelReason: string | undefined;
+  /**
+   * The last checkpoint saved for this job: an earlier attempt's (from the lease) until this
+   * attempt saves one; empty when there is none. Resume from it.
+   */
+  readonly checkpoint: Buffer;
+  /**
+   * Saves progress (0-100), its message (up to 256 bytes) and/or a checkpoint (bytes, a string
+   * as UTF-8, anything else as JSON; up to the server's limit, 64 KiB by default; empty clears
+   * it), fenced by this attempt's lease; an omitted field keeps its last value. Resolves once
+   * the server saved it; rejects with {@link LeaseLost} when the lease is gone (stop: the
+   * result will be dropped), {@link ReportRefused} for a value the server refuses, RangeError
+   * for a progress outside 0-100 (not sent).
+   */
+  report(r: { progress?: number; message?: string; checkpoint?: Payload }): Promise<void>;
+  /** Saves the job's progress, 0-100, with an optional message (see {@link JobContext.report}). */
+  progress(percent: number, message?: string): Promise<void>;
+  /** Saves a checkpoint the next attempt finds in {@link JobContext.checkpoint} (see {@link JobContext.report}). */
+  saveCheckpoint(data: Payload, also?: { progress?: number; message?: string }): Promise<void>;
+  /**
+   * The result to attach to the Ack (bytes, a string as UTF-8, anything else as JSON; up to the
+   * server's result limit, 64 KiB by default); `getJob` returns it in `job.result`.
+   */
+  setResult(value: Payload): void;
   /** This attempt's number, 1-based. */
   attempt: number;
   /** Stable across attempts and replays of this job: pass it to downstream providers. */
@@ -59,11 +89,14 @@ export interface JobContext {
   logger: Logger;
 }
 
-/** A handler: resolve to ack; throw (or reject) to fail, typed by the error (see errors.ts). */
-export type Handler<T = unknown> = (job: Job<T>, ctx: JobContext) => Promise<void> | void;
+/**
+ * A handler: resolve to ack; throw (or reject) to fail, typed by the error (see errors.ts).
+ * What it resolves to is ignored: a result goes through `ctx.setResult`.
+ */
+export type Handler<T = unknown> = (job: Job<T>, ctx: JobContext) => unknown;
 
-/** How an attempt ended. */
-export type Outcome = { kind: "ack" } | { kind: "fail"; failure: Failure };
+/** How an attempt ended (an ack with the handler's result bytes, if it set one). */
+export type Outcome = { kind: "ack"; result?: Buffer } | { kind: "fail"; failure: Failure };
 
 /** The handler's view of `lease`; throws NonRetryable when the payload cannot be decoded. */
 export function jobOf<T>(lease: Lease): Job<T> {
@@ -86,6 +119,7 @@ export function jobOf<T>(lease: Lease): Job<T> {
     rawPayload: j.payload,
     contentType: j.contentType,
     metadata: j.metadata,
+    groupKey: j.groupKey,
     maxAttempts: j.maxAttempts,
     lastError: j.errors[j.errors.length - 1],
     proto: j,
@@ -97,15 +131,56 @@ export interface InvokeContext {
   signal: () => AbortSignal;
   workerId: string;
   logger: Logger;
+  /** Sends a report and resolves with the server's answer (absent: reports are only recorded). */
+  report?: (req: ReportProgressRequest) => Promise<void>;
+  /** The job's cancel, once one arrived. */
+  cancelled?: () => JobCancelled | undefined;
+  /** Every report the server saved is pushed here (the test helper's record). */
+  saved?: ReportProgressRequest[];
+}
+
+/** The bytes of a result or checkpoint: bytes as they are, a string as UTF-8, else JSON. */
+function bytesOf(v: Payload): Buffer {
+  return encodePayload(v).payload;
 }
 
 /** Runs `handler` on `lease` and maps what it did to an outcome; never throws. */
 export async function invoke<T>(handler: Handler<T>, lease: Lease, c: InvokeContext): Promise<Outcome> {
+  let result: Buffer | undefined;
+  let checkpoint = lease.job?.checkpoint ?? Buffer.alloc(0);
   try {
     const job = jobOf<T>(lease);
+    const report = async (r: { progress?: number; message?: string; checkpoint?: Payload }): Promise<void> => {
+      if (r.progress !== undefined && !(Number.isInteger(r.progress) && r.progress >= 0 && r.progress <= 100)) {
+        throw new RangeError(`progress must be an integer 0 to 100, got ${r.progress}`);
+      }
+      const req: ReportProgressRequest = {
+        queue: job.queue,
+        jobId: job.id,
+        leaseToken: lease.leaseToken,
+        progress: r.progress,
+        message: r.message,
+        checkpoint: r.checkpoint === undefined ? undefined : bytesOf(r.checkpoint),
+      };
+      if (c.report) await c.report(req);
+      c.saved?.push(req);
+      if (req.checkpoint !== undefined) checkpoint = req.checkpoint;
+    };
     const ctx: JobContext = {
       get signal() {
         return c.signal();
+      },
+      get cancelReason() {
+        return c.cancelled?.()?.reason;
+      },
+      get checkpoint() {
+        return checkpoint;
+      },
+      report,
+      progress: (percent, message) => report({ progress: percent, message }),
+      saveCheckpoint: (data, also = {}) => report({ ...also, checkpoint: data }),
+      setResult: (value) => {
+        result = bytesOf(value);
       },
       attempt: lease.attempt,
       idempotencyKey: lease.idempotencyKey,
@@ -116,7 +191,7 @@ export async function invoke<T>(handler: Handler<T>, lease: Lease, c: InvokeCont
       logger: c.logger,
     };
     await handler(job, ctx);
-    return { kind: "ack" };
+    return result === undefined ? { kind: "ack" } : { kind: "ack", result };
   } catch (e) {
     return { kind: "fail", failure: failureOf(e) };
   }

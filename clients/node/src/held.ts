@@ -8,6 +8,7 @@ import * as grpc from "@grpc/grpc-js";
 import { fullJitter } from "./backoff.js";
 import { callOnce, hasCode } from "./channel.js";
 import { msToDuration } from "./convert.js";
+import type { JobCancelled } from "./errors.js";
 import type { Outcome } from "./handler.js";
 import type { Lease, WorkerServiceClient } from "./gen/jobwire/v1/worker_service.js";
 
@@ -40,6 +41,8 @@ export class HeldLease {
   extendFailures = 0;
   /** Released: nothing more to do for it. */
   released = false;
+  /** The job was cancelled (a CancelLease): whatever the handler does, it is settled as a Fail. */
+  cancelled: JobCancelled | undefined;
 
   constructor(
     readonly key: string,
@@ -78,7 +81,7 @@ export async function settleUnary(
   const base = { queue: h.queue, jobId: h.jobId, leaseToken: h.token };
   try {
     if (outcome.kind === "ack") {
-      await callOnce(stub.ack.bind(stub), base, timeoutMs);
+      await callOnce(stub.ack.bind(stub), { ...base, result: outcome.result ?? Buffer.alloc(0) }, timeoutMs);
     } else {
       const f = outcome.failure;
       await callOnce(
@@ -89,6 +92,7 @@ export async function settleUnary(
           error: f.error,
           retryAfter: f.retryAfterMs === undefined ? undefined : msToDuration(f.retryAfterMs),
           pauseQueue: f.pauseQueue,
+          pauseGroup: f.pauseGroup ?? false,
         },
         timeoutMs,
       );

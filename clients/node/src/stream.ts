@@ -8,8 +8,11 @@ import * as grpc from "@grpc/grpc-js";
 import { msToDuration } from "./convert.js";
 import type { Failure } from "./errors.js";
 import type {
+  CancelLease,
   Draining,
   Lease,
+  ProgressSaved,
+  ReportProgressRequest,
   Settled,
   SubscribeRequest,
   SubscribeResponse,
@@ -23,6 +26,10 @@ export interface StreamEvents {
   onLease(s: LeaseStream, lease: Lease): void;
   onSettled(s: LeaseStream, settled: Settled): void;
   onDraining(s: LeaseStream, d: Draining): void;
+  /** The job held under a lease of this stream was cancelled. */
+  onCancel(s: LeaseStream, c: CancelLease): void;
+  /** The answer to a progress report sent on this stream. */
+  onProgressSaved(s: LeaseStream, p: ProgressSaved): void;
   /** The stream ended: `status` is its final gRPC status (OK after a clean close). */
   onEnd(s: LeaseStream, status: grpc.StatusObject): void;
 }
@@ -90,6 +97,12 @@ export class LeaseStream {
         this.serverDraining = true;
         this.events.onDraining(this, msg.draining);
         break;
+      case "cancel":
+        this.events.onCancel(this, msg.cancel);
+        break;
+      case "progressSaved":
+        this.events.onProgressSaved(this, msg.progressSaved);
+        break;
     }
   }
 
@@ -105,11 +118,17 @@ export class LeaseStream {
     return this.opened && !this.ended && !this.halfClosed;
   }
 
-  /** Acks on the stream; false when the stream is no longer usable. */
-  ack(queue: string, jobId: string, leaseToken: string): boolean {
+  /** Acks on the stream (with the handler's result bytes, if any); false when the stream is no longer usable. */
+  ack(queue: string, jobId: string, leaseToken: string, result?: Buffer): boolean {
     if (!this.usable) return false;
     this.unanswered.set(leaseKey(queue, jobId, leaseToken), Date.now());
-    return this.write({ message: { $case: "ack", ack: { queue, jobId, leaseToken } } });
+    return this.write({ message: { $case: "ack", ack: { queue, jobId, leaseToken, result: result ?? Buffer.alloc(0) } } });
+  }
+
+  /** Sends a progress report (answered by a ProgressSaved); false when the stream is no longer usable. */
+  progress(req: ReportProgressRequest): boolean {
+    if (!this.usable) return false;
+    return this.write({ message: { $case: "progress", progress: req } });
   }
 
   /** Fails on the stream; false when the stream is no longer usable. */
@@ -127,6 +146,7 @@ export class LeaseStream {
           error: f.error,
           retryAfter: f.retryAfterMs === undefined ? undefined : msToDuration(f.retryAfterMs),
           pauseQueue: f.pauseQueue,
+          pauseGroup: f.pauseGroup ?? false,
         },
       },
     });

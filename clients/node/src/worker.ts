@@ -23,6 +23,8 @@ import { randomBytes } from "node:crypto";
 import { status as grpcStatus, type StatusObject } from "@grpc/grpc-js";
 import { fullJitter, sleep, type BackoffOptions } from "./backoff.js";
 import type { Client } from "./client.js";
+import { Control } from "./control.js";
+import { failureOf, resultTooLarge } from "./errors.js";
 import type { Draining, Lease, Settled } from "./gen/jobwire/v1/worker_service.js";
 import { invoke, type Handler, type Outcome } from "./handler.js";
 import { HeldLease, renewOnce, settleUnary } from "./held.js";
@@ -114,6 +116,7 @@ export class Worker {
   private wakers: (() => void)[] = [];
   private streamEnded: ((st: StatusObject) => void) | undefined;
   private readonly liveness: Liveness;
+  private readonly control: Control;
   private shutdown: Shutdown | undefined;
   /** Why run() rejects (the server refused the stream's open for good). */
   private fatal: Error | undefined;
@@ -151,6 +154,7 @@ export class Worker {
       reconnect: options.reconnect ?? {},
     };
     this.liveness = new Liveness(this.opts.heartbeatIntervalMs, this.opts.stallTimeoutMs, this.logger, () => this.stream);
+    this.control = new Control(client.stubs.workers, () => this.stream, this.opts.rpcTimeoutMs, this.logger);
   }
 
   /**
@@ -291,10 +295,13 @@ export class Worker {
         "the server is draining: finishing held jobs, no more leases on this stream",
       );
     },
+    onCancel: (_s, c) => this.control.onCancel(this.held.get(leaseKey(c.queue, c.jobId, c.leaseToken)), c),
+    onProgressSaved: (_s, p) => this.control.onSaved(p),
     onEnd: (s, st) => this.onStreamEnd(s, st),
   };
 
   private onStreamEnd(s: LeaseStream, st: StatusObject): void {
+    this.control.streamEnded(s.generation);
     for (const h of this.held.values()) {
       // Its settle may or may not have been applied: send it again (a duplicate is refused
       // as lease lost, which is then the truth: the first one was recorded).
@@ -337,10 +344,15 @@ export class Worker {
       signal: () => h.signal,
       workerId: this.workerId,
       logger: this.logger,
+      report: (req) => this.control.report(h, req),
+      cancelled: () => h.cancelled,
     }).then((outcome) => this.onOutcome(h, outcome));
   }
 
-  private onOutcome(h: HeldLease, outcome: Outcome): void {
+  private onOutcome(h: HeldLease, result: Outcome): void {
+    // After a cancel the job is settled as cancelled whatever the handler did (a Fail: the
+    // server ends it CANCELLED); an error it threw says the same with its own record.
+    const outcome: Outcome = h.cancelled && result.kind === "ack" ? { kind: "fail", failure: failureOf(h.cancelled) } : result;
     h.running = false;
     this.counters.running--;
     if (h.abandoned) {
@@ -368,7 +380,9 @@ export class Worker {
     const s = this.stream;
     if (s?.usable) {
       const sent =
-        outcome.kind === "ack" ? s.ack(h.queue, h.jobId, h.token) : s.fail(h.queue, h.jobId, h.token, outcome.failure);
+        outcome.kind === "ack"
+          ? s.ack(h.queue, h.jobId, h.token, outcome.result)
+          : s.fail(h.queue, h.jobId, h.token, outcome.failure);
       if (sent) {
         h.settling = true;
         h.settleGeneration = s.generation;
@@ -380,6 +394,7 @@ export class Worker {
     void settleUnary(this.client.stubs.workers, h, outcome, this.opts.rpcTimeoutMs).then(({ result, error }) => {
       h.settling = false;
       if (result === "recorded") return this.release(h, true);
+      if (this.resultRefused(h, error?.code ?? 0, error?.details ?? "")) return this.settle(h);
       if (result === "lost") return this.drop(h, `lease lost, result dropped (${error?.details ?? ""})`);
       if (result === "refused") {
         this.logger.error({ jobId: h.jobId, code: error?.code, details: error?.details }, "the server refused the result");
@@ -399,6 +414,7 @@ export class Worker {
     if (h === undefined || !h.settling || h.settleGeneration !== s.generation) return;
     h.settling = false;
     if (st.code === 0) return this.release(h, true);
+    if (this.resultRefused(h, st.code, st.message)) return this.settle(h);
     if (st.code === 9) return this.drop(h, `lease lost, result dropped (${st.message})`);
     if (st.code === 14) {
       const delay = Math.round(fullJitter(h.settleFailures++, { baseMs: 250, capMs: 5_000 }));
@@ -408,6 +424,19 @@ export class Worker {
     }
     this.logger.error({ jobId: h.jobId, code: st.code, message: st.message }, "the server refused the result");
     this.release(h, false);
+  }
+
+  /**
+   * An Ack refused for its result (RESOURCE_EXHAUSTED: over the server's result limit; the job
+   * is still leased) becomes a NO_RETRY Fail (error type `result_too_large`) to send instead,
+   * so the job is dead-lettered with the reason rather than left leased.
+   */
+  private resultRefused(h: HeldLease, code: number, message: string): boolean {
+    const o = h.outcome;
+    if (code !== Number(grpcStatus.RESOURCE_EXHAUSTED) || o?.kind !== "ack" || o.result === undefined) return false;
+    this.logger.error({ jobId: h.jobId, queue: h.queue, bytes: o.result.length, message }, "the server refused the job's result; failing the job");
+    h.outcome = { kind: "fail", failure: resultTooLarge(message) };
+    return true;
   }
 
   private drop(h: HeldLease, why: string): void {
@@ -505,6 +534,7 @@ export class Worker {
       );
     }
     this.state = "stopped";
+    this.control.close();
     this.liveness.stop();
     this.wake();
     this.logger.info({ workerId: this.workerId, ...this.stats() }, "worker stopped");

@@ -13,7 +13,7 @@ describe("runHandler (fake lease) and the error mapping", () => {
       },
       { payload: { n: 3 }, attempt: 2, idempotencyKey: "k", metadata: { a: "b" } },
     );
-    assert.deepEqual(r, { outcome: "ack" });
+    assert.deepEqual(r, { outcome: "ack", result: undefined, reports: [] });
     assert.equal(seen?.job.payload.n, 3);
     assert.equal(seen?.attempt, 2);
     assert.equal(seen?.key, "k");

@@ -25,6 +25,7 @@ describe("README", () => {
   for (const [heading, file] of [
     ["Produce (examples/producer.ts)", "producer.ts"],
     ["Work (examples/worker.ts)", "worker.ts"],
+    ["Job control (examples/job-control.ts)", "job-control.ts"],
   ] as const) {
     it(`"${heading}" is examples/${file}`, () => {
       const lines = readFileSync(join(root, "examples", file), "utf8").split("\n");

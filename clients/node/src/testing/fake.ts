@@ -4,10 +4,10 @@
  * (disposition, error type, retry_after) the server would get.
  */
 import { encodePayload, type Payload } from "../convert.js";
-import type { Failure } from "../errors.js";
+import { failureOf, JobCancelled, type Failure } from "../errors.js";
 import { FailDisposition, JobState } from "../gen/jobwire/v1/job.js";
 import { Job as PbJob, type AttemptError } from "../gen/jobwire/v1/job.js";
-import type { Lease } from "../gen/jobwire/v1/worker_service.js";
+import type { Lease, ReportProgressRequest } from "../gen/jobwire/v1/worker_service.js";
 import { invoke, type Handler } from "../handler.js";
 import { silentLogger, type Logger } from "../logger.js";
 
@@ -27,19 +27,33 @@ export interface FakeLease {
   lastError?: Partial<AttemptError>;
   /** Abort it to test the handler's reaction to cancellation. */
   signal?: AbortSignal;
+  /** A previous attempt's checkpoint, seen as `ctx.checkpoint`. */
+  checkpoint?: Uint8Array;
+  /** The job's group key. */
+  groupKey?: string;
+  /**
+   * Cancel the job `afterMs` into the run, as CancelJob would: `ctx.signal` aborts with a
+   * JobCancelled, and the attempt ends as the cancelled Fail the worker would send.
+   */
+  cancel?: { afterMs: number; reason?: string };
   logger?: Logger;
 }
 
 /** What the handler's attempt came to, as the worker would report it. */
-export type HandlerResult =
-  | { outcome: "ack" }
+export type HandlerResult = (
+  | { outcome: "ack"; /** What `ctx.setResult` set. */ result: Buffer | undefined }
   | {
       outcome: "fail";
       disposition: "RETRY" | "NO_RETRY" | "RATE_LIMITED";
       error: Failure["error"];
       retryAfterMs: number | undefined;
       pauseQueue: boolean;
-    };
+      pauseGroup: boolean;
+    }
+) & {
+  /** The progress reports and checkpoints the handler made, in order (recorded, not sent). */
+  reports: ReportProgressRequest[];
+};
 
 /** The Lease a {@link FakeLease} stands for. */
 export function fakeLease(f: FakeLease = {}): Lease {
@@ -55,6 +69,8 @@ export function fakeLease(f: FakeLease = {}): Lease {
     maxAttempts: f.maxAttempts ?? 1,
     attemptsMade: f.attempt ?? 1,
     errors: f.lastError ? [f.lastError] : [],
+    checkpoint: f.checkpoint === undefined ? undefined : Buffer.from(f.checkpoint),
+    groupKey: f.groupKey ?? "",
   });
   return {
     job,
@@ -67,16 +83,32 @@ export function fakeLease(f: FakeLease = {}): Lease {
 
 /**
  * Runs `handler` once on a fake lease and returns what the worker would send:
- * `{ outcome: "ack" }` or `{ outcome: "fail", disposition, error, retryAfterMs, pauseQueue }`.
+ * `{ outcome: "ack", result }` or `{ outcome: "fail", disposition, error, retryAfterMs,
+ * pauseQueue, pauseGroup }`, with the progress reports it made in `reports`.
  */
 export async function runHandler<T>(handler: Handler<T>, lease: FakeLease = {}): Promise<HandlerResult> {
-  const signal = lease.signal ?? new AbortController().signal;
-  const o = await invoke(handler, fakeLease(lease), {
+  const controller = new AbortController();
+  const signal = lease.signal ?? controller.signal;
+  const reports: ReportProgressRequest[] = [];
+  let cancelled: JobCancelled | undefined;
+  const cancel = lease.cancel;
+  const timer =
+    cancel === undefined
+      ? undefined
+      : setTimeout(() => {
+          cancelled = new JobCancelled(cancel.reason ?? "");
+          controller.abort(cancelled);
+        }, cancel.afterMs);
+  let o = await invoke(handler, fakeLease(lease), {
     signal: () => signal,
     workerId: "test-worker",
     logger: lease.logger ?? silentLogger,
+    saved: reports,
+    cancelled: () => cancelled,
   });
-  if (o.kind === "ack") return { outcome: "ack" };
+  clearTimeout(timer);
+  if (cancelled !== undefined && o.kind === "ack") o = { kind: "fail", failure: failureOf(cancelled) };
+  if (o.kind === "ack") return { outcome: "ack", result: o.result, reports };
   const names: Record<number, "RETRY" | "NO_RETRY" | "RATE_LIMITED"> = {
     [FailDisposition.FAIL_DISPOSITION_RETRY]: "RETRY",
     [FailDisposition.FAIL_DISPOSITION_NO_RETRY]: "NO_RETRY",
@@ -89,5 +121,7 @@ export async function runHandler<T>(handler: Handler<T>, lease: FakeLease = {}):
     error: f.error,
     retryAfterMs: f.retryAfterMs,
     pauseQueue: f.pauseQueue,
+    pauseGroup: f.pauseGroup ?? false,
+    reports,
   };
 }

@@ -32,6 +32,8 @@ LOST = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
 """Answers that mean the lease is gone (expired, and maybe leased again)."""
 RETRIED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 """Answers after which a unary settle is tried again (the result is kept)."""
+RESULT_TOO_LARGE = "result_too_large"
+"""error_type of the Fail sent when the server refused an Ack's result as too large."""
 
 
 @dataclass
@@ -75,16 +77,21 @@ class Held:
     lost: bool = False  # the lease is gone; any result is dropped
     outcome: pb.FailRequest | None = None  # the result (None: ack), once done
     sent_at: float = 0.0  # loop time its result went out on a stream
+    cancelled: bool = False  # the server sent a CancelLease for it (the job was cancelled)
 
     @property
     def key(self) -> Key:
         return (self.ctx.queue, self.ctx.job_id, self.ctx.lease_token)
 
+    def ack(self) -> pb.AckRequest:
+        """The Ack of this lease, with the handler's result bytes if it gave one."""
+        q, j, t = self.key
+        return pb.AckRequest(queue=q, job_id=j, lease_token=t, result=self.ctx.result or b"")
+
     def request(self) -> pb.SubscribeRequest:
         """The result as a stream message."""
         if self.outcome is None:
-            q, j, t = self.key
-            return pb.SubscribeRequest(ack=pb.AckRequest(queue=q, job_id=j, lease_token=t))
+            return pb.SubscribeRequest(ack=self.ack())
         return pb.SubscribeRequest(fail=self.outcome)
 
 
@@ -106,6 +113,10 @@ class LeaseBook:
         self.pending: dict[Key, Held] = {}  # results sent on a stream, awaiting Settled
         self.unary: dict[Key, asyncio.Task[None]] = {}  # results being settled with unary calls
         self._changed: asyncio.Event | None = None  # set on each settle and stream end
+
+    def stub(self) -> pb.WorkerServiceAsyncStub:
+        """The WorkerService stub of the client's current channel."""
+        return self._stub()
 
     def start(self) -> None:
         """Inside the running event loop, before use."""
@@ -141,7 +152,10 @@ class LeaseBook:
     def on_settled(self, s: pb.Settled) -> None:
         """A Settled reply: code 0 applied, 9 lease lost (logged), others refused (logged)."""
         key = (s.queue, s.job_id, s.lease_token)
-        self.pending.pop(key, None)
+        held = self.pending.pop(key, None)
+        if held is not None and self._result_refused(held, s.code, s.message):
+            self.settle_unary(held)
+            return
         self.held.pop(key, None)
         self.notify()
         if s.code == 0:
@@ -190,25 +204,52 @@ class LeaseBook:
         task.add_done_callback(finished)
 
     async def _settle_unary(self, held: Held) -> None:
-        q, j, t = held.key
+        q, j, _ = held.key
         backoff = Backoff(base=0.5, cap=30.0)
         while True:
             try:
                 if held.outcome is None:
-                    await self._stub().Ack(
-                        pb.AckRequest(queue=q, job_id=j, lease_token=t), timeout=self.timeout
-                    )
+                    await self._stub().Ack(held.ack(), timeout=self.timeout)
                 else:
                     await self._stub().Fail(held.outcome, timeout=self.timeout)
                 self.stats.accepted()
                 self.held.pop(held.key, None)
                 return
             except grpc.aio.AioRpcError as e:
+                if self._result_refused(held, e.code().value[0], e.details() or ""):
+                    continue
                 if e.code() not in RETRIED:
                     self._dropped(held, e)
                     return
                 log.info("worker %s: settling %s/%s: %s; retrying", self.worker_id, q, j, e.code().name)
             await asyncio.sleep(backoff.next_delay())
+
+    def _result_refused(self, held: Held, code: int, message: str) -> bool:
+        """An Ack refused for its result (RESOURCE_EXHAUSTED: over the server's result limit;
+        the job is still leased): turns it into a NO_RETRY Fail (error type
+        ``result_too_large``) to send instead, so the job is dead-lettered with the reason rather
+        than left leased. Returns whether it did."""
+        if code != grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] or held.outcome is not None:
+            return False
+        if not held.ctx.result:
+            return False
+        log.error(
+            "worker %s: the result of %s/%s (%d bytes) was refused: %s; failing the job",
+            self.worker_id,
+            held.ctx.queue,
+            held.ctx.job_id,
+            len(held.ctx.result),
+            message,
+        )
+        q, j, t = held.key
+        held.outcome = pb.FailRequest(
+            queue=q,
+            job_id=j,
+            lease_token=t,
+            disposition=pb.FAIL_DISPOSITION_NO_RETRY,
+            error=pb.JobError(error_type=RESULT_TOO_LARGE, message=f"result refused: {message}"),
+        )
+        return True
 
     def _dropped(self, held: Held, e: grpc.aio.AioRpcError) -> None:
         q, j, _ = held.key

@@ -33,18 +33,20 @@ async def execute(
     handler: Handler | None, ctx: JobContext, executor: Executor | None
 ) -> pb.FailRequest | None:
     """Runs ``handler(ctx)``: an ``async def`` on the event loop, a plain function in
-    ``executor`` (a thread pool). Returns ``None`` for success (ack), else the FailRequest for
-    what it raised (queue, job id and lease token filled in). Cancellation propagates."""
+    ``executor`` (a thread pool). Returns ``None`` for success (ack; a ``bytes`` or ``str`` it
+    returned becomes ``ctx.result``), else the FailRequest for what it raised (queue, job id and
+    lease token filled in). Cancellation propagates."""
+    ctx._loop = asyncio.get_running_loop()
     try:
         if handler is None:
             raise NoHandler(f"no handler registered for job name {ctx.name!r}")
         if inspect.iscoroutinefunction(handler):
-            await handler(ctx)
+            result = await handler(ctx)
         else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(executor, handler, ctx)
+            result = await ctx._loop.run_in_executor(executor, handler, ctx)
             if inspect.isawaitable(result):
-                await result
+                result = await result
+        ctx.returned(result)
     except asyncio.CancelledError:
         raise
     except Exception as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from jobwire import pb
@@ -61,6 +62,9 @@ def job_spec(
     metadata: Mapping[str, str] | None = None,
     timeout: Delay | None = None,
     content_type: str | None = None,
+    group_key: str | None = None,
+    expire_at: datetime | None = None,
+    ttl: Delay | None = None,
 ) -> pb.JobSpec:
     """A JobSpec for :meth:`jobwire.Client.enqueue` and :meth:`jobwire.Client.enqueue_batch`.
 
@@ -68,7 +72,15 @@ def job_spec(
     ``created=False``); ``None`` lets the server make one up. ``delay`` and ``timeout`` (the
     per-attempt timeout) are seconds or timedeltas. ``max_attempts`` counts runs, not retries
     (``None``: the queue's default). ``priority``: -1000 to 1000, higher first.
+    ``group_key``: the job's group (a tenant, a customer: 1-128 bytes), leased round-robin with
+    the queue's other groups and limited by the group's own concurrency and rate limit.
+    ``expire_at`` (a timezone-aware datetime) or ``ttl`` (seconds or a timedelta from now, at
+    most one of the two): a job not started by then is EXPIRED instead of run.
     """
+    if expire_at is not None and ttl is not None:
+        raise ValueError("give expire_at or ttl, not both")
+    if expire_at is not None and expire_at.utcoffset() is None:
+        raise ValueError("expire_at must be timezone-aware (e.g. datetime.now(timezone.utc) + ...)")
     data, ctype = encode_payload(payload, content_type)
     spec = pb.JobSpec(
         queue=queue,
@@ -78,6 +90,7 @@ def job_spec(
         content_type=ctype,
         metadata=dict(metadata or {}),
         priority=priority,
+        group_key=group_key or "",
     )
     if delay is not None:
         spec.delay.CopyFrom(duration(delay))
@@ -87,4 +100,8 @@ def job_spec(
         spec.backoff.CopyFrom(backoff if isinstance(backoff, pb.Backoff) else backoff.to_pb())
     if timeout is not None:
         spec.timeout.CopyFrom(duration(timeout))
+    if expire_at is not None:
+        spec.expire_time.FromDatetime(expire_at)
+    if ttl is not None:
+        spec.ttl.CopyFrom(duration(ttl))
     return spec

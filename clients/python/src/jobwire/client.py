@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 import grpc.aio
 
 from jobwire import pb
-from jobwire._admin import DeadLetters, Queues
+from jobwire._admin import DeadLetters, Groups, Queues
 from jobwire._backoff import DEFAULT_TRIES, retry_unavailable
 from jobwire._channel import DEFAULT_KEEPALIVE, TLS, aio_channel
 from jobwire._spec import Backoff, job_spec
@@ -17,6 +19,21 @@ from jobwire.errors import Delay
 
 DEFAULT_TIMEOUT = 30.0
 """Deadline of each unary call, in seconds."""
+
+
+@dataclass(frozen=True)
+class CancelCount:
+    """What :meth:`Client.cancel_jobs` did."""
+
+    cancelled: int
+    """WAITING and DELAYED jobs moved to CANCELLED."""
+    signalled: int
+    """ACTIVE jobs whose workers were told to stop (CANCELLED once they settle, or after the
+    queue's ``cancel_grace``)."""
+
+    @property
+    def total(self) -> int:
+        return self.cancelled + self.signalled
 
 
 class Client:
@@ -106,6 +123,11 @@ class Client:
         """The QueueService: stats, pause/resume, config, purge, delete."""
         return Queues(self.channel, self.timeout, self.unavailable_tries)
 
+    @property
+    def groups(self) -> Groups:
+        """The GroupService: a queue's groups (tenants): list, get, config, pause, resume."""
+        return Groups(self.channel, self.timeout, self.unavailable_tries)
+
     # === JobService ===
 
     async def enqueue(
@@ -122,6 +144,9 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         timeout: Delay | None = None,
         content_type: str | None = None,
+        group_key: str | None = None,
+        expire_at: datetime | None = None,
+        ttl: Delay | None = None,
     ) -> pb.EnqueueResponse:
         """Creates a job named ``name`` (the job type handlers register for) on ``queue``.
 
@@ -142,6 +167,9 @@ class Client:
             metadata=metadata,
             timeout=timeout,
             content_type=content_type,
+            group_key=group_key,
+            expire_at=expire_at,
+            ttl=ttl,
         )
         return await self.enqueue_spec(spec)
 
@@ -225,3 +253,92 @@ class Client:
             return await stub.ListWorkers(request, timeout=self.timeout)
 
         return await retry_unavailable(call, self.unavailable_tries)
+
+    # === job control ===
+
+    async def cancel_job(self, queue: str, job_id: str, reason: str = "") -> tuple[pb.Job, bool]:
+        """Cancels a job: a WAITING or DELAYED one is CANCELLED at once; an ACTIVE one's worker
+        is told (its handler's ``ctx.cancelled`` is set) and the job ends CANCELLED when it
+        settles, or when the queue's ``cancel_grace`` runs out. ``reason`` (up to 1024 bytes) is
+        recorded on the job. Returns the job after the call and whether this call cancelled it
+        (False: it had finished already, or a cancel was pending). NOT_FOUND for an unknown
+        job. Retried on UNAVAILABLE (a repeat finds the cancel done and says False)."""
+        request = pb.CancelJobRequest(queue=queue, job_id=job_id, reason=reason)
+
+        async def call() -> pb.CancelJobResponse:
+            return await self.jobs.CancelJob(request, timeout=self.timeout)
+
+        resp = await retry_unavailable(call, self.unavailable_tries)
+        return resp.job, resp.cancelled
+
+    async def cancel_jobs_page(
+        self,
+        queue: str,
+        *,
+        name: str = "",
+        group_key: str = "",
+        metadata_key: str = "",
+        metadata_value: str | None = None,
+        reason: str = "",
+        limit: int = 0,
+        page_token: str = "",
+    ) -> pb.CancelJobsResponse:
+        """One CancelJobs call: cancels up to ``limit`` (1 to 10000; 0: 1000) WAITING, DELAYED
+        and ACTIVE jobs of ``queue`` matching every filter given (at least one: job ``name``,
+        ``group_key``, ``metadata_key``, with ``metadata_value``); pass ``next_page_token`` on
+        until it is empty (:meth:`cancel_jobs` does)."""
+        request = pb.CancelJobsRequest(
+            queue=queue,
+            filter=pb.JobFilter(
+                name=name, group_key=group_key, metadata_key=metadata_key, metadata_value=metadata_value
+            ),
+            reason=reason,
+            limit=limit,
+            page_token=page_token,
+        )
+
+        async def call() -> pb.CancelJobsResponse:
+            return await self.jobs.CancelJobs(request, timeout=self.timeout)
+
+        return await retry_unavailable(call, self.unavailable_tries)
+
+    async def cancel_jobs(
+        self,
+        queue: str,
+        *,
+        name: str = "",
+        group_key: str = "",
+        metadata_key: str = "",
+        metadata_value: str | None = None,
+        reason: str = "",
+        limit: int = 0,
+    ) -> CancelCount:
+        """Cancels every WAITING, DELAYED and ACTIVE job of ``queue`` that matches (see
+        :meth:`cancel_jobs_page`, called until every matching job was reached, ``limit`` per
+        call); returns the counts."""
+        cancelled = signalled = 0
+        token = ""
+        while True:
+            page = await self.cancel_jobs_page(
+                queue,
+                name=name,
+                group_key=group_key,
+                metadata_key=metadata_key,
+                metadata_value=metadata_value,
+                reason=reason,
+                limit=limit,
+                page_token=token,
+            )
+            cancelled += page.cancelled
+            signalled += page.signalled
+            token = page.next_page_token
+            if not token:
+                return CancelCount(cancelled, signalled)
+
+    async def delete_job(self, queue: str, job_id: str) -> pb.JobState.ValueType:
+        """Deletes a job that is not ACTIVE (FAILED_PRECONDITION: cancel it first) with its
+        history, checkpoint and result; its id is free for a new enqueue at once. Returns the
+        state it was in. NOT_FOUND for an unknown job (not retried: a repeat after a lost reply
+        would say NOT_FOUND)."""
+        request = pb.DeleteJobRequest(queue=queue, job_id=job_id)
+        return (await self.jobs.DeleteJob(request, timeout=self.timeout)).state

@@ -7,7 +7,8 @@
   ``retry_after``, which overrides the job's backoff for this retry; an attempt is used).
 * :class:`RateLimited`: the downstream said "slow down" (HTTP 429):
   ``FAIL_DISPOSITION_RATE_LIMITED``: the job comes back after ``delay`` seconds **without** using
-  an attempt; ``pause_queue=True`` also pauses the whole queue that long, on every replica.
+  an attempt; ``pause_queue=True`` also pauses the whole queue that long, on every replica;
+  ``pause_group=True`` pauses only the job's group (its tenant) that long.
 * Any other exception: ``FAIL_DISPOSITION_RETRY`` with the exception's type name as
   ``error_type``, ``str(exc)`` as the message and the traceback, cut to 8 KiB, as details; the
   job's retry policy decides what follows.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import traceback
 from datetime import timedelta
 
+import grpc
 from google.protobuf import duration_pb2
 
 from jobwire import pb
@@ -80,6 +82,8 @@ class RateLimited(HandlerError):
 
     ``pause_queue=True`` pauses leasing on the whole queue for ``delay`` on every server replica
     (the limit is the downstream's, so every worker of the queue should back off).
+    ``pause_group=True`` pauses only the job's group (``group_key``: the tenant whose limit was
+    hit) for ``delay``; the other groups of the queue go on.
     """
 
     def __init__(
@@ -88,11 +92,47 @@ class RateLimited(HandlerError):
         message: str = "",
         *,
         pause_queue: bool = False,
+        pause_group: bool = False,
         error_type: str | None = None,
     ) -> None:
         super().__init__(message or f"rate limited for {seconds(delay):g} s", error_type=error_type)
         self.delay = delay
         self.pause_queue = pause_queue
+        self.pause_group = pause_group
+
+
+class LeaseLost(JobwireError):
+    """The attempt's lease is gone (it expired, or a cancelled job's lease was revoked after the
+    queue's ``cancel_grace``): another worker may run the job now, and what this attempt reports
+    or returns is dropped. Raised by :meth:`jobwire.JobContext.report` and friends."""
+
+
+class ReportRefused(JobwireError):
+    """The server refused a progress report or checkpoint for another reason than a lost lease
+    (``code``: ``grpc.StatusCode.INVALID_ARGUMENT`` for a progress above 100 or a message over
+    256 bytes, ``RESOURCE_EXHAUSTED`` for a checkpoint over the server's limit, ...); nothing
+    of that report was saved."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"progress report refused: {code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def status_code(value: int) -> grpc.StatusCode:
+    """The ``grpc.StatusCode`` of a google.rpc code number (UNKNOWN for one it does not know)."""
+    return _CODES.get(value, grpc.StatusCode.UNKNOWN)
+
+
+def report_error(code: grpc.StatusCode, message: str) -> JobwireError:
+    """What a refused progress report raises: :class:`LeaseLost` for FAILED_PRECONDITION (and
+    NOT_FOUND: the job is gone), else :class:`ReportRefused`."""
+    if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+        return LeaseLost(f"lease lost: {message}" if message else "lease lost")
+    return ReportRefused(code, message)
 
 
 def _cut_tail(text: str, limit: int) -> str:
@@ -119,6 +159,7 @@ def fail_request(exc: BaseException) -> pb.FailRequest:
         req.disposition = pb.FAIL_DISPOSITION_RATE_LIMITED
         req.retry_after.CopyFrom(duration(exc.delay))
         req.pause_queue = exc.pause_queue
+        req.pause_group = exc.pause_group
         return req
     if isinstance(exc, RetryAfter):
         req.disposition = pb.FAIL_DISPOSITION_RETRY
@@ -129,4 +170,18 @@ def fail_request(exc: BaseException) -> pb.FailRequest:
     )
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     req.error.details = _cut_tail(trace, MAX_DETAILS_BYTES)
+    return req
+
+
+CANCELLED_ERROR_TYPE = "cancelled"
+"""error_type of the Fail the worker sends for a job cancelled while its handler ran (the
+server ends it CANCELLED whatever the disposition)."""
+
+
+def cancelled_fail(reason: str) -> pb.FailRequest:
+    """The Fail (without queue, job id and lease token) that settles a job whose handler stopped
+    after a CancelLease: NO_RETRY, error_type ``cancelled``, the cancel's reason as message."""
+    req = pb.FailRequest(disposition=pb.FAIL_DISPOSITION_NO_RETRY)
+    req.error.error_type = CANCELLED_ERROR_TYPE
+    req.error.message = f"cancelled: {reason}" if reason else "cancelled"
     return req

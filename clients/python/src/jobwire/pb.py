@@ -9,6 +9,8 @@ SDK's own API takes and returns these messages where a thin wrapper would add no
 from jobwire._pb.jobwire.v1 import (
     dead_letter_service_pb2,
     dead_letter_service_pb2_grpc,
+    group_service_pb2,
+    group_service_pb2_grpc,
     job_pb2,
     job_service_pb2,
     job_service_pb2_grpc,
@@ -19,6 +21,8 @@ from jobwire._pb.jobwire.v1 import (
 )
 from jobwire._pb.jobwire.v1.dead_letter_service_pb2 import *  # noqa: F403
 from jobwire._pb.jobwire.v1.dead_letter_service_pb2_grpc import *  # noqa: F403
+from jobwire._pb.jobwire.v1.group_service_pb2 import *  # noqa: F403
+from jobwire._pb.jobwire.v1.group_service_pb2_grpc import *  # noqa: F403
 from jobwire._pb.jobwire.v1.job_pb2 import *  # noqa: F403
 from jobwire._pb.jobwire.v1.job_service_pb2 import *  # noqa: F403
 from jobwire._pb.jobwire.v1.job_service_pb2_grpc import *  # noqa: F403
@@ -37,5 +41,7 @@ MODULES = (
     dead_letter_service_pb2_grpc,
     queue_service_pb2,
     queue_service_pb2_grpc,
+    group_service_pb2,
+    group_service_pb2_grpc,
 )
 """The generated modules themselves."""

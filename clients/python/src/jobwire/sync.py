@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -127,6 +128,9 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         timeout: Delay | None = None,
         content_type: str | None = None,
+        group_key: str | None = None,
+        expire_at: datetime | None = None,
+        ttl: Delay | None = None,
     ) -> pb.EnqueueResponse:
         """See :meth:`jobwire.Client.enqueue`."""
         return self._loop.run(
@@ -142,6 +146,9 @@ class Client:
                 metadata=metadata,
                 timeout=timeout,
                 content_type=content_type,
+                group_key=group_key,
+                expire_at=expire_at,
+                ttl=ttl,
             )
         )
 
@@ -184,6 +191,69 @@ class Client:
     def queues(self) -> Any:
         """:class:`jobwire.client.Queues`, each method blocking."""
         return _Blocking(self._client.queues, self._loop)
+
+    @property
+    def groups(self) -> Any:
+        """:class:`jobwire.client.Groups`, each method blocking (``list`` reads every page)."""
+        return _Blocking(self._client.groups, self._loop)
+
+    def cancel_job(self, queue: str, job_id: str, reason: str = "") -> tuple[pb.Job, bool]:
+        """See :meth:`jobwire.Client.cancel_job`."""
+        return self._loop.run(self._client.cancel_job(queue, job_id, reason))
+
+    def cancel_jobs(
+        self,
+        queue: str,
+        *,
+        name: str = "",
+        group_key: str = "",
+        metadata_key: str = "",
+        metadata_value: str | None = None,
+        reason: str = "",
+        limit: int = 0,
+    ) -> aio_client.CancelCount:
+        """See :meth:`jobwire.Client.cancel_jobs` (every page)."""
+        return self._loop.run(
+            self._client.cancel_jobs(
+                queue,
+                name=name,
+                group_key=group_key,
+                metadata_key=metadata_key,
+                metadata_value=metadata_value,
+                reason=reason,
+                limit=limit,
+            )
+        )
+
+    def cancel_jobs_page(
+        self,
+        queue: str,
+        *,
+        name: str = "",
+        group_key: str = "",
+        metadata_key: str = "",
+        metadata_value: str | None = None,
+        reason: str = "",
+        limit: int = 0,
+        page_token: str = "",
+    ) -> pb.CancelJobsResponse:
+        """See :meth:`jobwire.Client.cancel_jobs_page` (one call)."""
+        return self._loop.run(
+            self._client.cancel_jobs_page(
+                queue,
+                name=name,
+                group_key=group_key,
+                metadata_key=metadata_key,
+                metadata_value=metadata_value,
+                reason=reason,
+                limit=limit,
+                page_token=page_token,
+            )
+        )
+
+    def delete_job(self, queue: str, job_id: str) -> pb.JobState.ValueType:
+        """See :meth:`jobwire.Client.delete_job`."""
+        return self._loop.run(self._client.delete_job(queue, job_id))
 
 
 class Worker:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ from jobwire import pb
 from jobwire._execute import Handler, execute
 from jobwire._spec import encode_payload
 from jobwire.context import JobContext
+from jobwire.errors import cancelled_fail
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,16 @@ class Outcome:
     """What the worker would send for one attempt: an ack, or this Fail."""
 
     fail: pb.FailRequest | None
+    result: bytes | None = None
+    """The result the Ack would carry (returned bytes / str, or ``ctx.set_result``)."""
+    reports: tuple[pb.ReportProgressRequest, ...] = ()
+    """The progress reports and checkpoints the handler made, in order."""
+
+    @property
+    def checkpoint(self) -> bytes | None:
+        """The last checkpoint the handler saved (None: it saved none)."""
+        saved = [r.checkpoint for r in self.reports if r.HasField("checkpoint")]
+        return saved[-1] if saved else None
 
     @property
     def acked(self) -> bool:
@@ -71,6 +83,8 @@ def fake_lease(
     idempotency_key: str | None = None,
     metadata: Mapping[str, str] | None = None,
     content_type: str | None = None,
+    checkpoint: bytes = b"",
+    group_key: str = "",
 ) -> pb.Lease:
     """A Lease as the server would send it (payload encoded as :meth:`jobwire.Client.enqueue` does)."""
     data, ctype = encode_payload(payload, content_type)
@@ -84,6 +98,8 @@ def fake_lease(
         state=pb.JOB_STATE_ACTIVE,
         attempts_made=attempt,
         idempotency_key=idempotency_key or f"{queue}:{job_id}",
+        checkpoint=checkpoint,
+        group_key=group_key,
     )
     return pb.Lease(
         job=job,
@@ -93,14 +109,48 @@ def fake_lease(
     )
 
 
-async def run_handler(handler: Handler, name: str = "job", payload: Any = b"", **lease: Any) -> Outcome:
+async def run_handler(
+    handler: Handler,
+    name: str = "job",
+    payload: Any = b"",
+    *,
+    cancel_after: float | None = None,
+    cancel_reason: str = "",
+    **lease: Any,
+) -> Outcome:
     """Runs ``handler`` on :func:`fake_lease(name, payload, **lease) <fake_lease>` the way the
-    worker does and returns the outcome. Sync handlers run in a one-thread pool."""
+    worker does and returns the outcome (with the result and the progress reports it made: they
+    are recorded, not sent). Sync handlers run in a one-thread pool. ``checkpoint=b"..."``
+    gives the handler a previous attempt's checkpoint. ``cancel_after`` (seconds): the job is
+    cancelled then, as a CancelJob would (``ctx.cancelled`` set, an async handler's task
+    cancelled, the outcome a Fail with error type ``cancelled``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     ctx = JobContext(lease=fake_lease(name, payload, **lease), worker_id="test-worker")
     with ThreadPoolExecutor(1) as executor:
-        return Outcome(await execute(handler, ctx, executor))
+        task = asyncio.ensure_future(execute(handler, ctx, executor))
+        timer = None
+        if cancel_after is not None:
+
+            def cancel() -> None:
+                ctx.cancel_job(cancel_reason, None)
+                if inspect.iscoroutinefunction(handler):
+                    task.cancel()
+
+            timer = asyncio.get_running_loop().call_later(cancel_after, cancel)
+        try:
+            fail = await task
+        except asyncio.CancelledError:
+            if not task.cancelled() or ctx.cancel_reason is None:
+                raise
+            fail = None
+        finally:
+            if timer is not None:
+                timer.cancel()
+    if ctx.cancel_reason is not None and fail is None:
+        fail = cancelled_fail(ctx.cancel_reason)
+        fail.queue, fail.job_id, fail.lease_token = ctx.queue, ctx.job_id, ctx.lease_token
+    return Outcome(fail, ctx.result if fail is None else None, tuple(ctx.reports))
 
 
 def run_handler_sync(handler: Handler, name: str = "job", payload: Any = b"", **lease: Any) -> Outcome:

@@ -22,12 +22,17 @@ Behaviour (issue 14; DESIGN.md section 3):
   the conventions of clients/conformance/README.md), then close. A second signal skips
   the grace. A server ``Draining`` message stops leases; held jobs finish and the worker
   reconnects once the server ends the stream.
+* **Job control** (issue 16; :mod:`jobwire._control`): a CancelLease sets the handler's
+  cancellation events and cancels an async handler's task; the job is then settled as a Fail
+  (the server ends it CANCELLED). Progress reports go out on the stream, each awaiting its
+  ProgressSaved (the unary ReportProgress when no stream answers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -47,11 +52,12 @@ from jobwire import pb
 from jobwire._aio import wait_event
 from jobwire._backoff import Backoff
 from jobwire._book import Held, LeaseBook, WorkerStats
+from jobwire._control import Control
 from jobwire._execute import Handler, execute
 from jobwire._stream import Stream, StreamStalled
 from jobwire.client import Client
 from jobwire.context import JobContext
-from jobwire.errors import JobwireError, duration
+from jobwire.errors import JobwireError, cancelled_fail, duration
 
 log = logging.getLogger("jobwire.worker")
 
@@ -144,6 +150,12 @@ class Worker:
         self.stats = WorkerStats()
         """Counters of what this worker did (for tests, logs and metrics)."""
         self._book = LeaseBook(lambda: client.workers, self.worker_id, client.timeout, self.stats)
+        self._control = Control(
+            self._book,
+            lambda: self._stream,
+            lambda ctx: inspect.iscoroutinefunction(self._handlers.get(ctx.name)),
+            client.unavailable_tries,
+        )
 
     # === handlers ===
 
@@ -215,6 +227,7 @@ class Worker:
                     await t
             for sig in signals:
                 loop.remove_signal_handler(sig)
+            self._control.close()
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[signal.Signals]:
@@ -309,6 +322,7 @@ class Worker:
         if self._extend_now is not None:
             self._extend_now.set()
         self._book.stream_ended(stream.gen)
+        self._control.stream_ended(stream.gen)
 
     def _on_message(self, stream: Stream, resp: pb.SubscribeResponse) -> None:
         kind = resp.WhichOneof("message")
@@ -316,6 +330,10 @@ class Worker:
             self._on_lease(stream, resp.lease)
         elif kind == "settled":
             self._book.on_settled(resp.settled)
+        elif kind == "cancel":
+            self._control.on_cancel(resp.cancel)
+        elif kind == "progress_saved":
+            self._control.on_saved(resp.progress_saved)
         elif kind == "draining":
             stream.server_draining = True
             self.stats.server_drains += 1
@@ -328,6 +346,7 @@ class Worker:
     def _on_lease(self, stream: Stream, lease: pb.Lease) -> None:
         ctx = JobContext(lease=lease, worker_id=self.worker_id)
         held = Held(ctx=ctx, gen=stream.gen)
+        ctx._reporter = self._control.reporter(held)
         if held.key in self._book.held:
             log.warning("worker %s: lease of %s/%s delivered twice", self.worker_id, ctx.queue, ctx.job_id)
             return
@@ -366,7 +385,9 @@ class Worker:
         try:
             outcome = await execute(self._handlers.get(ctx.name), ctx, self._executor)
         except asyncio.CancelledError:
-            return  # the shutdown failed it already, or the lease was lost
+            if held.done or not held.cancelled:
+                return  # the shutdown failed it already, or the lease was lost
+            outcome = None  # the job was cancelled: settled as such below
         finally:
             if not held.done:
                 held.done = True
@@ -381,6 +402,11 @@ class Worker:
             )
             self._book.held.pop(held.key, None)
             return
+        if held.cancelled and outcome is None:
+            # Whether it stopped because of the cancel or finished anyway, the job was cancelled:
+            # a Fail ends it CANCELLED (an error it raised says the same, with its own record).
+            outcome = cancelled_fail(ctx.cancel_reason or "")
+            outcome.queue, outcome.job_id, outcome.lease_token = held.key
         self._settle(held, outcome)
 
     def _slot_free(self, held: Held) -> None:
