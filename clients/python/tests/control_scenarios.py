@@ -34,6 +34,51 @@ async def wait_state(
     return job
 
 
+async def checkpoint_resumes_next_attempt(sc: Scenario, tmp: Path, q: str) -> None:
+    p = sc["params"]
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "resumable", b"", job_id="r", max_attempts=2)
+            worker = jobwire.Worker(client, [q], handle_signals=False)
+            seen: list[tuple[int, bytes]] = []
+
+            @worker.handler("resumable")
+            async def resumable(ctx: jobwire.JobContext) -> None:
+                seen.append((ctx.attempt, ctx.checkpoint))
+                if ctx.attempt == 1:
+                    await ctx.progress(p["first_progress"], "step 1 done")
+                    await ctx.save_checkpoint(p["checkpoint"])
+                    assert ctx.checkpoint == p["checkpoint"].encode()
+                    raise jobwire.RetryAfter(0.1, "provider hiccup")
+                await ctx.progress(100, "all steps done")
+
+            run = Running(worker)
+            job = await wait_state(client, q, "r", pb.JOB_STATE_COMPLETED)
+            await run.stop()
+    assert seen == [(1, b""), (2, p["checkpoint"].encode())]
+    assert job.attempts_made == 2
+    assert job.progress == 100 and job.progress_message == "all steps done"
+    assert job.checkpoint == p["checkpoint"].encode()
+    assert job.HasField("progress_time")
+
+
+async def result_attached_at_ack(sc: Scenario, tmp: Path, q: str) -> None:
+    p = sc["params"]
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "answer", b"", job_id="a")
+            worker = jobwire.Worker(client, [q], handle_signals=False)
+
+            @worker.handler("answer")
+            async def answer(ctx: jobwire.JobContext) -> str:
+                return str(p["result"])  # returned bytes or str are the job's result
+
+            run = Running(worker)
+            job = await wait_state(client, q, "a", pb.JOB_STATE_COMPLETED)
+            await run.stop()
+    assert job.result == p["result"].encode()
+
+
 async def group_key_and_pause_group(sc: Scenario, tmp: Path, q: str) -> None:
     p = sc["params"]
     pause = p["pause_ms"] / 1000
@@ -76,6 +121,11 @@ async def group_key_and_pause_group(sc: Scenario, tmp: Path, q: str) -> None:
 
 
 CONTROL_SCENARIOS: dict[str, Callable[[Scenario, Path, str], Awaitable[None]]] = {
-    f.__name__: f for f in (group_key_and_pause_group,)
+    f.__name__: f
+    for f in (
+        checkpoint_resumes_next_attempt,
+        result_attached_at_ack,
+        group_key_and_pause_group,
+    )
 }
 """Scenario id -> its test (the scenario, a scratch dir, a fresh queue name)."""

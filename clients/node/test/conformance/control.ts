@@ -4,13 +4,69 @@
  * and group keys with a group paused by a rate-limited handler.
  */
 import assert from "node:assert/strict";
-import { pb, RateLimited } from "../../src/index.js";
+import { pb, RateLimited, RetryAfter } from "../../src/index.js";
 import { delay, eventually, uniqueQueue } from "../helpers.js";
-import { param, untilState, withServer, worker, type ScenarioTest } from "./scenario.js";
+import { param, untilState, withServer, worker, type Scenario, type ScenarioTest } from "./scenario.js";
 
 const { JobState, FailDisposition } = pb;
 
+/** The scenario's string parameter `name`. */
+function text(s: Scenario, name: string): string {
+  const v = (s.params as Record<string, unknown>)[name];
+  if (typeof v !== "string") throw new Error(`scenario ${s.id} has no string params.${name}`);
+  return v;
+}
+
 export const control: Record<string, ScenarioTest> = {
+  async checkpoint_resumes_next_attempt(s) {
+    const checkpoint = text(s, "checkpoint");
+    const first = param(s, "first_progress");
+    await withServer(s, async (_server, client) => {
+      const queue = uniqueQueue("checkpoint");
+      const seen: [number, string][] = [];
+      const w = worker(client, { queues: [queue] }).handle("resumable", async (_job, ctx) => {
+        seen.push([ctx.attempt, ctx.checkpoint.toString("utf8")]);
+        if (ctx.attempt === 1) {
+          await ctx.progress(first, "step 1 done");
+          await ctx.saveCheckpoint(Buffer.from(checkpoint));
+          assert.equal(ctx.checkpoint.toString("utf8"), checkpoint);
+          throw new RetryAfter(100, "provider hiccup");
+        }
+        await ctx.progress(100, "all steps done");
+      });
+      await client.enqueue(queue, "resumable", {}, { jobId: "r", maxAttempts: 2 });
+      const done = w.run();
+      const job = await untilState(client, queue, "r", JobState.JOB_STATE_COMPLETED);
+      await w.close();
+      await done;
+      assert.deepEqual(seen, [
+        [1, ""],
+        [2, checkpoint],
+      ]);
+      assert.equal(job.attemptsMade, 2);
+      assert.equal(job.progress, 100);
+      assert.equal(job.progressMessage, "all steps done");
+      assert.equal(job.checkpoint.toString("utf8"), checkpoint);
+      assert.ok(job.progressTime);
+    });
+  },
+
+  async result_attached_at_ack(s) {
+    const result = text(s, "result");
+    await withServer(s, async (_server, client) => {
+      const queue = uniqueQueue("result");
+      const w = worker(client, { queues: [queue] }).handle("answer", (_job, ctx) => {
+        ctx.setResult(result);
+      });
+      await client.enqueue(queue, "answer", {}, { jobId: "a" });
+      const done = w.run();
+      const job = await untilState(client, queue, "a", JobState.JOB_STATE_COMPLETED);
+      await w.close();
+      await done;
+      assert.equal(job.result.toString("utf8"), result);
+    });
+  },
+
   async group_key_and_pause_group(s) {
     const pauseMs = param(s, "pause_ms");
     await withServer(s, async (_server, client) => {
