@@ -6,6 +6,7 @@ test_conformance.py runs them with the others."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +33,42 @@ async def wait_state(
 
     await eventually(probe, timeout, f"{job_id} in {pb.JobState.Name(state)}")
     return job
+
+
+async def cancel_reaches_running_handler(sc: Scenario, tmp: Path, q: str) -> None:
+    p = sc["params"]
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "long", b"", job_id="c", max_attempts=3)
+            worker = jobwire.Worker(client, [q], handle_signals=False)
+            started = asyncio.Event()
+            calls: list[int] = []
+            stopped: list[tuple[float, str | None]] = []
+
+            @worker.handler("long")
+            async def long(ctx: jobwire.JobContext) -> None:
+                calls.append(ctx.attempt)
+                started.set()
+                # The SDK sets ctx.cancelled and cancels this task: either ends the wait.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(ctx.cancelled.wait(), 10)
+                stopped.append((time.monotonic(), ctx.cancel_reason))
+
+            run = Running(worker)
+            await asyncio.wait_for(started.wait(), 15)
+            asked = time.monotonic()
+            job, cancelled = await client.cancel_job(q, "c", p["reason"])
+            assert cancelled
+            assert job.state in (pb.JOB_STATE_ACTIVE, pb.JOB_STATE_CANCELLED), job
+            job = await wait_state(client, q, "c", pb.JOB_STATE_CANCELLED)
+            await asyncio.sleep(0.5)  # a second run would start within this
+            await run.stop()
+    assert calls == [1]
+    [(at, reason)] = stopped
+    assert (at - asked) * 1000 <= p["max_signal_ms"], at - asked
+    assert reason == p["reason"]
+    assert job.cancel_reason == p["reason"] and job.HasField("cancel_time")
+    assert worker.stats.settled == 1 and worker.stats.lost == 0
 
 
 async def checkpoint_resumes_next_attempt(sc: Scenario, tmp: Path, q: str) -> None:
@@ -79,6 +116,35 @@ async def result_attached_at_ack(sc: Scenario, tmp: Path, q: str) -> None:
     assert job.result == p["result"].encode()
 
 
+async def cancel_delete_expire_from_client(sc: Scenario, tmp: Path, q: str) -> None:
+    p = sc["params"]
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "later", b"", job_id="d", delay=3600)
+            job, cancelled = await client.cancel_job(q, "d", "not needed")
+            assert cancelled and job.state == pb.JOB_STATE_CANCELLED, job
+            assert job.cancel_reason == "not needed"
+            assert await client.delete_job(q, "d") == pb.JOB_STATE_CANCELLED
+            again = await client.enqueue(q, "later", b"", job_id="d", delay=3600)
+            assert again.created and again.job.state == pb.JOB_STATE_DELAYED
+
+            await client.enqueue(q, "short-lived", b"", job_id="t", ttl=p["ttl_ms"] / 1000)
+            assert (await client.get_job(q, "t")).HasField("expire_time")
+            expired = await wait_state(client, q, "t", pb.JOB_STATE_EXPIRED, p["wait_ms"] / 1000)
+
+            for i in range(3):
+                await client.enqueue(q, "newsletter", b"", job_id=f"n{i}")
+            for i in range(2):
+                await client.enqueue(q, "invoice", b"", job_id=f"i{i}")
+            count = await client.cancel_jobs(q, name="newsletter", reason="campaign stopped", limit=2)
+            news = [await client.get_job(q, f"n{i}") for i in range(3)]
+            invoices = [await client.get_job(q, f"i{i}") for i in range(2)]
+    assert expired.state == pb.JOB_STATE_EXPIRED and expired.attempts_made == 0
+    assert count == jobwire.CancelCount(cancelled=3, signalled=0)
+    assert all(j.state == pb.JOB_STATE_CANCELLED and j.cancel_reason == "campaign stopped" for j in news)
+    assert all(j.state == pb.JOB_STATE_WAITING for j in invoices)
+
+
 async def group_key_and_pause_group(sc: Scenario, tmp: Path, q: str) -> None:
     p = sc["params"]
     pause = p["pause_ms"] / 1000
@@ -123,8 +189,10 @@ async def group_key_and_pause_group(sc: Scenario, tmp: Path, q: str) -> None:
 CONTROL_SCENARIOS: dict[str, Callable[[Scenario, Path, str], Awaitable[None]]] = {
     f.__name__: f
     for f in (
+        cancel_reaches_running_handler,
         checkpoint_resumes_next_attempt,
         result_attached_at_ack,
+        cancel_delete_expire_from_client,
         group_key_and_pause_group,
     )
 }

@@ -22,7 +22,7 @@ SDK = Path(__file__).resolve().parents[1]
 EXAMPLES = SDK / "examples"
 
 
-@pytest.mark.parametrize("name", ["producer.py", "worker.py", "sync_worker.py"])
+@pytest.mark.parametrize("name", ["producer.py", "worker.py", "sync_worker.py", "job_control.py"])
 def test_readme_shows_the_example_verbatim(name: str) -> None:
     readme = (SDK / "README.md").read_text()
     assert (EXAMPLES / name).read_text() in readme, f"README.md no longer shows examples/{name} as it is"
@@ -51,6 +51,17 @@ async def stop(proc: asyncio.subprocess.Process) -> str:
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, out.decode()
     return out.decode()
+
+
+async def test_job_control_example(server: JobwireServer, client: jobwire.Client) -> None:
+    proc = await run_python(str(EXAMPLES / "job_control.py"), target=server.target)
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "export:7 JOB_STATE_CANCELLED cancelled True" in text, text
+    assert "cancelled 1 signalled 0" in text, text
+    digest = await client.get_job("exports", "digest:7")
+    assert digest.state == pb.JOB_STATE_CANCELLED and digest.HasField("expire_time")
 
 
 async def test_producer_and_worker_examples(server: JobwireServer, client: jobwire.Client) -> None:

@@ -4,7 +4,7 @@
  * and group keys with a group paused by a rate-limited handler.
  */
 import assert from "node:assert/strict";
-import { pb, RateLimited, RetryAfter } from "../../src/index.js";
+import { JobCancelled, pb, RateLimited, RetryAfter } from "../../src/index.js";
 import { delay, eventually, uniqueQueue } from "../helpers.js";
 import { param, untilState, withServer, worker, type Scenario, type ScenarioTest } from "./scenario.js";
 
@@ -18,6 +18,50 @@ function text(s: Scenario, name: string): string {
 }
 
 export const control: Record<string, ScenarioTest> = {
+  async cancel_reaches_running_handler(s) {
+    const maxSignalMs = param(s, "max_signal_ms");
+    const reason = text(s, "reason");
+    await withServer(s, async (_server, client) => {
+      const queue = uniqueQueue("cancel");
+      const calls: number[] = [];
+      let started: () => void = () => undefined;
+      const running = new Promise<void>((r) => (started = r));
+      let stopped: { at: number; reason: unknown; ctxReason: string | undefined } | undefined;
+      const w = worker(client, { queues: [queue] }).handle("long", async (_job, ctx) => {
+        calls.push(ctx.attempt);
+        started();
+        // Waits on the SDK's cancellation signal, up to 10 s.
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 10_000);
+          ctx.signal.addEventListener("abort", () => {
+            clearTimeout(t);
+            resolve();
+          });
+        });
+        stopped = { at: Date.now(), reason: ctx.signal.reason, ctxReason: ctx.cancelReason };
+      });
+      await client.enqueue(queue, "long", {}, { jobId: "c", maxAttempts: 3 });
+      const done = w.run();
+      await running;
+      const asked = Date.now();
+      const { job, cancelled } = await client.cancelJob(queue, "c", reason);
+      assert.ok(cancelled);
+      assert.ok(job.state === JobState.JOB_STATE_ACTIVE || job.state === JobState.JOB_STATE_CANCELLED, `state ${job.state}`);
+      const end = await untilState(client, queue, "c", JobState.JOB_STATE_CANCELLED);
+      await delay(500); // a second run would start within this
+      await w.close();
+      await done;
+      assert.deepEqual(calls, [1]);
+      assert.ok(stopped, "the handler never stopped");
+      assert.ok(stopped.at - asked <= maxSignalMs, `signalled after ${stopped.at - asked} ms`);
+      assert.ok(stopped.reason instanceof JobCancelled && stopped.reason.reason === reason);
+      assert.equal(stopped.ctxReason, reason);
+      assert.equal(end.cancelReason, reason);
+      assert.ok(end.cancelTime);
+      assert.equal(w.stats().settled, 1);
+    });
+  },
+
   async checkpoint_resumes_next_attempt(s) {
     const checkpoint = text(s, "checkpoint");
     const first = param(s, "first_progress");
@@ -64,6 +108,39 @@ export const control: Record<string, ScenarioTest> = {
       await w.close();
       await done;
       assert.equal(job.result.toString("utf8"), result);
+    });
+  },
+
+  async cancel_delete_expire_from_client(s) {
+    const ttlMs = param(s, "ttl_ms");
+    const waitMs = param(s, "wait_ms");
+    await withServer(s, async (_server, client) => {
+      const queue = uniqueQueue("client-control");
+      await client.enqueue(queue, "later", {}, { jobId: "d", delay: 3_600_000 });
+      const { job, cancelled } = await client.cancelJob(queue, "d", "not needed");
+      assert.ok(cancelled);
+      assert.equal(job.state, JobState.JOB_STATE_CANCELLED);
+      assert.equal(job.cancelReason, "not needed");
+      assert.equal(await client.deleteJob(queue, "d"), JobState.JOB_STATE_CANCELLED);
+      const again = await client.enqueue(queue, "later", {}, { jobId: "d", delay: 3_600_000 });
+      assert.ok(again.created);
+      assert.equal(again.job.state, JobState.JOB_STATE_DELAYED);
+
+      await client.enqueue(queue, "short-lived", {}, { jobId: "t", ttl: ttlMs });
+      assert.ok((await client.getJob(queue, "t")).expireTime);
+      const expired = await untilState(client, queue, "t", JobState.JOB_STATE_EXPIRED, waitMs);
+      assert.equal(expired.attemptsMade, 0);
+
+      for (let i = 0; i < 3; i++) await client.enqueue(queue, "newsletter", {}, { jobId: `n${i}` });
+      for (let i = 0; i < 2; i++) await client.enqueue(queue, "invoice", {}, { jobId: `i${i}` });
+      const count = await client.cancelJobs(queue, { name: "newsletter" }, { reason: "campaign stopped", limit: 2 });
+      assert.deepEqual(count, { cancelled: 3, signalled: 0 });
+      for (let i = 0; i < 3; i++) {
+        const j = await client.getJob(queue, `n${i}`);
+        assert.equal(j.state, JobState.JOB_STATE_CANCELLED);
+        assert.equal(j.cancelReason, "campaign stopped");
+      }
+      for (let i = 0; i < 2; i++) assert.equal((await client.getJob(queue, `i${i}`)).state, JobState.JOB_STATE_WAITING);
     });
   },
 
