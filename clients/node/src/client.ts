@@ -241,7 +241,11 @@ export class Client {
     });
   }
 
-  /** Reads one job (NOT_FOUND when there is none). */
+  /**
+   * Reads one job (NOT_FOUND when there is none). Job control adds `groupKey`, `expireTime`,
+   * `progress`, `progressMessage`, `progressTime`, `checkpoint`, `result` (COMPLETED),
+   * `cancelTime` and `cancelReason`, and for an ACTIVE job `leaseDeadline` and `workerId`.
+   */
   async getJob(queue: string, jobId: string, s: CallSettings = {}): Promise<Job> {
     const res = await this.unary(this.stubs.jobs.getJob.bind(this.stubs.jobs), { queue, jobId }, true, s);
     if (res.job === undefined) throw new Error("GetJob answered without a job");

@@ -196,7 +196,10 @@ class Client:
         return list((await retry_unavailable(call, self.unavailable_tries)).results)
 
     async def get_job(self, queue: str, job_id: str) -> pb.Job:
-        """The job with its state, attempts and error history; NOT_FOUND if there is none."""
+        """The job with its state, attempts and error history; NOT_FOUND if there is none. Job
+        control adds ``group_key``, ``expire_time``, ``progress``, ``progress_message``,
+        ``progress_time``, ``checkpoint``, ``result`` (COMPLETED), ``cancel_time`` and
+        ``cancel_reason``, and for an ACTIVE job ``lease_deadline`` and ``worker_id``."""
         request = pb.GetJobRequest(queue=queue, job_id=job_id)
 
         async def call() -> pb.GetJobResponse:
