@@ -291,7 +291,12 @@ class LeaseBook:
             )
             self.stats.extended += 1
         except grpc.aio.AioRpcError as e:
-            if e.code() in LOST and held.key in self.held:
+            settling = held.key in self.unary or held.key in self.pending
+            if e.code() in LOST and held.key in self.held and held.done and settling:
+                # Its result is on its way (the server may have applied it just before this
+                # ExtendLease): the settle's own answer says whether the lease was lost.
+                log.debug("worker %s: ExtendLease %s/%s: %s while settling", self.worker_id, q, j, e.code())
+            elif e.code() in LOST and held.key in self.held:
                 log.warning(
                     "worker %s: lease of %s/%s lost (%s: %s): cancelling its handler",
                     self.worker_id,
