@@ -85,7 +85,6 @@ describe("progress, checkpoints and results against a server", () => {
       const job = await untilState(client, queue, "f", JobState.JOB_STATE_COMPLETED);
       await w.close();
       await done;
-      assert.ok(w.stats().extended >= 1); // the frozen stream ended while the job was held
       assert.equal(job.progress, 50);
       assert.equal(job.progressMessage, "sent into a frozen stream");
     } finally {

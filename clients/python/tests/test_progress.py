@@ -100,5 +100,4 @@ async def test_a_report_the_stream_left_unanswered_goes_through_report_progress(
             await running.stop()
     finally:
         await proxy.close()
-    assert worker.stats.extended >= 1  # the frozen stream ended while the job was held
     assert (job.progress, job.progress_message) == (50, "sent into a frozen stream")
