@@ -413,3 +413,48 @@ async fn a_replay_from_the_dead_letter_queue_keeps_the_checkpoint() {
     );
     assert_eq!(w.ack(&again).await.code, 0);
 }
+
+#[tokio::test]
+async fn checkpoints_count_in_the_byte_budget_of_a_lease_call() {
+    // Three jobs with 600 KiB checkpoints: a lease call stops taking jobs once the bytes
+    // it read pass its 1 MiB budget (common.lua), checkpoints included, and says more wait.
+    let redis = TestRedis::start().await;
+    let store = redis.store().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    for id in ["a", "b", "c"] {
+        enqueue(&app, spec("budget", id)).await;
+    }
+    let mut c = redis.conn().await;
+    for id in ["a", "b", "c"] {
+        let _: () = redis::cmd("HSET")
+            .arg("jw:{budget}:data")
+            .arg(format!("c:{id}"))
+            .arg(vec![b'c'; 600 * 1024])
+            .query_async(&mut c)
+            .await
+            .expect("hset");
+    }
+    let q = jobwire::jobs::QueueName::parse("budget").expect("queue");
+    let call = jobwire::store::new_lease_call_id();
+    let b = store
+        .lease(&q, &["w", "w", "w"], 30_000, &call, &[])
+        .await
+        .expect("lease");
+    assert_eq!(
+        b.jobs.len(),
+        2,
+        "the budget stops the call after the second job"
+    );
+    assert!(b.more, "the reply says more are waiting");
+    assert!(b
+        .jobs
+        .iter()
+        .all(|j| j.job.data.checkpoint.len() == 600 * 1024));
+    let call = jobwire::store::new_lease_call_id();
+    let rest = store
+        .lease(&q, &["w"], 30_000, &call, &[])
+        .await
+        .expect("lease");
+    assert_eq!(rest.jobs.len(), 1);
+    assert_eq!(rest.jobs[0].job.id, "c");
+}
