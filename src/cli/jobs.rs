@@ -1,5 +1,5 @@
-//! `jobwire jobs get|enqueue` (and `list`, in `jobs_list`), and the job rendering
-//! `dlq show` shares.
+//! `jobwire jobs get|enqueue|cancel|delete` (and `list`, in `jobs_list`), and the job
+//! rendering `dlq show` shares.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -40,6 +40,41 @@ enum JobsCommand {
     Enqueue(Enqueue),
     /// A queue's jobs in one state, paged and filtered, without payloads (viewer).
     List(super::jobs_list::List),
+    /// Cancel one job, or every waiting, delayed and active job matching a filter
+    /// (producer, admin). A waiting or delayed job ends cancelled at once; the worker
+    /// holding an active one is told, and the job ends cancelled when it settles or after
+    /// the queue's cancel grace.
+    Cancel(Cancel),
+    /// Delete a job in any state but active, with its history; its id is free at once
+    /// (admin).
+    Delete {
+        /// The queue.
+        queue: String,
+        /// The job's id.
+        job_id: String,
+    },
+}
+
+/// `jobwire jobs cancel <queue> [JOB_ID] [--name N] [--group G] [--metadata K[=V]]`.
+#[derive(Debug, Args)]
+struct Cancel {
+    /// The queue.
+    queue: String,
+    /// The job's id; without it, the filter flags select the jobs.
+    #[arg(conflicts_with_all = ["name", "group", "metadata"])]
+    job_id: Option<String>,
+    /// Why (recorded on the job and sent to the worker holding it; up to 1024 bytes).
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Cancel the jobs of this name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Cancel the jobs of this group.
+    #[arg(long)]
+    group: Option<String>,
+    /// Cancel the jobs whose metadata has KEY (with VALUE, when given).
+    #[arg(long, value_name = "KEY[=VALUE]")]
+    metadata: Option<String>,
 }
 
 /// `jobwire jobs enqueue <queue> <name> [PAYLOAD | --file F | -]`.
@@ -87,6 +122,22 @@ pub async fn run(a: JobsArgs) -> Result<(), CliError> {
             print(out, &job, job_text)
         }
         JobsCommand::List(l) => super::jobs_list::run(l, || a.global.connect(), out).await,
+        JobsCommand::Cancel(x) => cancel(x, &a.global).await,
+        JobsCommand::Delete { queue, job_id } => {
+            let c = a.global.connect().await?;
+            let state = c.delete_job(&queue, &job_id).await?;
+            let v = Deleted {
+                queue,
+                job_id,
+                state: super::view::state_name(state as i32),
+            };
+            print(out, &v, |v| {
+                format!(
+                    "Deleted job {} of queue {} (it was {}).\n",
+                    v.job_id, v.queue, v.state
+                )
+            })
+        }
         JobsCommand::Enqueue(e) => {
             // Local input first: a bad file or pair fails before connecting.
             let spec = spec(e)?;
@@ -112,6 +163,85 @@ pub async fn run(a: JobsArgs) -> Result<(), CliError> {
             })
         }
     }
+}
+
+/// `jobs delete` as JSON.
+#[derive(Serialize)]
+struct Deleted {
+    queue: String,
+    job_id: String,
+    /// The state the job was in.
+    state: String,
+}
+
+/// `jobs cancel <queue> <id>` as JSON.
+#[derive(Serialize)]
+struct CancelledOne {
+    /// False when the job had already finished or a cancel was already pending.
+    cancelled: bool,
+    job: JobView,
+}
+
+/// `jobs cancel <queue> --name ...` as JSON.
+#[derive(Serialize)]
+struct CancelledMany {
+    queue: String,
+    /// Waiting and delayed jobs now cancelled.
+    cancelled: u64,
+    /// Active jobs whose workers were told.
+    signalled: u64,
+}
+
+async fn cancel(x: Cancel, global: &GlobalArgs) -> Result<(), CliError> {
+    let out = global.output;
+    if let Some(id) = &x.job_id {
+        let c = global.connect().await?;
+        let (job, cancelled) = c.cancel_job(&x.queue, id, &x.reason).await?;
+        let v = CancelledOne {
+            cancelled,
+            job: JobView::from(&job),
+        };
+        return print(out, &v, |v| {
+            let what = match (v.cancelled, v.job.state.as_str()) {
+                (true, "active") => "its worker is told to stop".to_owned(),
+                (true, _) => "cancelled".to_owned(),
+                (false, "active") => "a cancel was already pending".to_owned(),
+                (false, s) => format!("not cancelled: it is {s}"),
+            };
+            format!("Job {} of queue {}: {what}.\n", v.job.job_id, v.job.queue)
+        });
+    }
+    let (metadata_key, metadata_value) = match &x.metadata {
+        None => (String::new(), None),
+        Some(m) => match m.split_once('=') {
+            Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+            None => (m.clone(), None),
+        },
+    };
+    if x.name.is_none() && x.group.is_none() && metadata_key.is_empty() {
+        return Err(CliError::usage(
+            "jobs cancel: give a JOB_ID, or at least one of --name, --group, --metadata",
+        ));
+    }
+    let filter = pb::JobFilter {
+        name: x.name.clone().unwrap_or_default(),
+        group_key: x.group.clone().unwrap_or_default(),
+        metadata_key,
+        metadata_value,
+    };
+    let c = global.connect().await?;
+    let t = c.cancel_jobs(&x.queue, filter, &x.reason).await?;
+    let v = CancelledMany {
+        queue: x.queue,
+        cancelled: t.cancelled,
+        signalled: t.signalled,
+    };
+    print(out, &v, |v| {
+        format!(
+            "Queue {}: {} jobs cancelled, {} workers told to stop their jobs.\n",
+            v.queue, v.cancelled, v.signalled
+        )
+    })
 }
 
 /// `jobs enqueue` as JSON.

@@ -158,3 +158,58 @@ async fn jobs_enqueue_from_argument_file_and_stdin_then_get() {
     );
     assert!(r.stderr.contains("priority"), "{}", r.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_cancel_one_by_filter_and_delete() {
+    let s = Server::start(&[]).await;
+    let c = s.client().await;
+    enqueue_n(&c, "cx", "report", "r", 3).await;
+    enqueue_n(&c, "cx", "mail", "m", 2).await;
+
+    // One job by id: cancelled, then a second time not.
+    let v = s
+        .jw(&[
+            "jobs",
+            "cancel",
+            "cx",
+            "r-0",
+            "--reason",
+            "not needed",
+            "-o",
+            "json",
+        ])
+        .ok_json();
+    assert_eq!(v["cancelled"], true);
+    assert_eq!(v["job"]["state"], "cancelled");
+    let again = s.jw(&["jobs", "cancel", "cx", "r-0"]);
+    again.code(0);
+    assert!(
+        again.stdout.contains("not cancelled: it is cancelled"),
+        "{}",
+        again.stdout
+    );
+    let job = c.get_job("cx", "r-0").await.expect("get");
+    assert_eq!(job.cancel_reason, "not needed");
+
+    // By filter: the other reports.
+    let v = s
+        .jw(&["jobs", "cancel", "cx", "--name", "report", "-o", "json"])
+        .ok_json();
+    assert_eq!(
+        (v["cancelled"].as_u64(), v["signalled"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(stats(&c, "cx").await.cancelled, 3);
+    // Neither an id nor a filter: usage.
+    s.jw(&["jobs", "cancel", "cx"]).code(2);
+    // Unknown job: not found.
+    s.jw(&["jobs", "cancel", "cx", "nope"]).code(3);
+
+    // Delete frees the id.
+    let v = s
+        .jw(&["jobs", "delete", "cx", "m-0", "-o", "json"])
+        .ok_json();
+    assert_eq!(v["state"], "waiting");
+    assert!(c.get_job("cx", "m-0").await.is_err());
+    s.jw(&["jobs", "delete", "cx", "m-0"]).code(3);
+}
