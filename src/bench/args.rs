@@ -76,6 +76,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub queues: usize,
 
+    /// Group keys the jobs of a scenario are spread over (job i gets group `g<i mod N>`,
+    /// so every group has waiting jobs while the backlog lasts); 0: no group key (the
+    /// queue's default group). Measures the cost of the lease's turns across groups.
+    #[arg(long, default_value_t = 0)]
+    pub groups: usize,
+
     /// Jobs of the latency probe (enqueued one at a time with --gap-ms between).
     #[arg(long, default_value_t = 2000)]
     pub latency_jobs: usize,

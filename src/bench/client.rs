@@ -99,9 +99,12 @@ pub struct SpecOpts {
     pub max_attempts: Option<u32>,
     /// Backoff of the retry policy.
     pub backoff: Option<pb::Backoff>,
+    /// Group keys spread over (job i: `g<i mod groups>`); 0: none.
+    pub groups: usize,
 }
 
-/// Job `i` of a scenario: id `i`, on queue `i mod queues.len()`.
+/// Job `i` of a scenario: id `i`, on queue `i mod queues.len()`, in group `g<i mod groups>`
+/// when `o.groups` > 0.
 pub fn spec(queues: &[String], i: usize, o: &SpecOpts) -> pb::JobSpec {
     pb::JobSpec {
         queue: queues[i % queues.len()].clone(),
@@ -110,6 +113,11 @@ pub fn spec(queues: &[String], i: usize, o: &SpecOpts) -> pb::JobSpec {
         payload: vec![b'x'; o.payload],
         max_attempts: o.max_attempts,
         backoff: o.backoff,
+        group_key: if o.groups > 0 {
+            format!("g{}", i % o.groups)
+        } else {
+            String::new()
+        },
         ..Default::default()
     }
 }

@@ -134,6 +134,7 @@ async fn run_one(
 ) -> anyhow::Result<Map<String, Value>> {
     let o = SpecOpts {
         payload: a.payload,
+        groups: a.groups,
         ..Default::default()
     };
     match *what {

@@ -158,6 +158,7 @@ pub async fn failure_path(
         payload,
         max_attempts: Some(3),
         backoff: Some(super::client::fixed_backoff(0)),
+        ..Default::default()
     };
     prefill(ch, queues, n, 1000, &o).await?;
     let shared = Shared::new(pids, n);

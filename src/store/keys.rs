@@ -114,6 +114,12 @@ impl Keys {
     pub(crate) fn prio(&self) -> &str {
         &self.all[14]
     }
+
+    /// The waiting jobs of named groups by the order they became ready (id -> sequence,
+    /// `scripts/groups.lua`, KEY 21).
+    pub(crate) fn grouped_waiting(&self) -> &str {
+        &self.all[20]
+    }
 }
 
 /// The score in [`Keys::prio`] from which jobs of priority below 0 start: 1000 * 2^40

@@ -134,13 +134,15 @@ impl Store {
 }
 
 impl Store {
-    /// The ids of `queue`'s waiting jobs in lease order (highest priority first, FIFO within
-    /// a priority). Reads every waiting id: for inspection and tests, not for hot paths.
+    /// The ids of `queue`'s waiting jobs: those of the default group in lease order (highest
+    /// priority first, FIFO within a priority), then those of named groups in the order they
+    /// became ready (`scripts/groups.lua`: the groups take turns at lease time). Reads every
+    /// waiting id: for inspection and tests, not for hot paths.
     pub async fn waiting_ids(&self, queue: &QueueName) -> Result<Vec<String>, StoreError> {
         let keys = Keys::new(queue);
         let mut conn = self.conn.clone();
         // The other priorities sort around priority 0 by score (`scripts/common.lua`).
-        let (prio, zero): (Vec<(String, f64)>, Vec<String>) = redis::pipe()
+        let (prio, zero, grouped): (Vec<(String, f64)>, Vec<String>, Vec<String>) = redis::pipe()
             .cmd("ZRANGE")
             .arg(keys.prio())
             .arg(0)
@@ -150,12 +152,17 @@ impl Store {
             .arg(keys.waiting())
             .arg(0)
             .arg(-1)
+            .cmd("ZRANGE")
+            .arg(keys.grouped_waiting())
+            .arg(0)
+            .arg(-1)
             .query_async(&mut conn)
             .await?;
         let above = prio.iter().take_while(|(_, s)| *s < ZERO_SCORE).count();
         let mut ids: Vec<String> = prio[..above].iter().map(|(id, _)| id.clone()).collect();
         ids.extend(zero);
         ids.extend(prio[above..].iter().map(|(id, _)| id.clone()));
+        ids.extend(grouped);
         Ok(ids)
     }
 }

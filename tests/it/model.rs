@@ -1,13 +1,16 @@
 //! A model-based property test of the Lua state machine against a real Redis: random
 //! sequences of enqueue / lease / ack / fail / expire / release / replay / delete / cancel /
-//! delete job / expiry (issue 16), driven
+//! delete job / expiry (issue 16), over jobs of three groups (the default group and two
+//! named ones, issue 16), driven
 //! through `jobwire::store::Store`, are checked after every step against a small in-memory
 //! model. Invariants: every job is in exactly one state set and its record agrees; the waiting
 //! order is priority then FIFO; counts are conserved; attempts never exceed the limit; a
 //! stale token changes nothing; a cancelled job never runs again (an active one ends
 //! CANCELLED at its holder's Fail, release or lease expiry, COMPLETED at its Ack); a job
 //! past its expire time ends EXPIRED at the lease or the reap that finds it, unless it was
-//! leased before.
+//! leased before; the groups take turns exactly as the stride scheduling of
+//! `store/scripts/groups.lua` says (passes, virtual time, ties), and the per-group counts,
+//! passes and waiting index in Redis match the model.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -38,6 +41,8 @@ enum Op {
         delayed: bool,
         /// Enqueued with an expire time (an hour ahead: it is made due by `Due`).
         ttl: bool,
+        /// Its group: 0 the default group, 1 "ga", 2 "gb".
+        group: u8,
     },
     /// Makes the expiry of job `id` due now (its entry in the expiry index; the header
     /// keeps its time), as if the hour had passed.
@@ -78,8 +83,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1), prop::bool::weighted(0.3))
-            .prop_map(|(id, max, pri, delayed, ttl)| Op::Enqueue { id, max, pri, delayed, ttl }),
+        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1), prop::bool::weighted(0.3), 0u8..3)
+            .prop_map(|(id, max, pri, delayed, ttl, group)| Op::Enqueue { id, max, pri, delayed, ttl, group }),
         1 => (0u8..10).prop_map(|id| Op::Due { id }),
         2 => (0u8..10).prop_map(|id| Op::Cancel { id }),
         1 => (0u8..10).prop_map(|id| Op::DeleteJob { id }),
@@ -108,6 +113,8 @@ struct MJob {
     due: bool,
     /// Active with a cancel pending.
     pending: bool,
+    /// Its group key ("" the default group).
+    group: String,
 }
 
 #[derive(Default)]
@@ -121,6 +128,11 @@ struct Model {
     /// Tokens whose ack, or fail, was applied: repeating one answers OK.
     acked: std::collections::HashSet<String>,
     failed: std::collections::HashSet<String>,
+    /// The groups' turns (groups.lua): the virtual time, the default group's pass, and the
+    /// pass of each named group with waiting jobs (weight 1: +1 a lease).
+    vt: f64,
+    gd: f64,
+    ready: BTreeMap<String, f64>,
 }
 
 impl Model {
@@ -130,6 +142,81 @@ impl Model {
         self.seq += 1;
         self.waiting.push((j.pri, self.seq, id.to_owned()));
         self.waiting.sort_by_key(|(p, s, _)| (-p, *s));
+        let g = j.group.clone();
+        if !g.is_empty() && !self.ready.contains_key(&g) {
+            self.ready.insert(g, self.vt);
+        }
+    }
+
+    fn group_of(&self, id: &str) -> &str {
+        &self.jobs[id].group
+    }
+
+    /// The ids a lease call pops, in order, as lease.lua does: with no named group waiting,
+    /// the first `n` (priority, then FIFO); else one at a time from the default group or the
+    /// named group of lowest pass (ties: the default group, then by name), until `n` are
+    /// leased (`leasable` says whether a popped job takes a slot: an expired one does not).
+    fn lease_order(&mut self, n: usize, leasable: impl Fn(&Model, &str) -> bool) -> Vec<String> {
+        if !self
+            .waiting
+            .iter()
+            .any(|(_, _, id)| !self.group_of(id).is_empty())
+        {
+            let take = n.min(self.waiting.len());
+            return self.waiting.drain(..take).map(|(_, _, id)| id).collect();
+        }
+        let (mut vt, mut gd) = (self.vt, self.gd);
+        let mut popped = Vec::new();
+        let mut slots = 0;
+        while slots < n {
+            let default_head = self
+                .waiting
+                .iter()
+                .position(|(_, _, id)| self.group_of(id).is_empty());
+            let named = self
+                .ready
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
+                .map(|(g, p)| (g.clone(), *p));
+            let pd = gd.max(vt);
+            let at = match (default_head, &named) {
+                (None, None) => break,
+                (Some(i), None) => {
+                    (vt, gd) = (pd, pd + 1.0);
+                    i
+                }
+                (Some(i), Some((_, pass))) if pd <= *pass => {
+                    (vt, gd) = (pd, pd + 1.0);
+                    i
+                }
+                (_, Some((g, pass))) => {
+                    vt = *pass;
+                    let i = self
+                        .waiting
+                        .iter()
+                        .position(|(_, _, id)| self.group_of(id) == g)
+                        .expect("a ready group has waiting jobs");
+                    let left = self
+                        .waiting
+                        .iter()
+                        .filter(|(_, _, id)| self.group_of(id) == g)
+                        .count();
+                    if left > 1 {
+                        self.ready.insert(g.clone(), pass + 1.0);
+                    } else {
+                        self.ready.remove(g);
+                    }
+                    i
+                }
+            };
+            let (_, _, id) = self.waiting.remove(at);
+            if leasable(self, &id) {
+                slots += 1;
+            }
+            popped.push(id);
+        }
+        (self.vt, self.gd) = (vt, gd);
+        popped
     }
 
     /// The active job `pick` selects, with the token to present (current or stale).
@@ -180,9 +267,18 @@ impl Model {
         }
     }
 
-    /// Takes `id` out of the waiting order (if it is there).
+    /// Takes `id` out of the waiting order (if it is there); a named group left without
+    /// waiting jobs leaves the turns.
     fn unwait(&mut self, id: &str) {
         self.waiting.retain(|(_, _, w)| w != id);
+        let g = self
+            .jobs
+            .get(id)
+            .map(|j| j.group.clone())
+            .unwrap_or_default();
+        if !g.is_empty() && !self.waiting.iter().any(|(_, _, w)| self.group_of(w) == g) {
+            self.ready.remove(&g);
+        }
     }
 
     /// What a settle with (id, token) must answer: Ok, or the LEASE_LOST state, or None
@@ -213,8 +309,10 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
             pri,
             delayed,
             ttl,
+            group,
         } => {
             let id = format!("j{id}");
+            let group = ["", "ga", "gb"][group as usize].to_string();
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .expect("clock")
@@ -231,7 +329,7 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 max_attempts: Some(max),
                 backoff: None,
                 timeout_ms: None,
-                group_key: String::new(),
+                group_key: group.clone(),
                 expire_ms: if ttl { now + 3_600_000 } else { 0 },
             };
             let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
@@ -248,6 +346,7 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                     expiry: ttl,
                     due: false,
                     pending: false,
+                    group,
                 };
                 m.jobs.insert(id.clone(), j);
                 if !delayed {
@@ -267,12 +366,14 @@ async fn apply(store: &Store, q: &QueueName, redis: &mut RawConn, m: &mut Model,
                 .confirm_lease_calls(q, &[call])
                 .await
                 .expect("confirm");
-            let take = n.min(m.waiting.len());
-            let popped: Vec<(i32, u64, String)> = m.waiting.drain(..take).collect();
+            let popped = m.lease_order(n, |m, id| {
+                let j = &m.jobs[id];
+                !(j.expiry && j.due)
+            });
             // A popped job whose expiry is due expires there, without a slot.
             let mut want = Vec::new();
             let mut expired = 0;
-            for (_, _, id) in popped {
+            for id in popped {
                 let j = m.jobs.get_mut(&id).expect("job");
                 if j.expiry && j.due {
                     j.state = "expired";
@@ -554,8 +655,72 @@ async fn check(store: &Store, q: &QueueName, c: &mut RawConn, m: &Model) {
         assert_eq!((st, att), (j.state, j.att), "{id}'s record");
         assert!(att <= j.max, "{id}: {att} attempts of {}", j.max);
     }
-    let order: Vec<&str> = m.waiting.iter().map(|(_, _, id)| id.as_str()).collect();
+    // The default group's jobs in lease order, then the grouped ones in ready order
+    // (Store::waiting_ids).
+    let mut order: Vec<&str> = m
+        .waiting
+        .iter()
+        .filter(|(_, _, id)| m.group_of(id).is_empty())
+        .map(|(_, _, id)| id.as_str())
+        .collect();
+    let mut grouped: Vec<&(i32, u64, String)> = m
+        .waiting
+        .iter()
+        .filter(|(_, _, id)| !m.group_of(id).is_empty())
+        .collect();
+    grouped.sort_by_key(|(_, s, _)| *s);
+    order.extend(grouped.iter().map(|(_, _, id)| id.as_str()));
     assert_eq!(members["waiting"], order, "waiting order");
+
+    // The groups' records (groups.lua): waiting and leased counts per group, the turns.
+    let count = |state: &str, g: &str| {
+        m.jobs
+            .values()
+            .filter(|j| j.state == state && j.group == g)
+            .count() as f64
+    };
+    let gcount: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(format!("{p}gcount"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(c)
+        .await
+        .expect("gcount");
+    let want: Vec<(String, f64)> = ["ga", "gb"]
+        .iter()
+        .map(|g| (g.to_string(), count("waiting", g)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    let mut gcount = gcount;
+    gcount.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(gcount, want, "waiting jobs per group");
+    let active: BTreeMap<String, f64> = redis::cmd("HGETALL")
+        .arg(format!("{p}groups"))
+        .query_async(c)
+        .await
+        .expect("groups");
+    let mut want: BTreeMap<String, f64> = ["ga", "gb"]
+        .iter()
+        .map(|g| (g.to_string(), count("active", g)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    let total: f64 = want.values().sum();
+    if total > 0.0 {
+        want.insert(String::new(), total);
+    }
+    assert_eq!(active, want, "leased jobs per group");
+    let ready: BTreeMap<String, f64> = redis::cmd("ZRANGE")
+        .arg(format!("{p}gready"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async::<Vec<(String, f64)>>(c)
+        .await
+        .expect("gready")
+        .into_iter()
+        .collect();
+    assert_eq!(ready, m.ready, "the groups' turns (passes)");
 }
 
 static CASE: AtomicU32 = AtomicU32::new(0);

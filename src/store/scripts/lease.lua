@@ -146,7 +146,7 @@ else
     end
     turns = turns + 1
     local first = redis.call('ZRANGE', K_GREADY, 0, 0, 'WITHSCORES')
-    local default_waits = redis.call('EXISTS', K_WAITING, K_PRIO) == 1
+    local default_waits = redis.call('EXISTS', K_WAITING, K_PRIO) > 0
     local pd = math.max(gd, vt)
     if not first[1] and not default_waits then break end
     if default_waits and (not first[1] or pd <= tonumber(first[2])) then

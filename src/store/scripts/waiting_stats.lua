@@ -24,5 +24,5 @@ while true do
   from = int((math.floor(tonumber(first[2]) / LEVEL) + 1) * LEVEL)
 end
 local groups = redis.call('ZCARD', K_GCOUNT)
-if redis.call('EXISTS', K_WAITING, K_PRIO) == 1 then groups = groups + 1 end
+if redis.call('EXISTS', K_WAITING, K_PRIO) > 0 then groups = groups + 1 end
 return { waiting_count(), oldest, groups }
