@@ -368,6 +368,22 @@ local function unconfirmed(call)
   return call ~= nil and redis.call('HEXISTS', K_CALL_JOBS, call) == 1
 end
 
+-- Hands active job `id` (header h) back without consuming its attempt: to waiting at once,
+-- or CANCELLED when a cancel is pending (it is never leased again). Returns true when it
+-- went back to waiting.
+local function hand_back(id, h, now)
+  h[ATT] = h[ATT] - 1
+  if h[CX] > 0 then
+    cancel_active(id, h, now)
+    trim_finished(K_CANCELLED, now, 1)
+    return false
+  end
+  leave_active(id, h)
+  h[TOK], h[AD] = '', 0
+  make_ready(id, h, now)
+  return true
+end
+
 -- Hands the leases of lease call `call` still active under its tokens back to waiting
 -- without consuming the attempt (and their rate-limit starts), and forgets the call.
 -- Returns how many jobs went back to waiting.
@@ -385,17 +401,8 @@ local function release_call(call, now)
       if h[ST] == 'active' and string.sub(tok, 1, #prefix) == prefix then
         redis.call('ZREM', K_LIMITER, tok)
         if h[GRP] ~= '' then redis.call('ZREM', K_GLIMIT, window_member(h[GRP], h[LT], tok)) end
-        h[ATT] = h[ATT] - 1
-        if h[CX] > 0 then
-          -- Cancelled meanwhile: it ends CANCELLED, never leased again.
-          cancel_active(id, h, now)
-          trim_finished(K_CANCELLED, now, 1)
-        else
-          leave_active(id, h)
-          h[TOK], h[AD] = '', 0
-          make_ready(id, h, now)
-          n = n + 1
-        end
+        -- Cancelled meanwhile: it ends CANCELLED, never leased again.
+        if hand_back(id, h, now) then n = n + 1 end
       end
     end
   end

@@ -14,18 +14,8 @@ for j = 0, n - 1 do
   local id, token = ARGV[3 + j * 2], ARGV[4 + j * 2]
   local rec = leased_record(id, token)
   if rec then
-    local h = split_header(rec)
-    h[ATT] = h[ATT] - 1
-    if h[CX] > 0 then
-      -- A cancel is pending: handed back, it ends CANCELLED (attempts.lua).
-      cancel_active(id, h, now)
-      trim_finished(K_CANCELLED, now, 1)
-    else
-      leave_active(id, h)
-      h[TOK], h[AD] = '', 0
-      make_ready(id, h, now)
-      any = true
-    end
+    -- A job whose cancel is pending ends CANCELLED instead (attempts.lua, hand_back).
+    if hand_back(id, split_header(rec), now) then any = true end
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
