@@ -53,6 +53,8 @@ async def cancel_reaches_running_handler(sc: Scenario, tmp: Path, q: str) -> Non
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait_for(ctx.cancelled.wait(), 10)
                 stopped.append((time.monotonic(), ctx.cancel_reason))
+                # Stops because of the cancel (returning would say it finished anyway: an ack).
+                raise asyncio.CancelledError
 
             run = Running(worker)
             await asyncio.wait_for(started.wait(), 15)

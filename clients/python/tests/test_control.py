@@ -33,6 +33,7 @@ async def test_a_sync_handler_sees_the_cancel_in_its_threading_event(
     def sync_long(ctx: jobwire.JobContext) -> None:
         started.set()
         seen.append((ctx.cancelled_sync.wait(10), ctx.cancel_reason))
+        raise RuntimeError("stopped: " + (ctx.cancel_reason or ""))
 
     running = Running(worker)
     await eventually(lambda: asyncio.sleep(0, started.is_set()), 15, "the handler running")
@@ -41,6 +42,63 @@ async def test_a_sync_handler_sees_the_cancel_in_its_threading_event(
     await running.stop()
     assert cancelled and seen == [(True, "tenant deleted")]
     assert job.attempts_made == 1 and job.cancel_reason == "tenant deleted"
+    # An error of its own after the cancel keeps its record (as in Go and Rust); the job is
+    # CANCELLED all the same, never retried.
+    assert [e.error_type for e in job.errors] == ["RuntimeError"]
+
+
+async def test_after_a_cancel_a_handler_that_stops_ends_cancelled_one_that_finishes_completed(
+    client: jobwire.Client, queue: str
+) -> None:
+    """The CancelLease contract: a Fail after the cancel ends the job CANCELLED (error type
+    ``cancelled`` for the task's CancelledError), an Ack ("it finished anyway") COMPLETED."""
+    for job_id in ("stops", "finishes", "sync-finishes"):
+        await client.enqueue(queue, job_id, b"", job_id=job_id, max_attempts=3)
+    worker = jobwire.Worker(client, [queue], concurrency=3, handle_signals=False)
+    started: set[str] = set()
+    seen: list[tuple[str, str | None]] = []
+
+    @worker.handler("stops")
+    async def stops(ctx: jobwire.JobContext) -> None:
+        started.add(ctx.name)
+        try:
+            await asyncio.sleep(10)
+        finally:
+            seen.append((ctx.name, ctx.cancel_reason))
+
+    @worker.handler("finishes")
+    async def finishes(ctx: jobwire.JobContext) -> str:
+        started.add(ctx.name)
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append((ctx.name, ctx.cancel_reason))
+        await asyncio.sleep(0.05)  # still works after the cancel
+        return "finished anyway"
+
+    @worker.handler("sync-finishes")
+    def sync_finishes(ctx: jobwire.JobContext) -> bytes:
+        started.add(ctx.name)
+        ctx.cancelled_sync.wait(10)
+        seen.append((ctx.name, ctx.cancel_reason))
+        return b"sync done"
+
+    running = Running(worker)
+    await eventually(lambda: asyncio.sleep(0, len(started) == 3), 15, "the handlers running")
+    for job_id in ("stops", "finishes", "sync-finishes"):
+        _, cancelled = await client.cancel_job(queue, job_id, "too slow")
+        assert cancelled
+    stopped = await wait_state(client, queue, "stops", pb.JOB_STATE_CANCELLED)
+    finished = await wait_state(client, queue, "finishes", pb.JOB_STATE_COMPLETED)
+    sync_finished = await wait_state(client, queue, "sync-finishes", pb.JOB_STATE_COMPLETED)
+    await asyncio.sleep(0.3)  # a second run would start within this
+    await running.stop()
+    assert sorted(seen) == [("finishes", "too slow"), ("stops", "too slow"), ("sync-finishes", "too slow")]
+    assert stopped.attempts_made == 1 and stopped.cancel_reason == "too slow" and stopped.result == b""
+    assert [(e.error_type, e.message) for e in stopped.errors] == [("cancelled", "cancelled: too slow")]
+    assert finished.attempts_made == 1 and finished.result == b"finished anyway" and not finished.errors
+    assert sync_finished.attempts_made == 1 and sync_finished.result == b"sync done"
+    assert worker.stats.settled == 3 and worker.stats.lost == 0
 
 
 async def test_a_revoked_lease_raises_lease_lost_and_drops_the_result(

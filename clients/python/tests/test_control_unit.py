@@ -140,9 +140,20 @@ async def test_run_handler_can_cancel_the_job_like_cancel_job() -> None:
         seen.append(ctx.cancel_reason)
         return "finished anyway"
 
-    for handler in (waits, polls):
+    async def catches(ctx: jobwire.JobContext) -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append(ctx.cancel_reason)
+        return "finished anyway"
+
+    # Stopped by the cancel (its CancelledError out): the cancelled Fail.
+    outcome = await run_handler(waits, cancel_after=0.05, cancel_reason="customer left")
+    assert outcome.disposition == "NO_RETRY" and outcome.fail is not None and outcome.result is None
+    assert outcome.fail.error.error_type == "cancelled"
+    assert outcome.fail.error.message == "cancelled: customer left"
+    # Returned after the cancel: a success with its result (the worker acks it: COMPLETED).
+    for handler in (polls, catches):
         outcome = await run_handler(handler, cancel_after=0.05, cancel_reason="customer left")
-        assert outcome.disposition == "NO_RETRY" and outcome.fail is not None and outcome.result is None
-        assert outcome.fail.error.error_type == "cancelled"
-        assert outcome.fail.error.message == "cancelled: customer left"
-    assert seen == ["customer left", "customer left"]
+        assert outcome.fail is None and outcome.result == b"finished anyway", outcome
+    assert seen == ["customer left"] * 3

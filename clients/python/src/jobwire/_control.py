@@ -56,8 +56,9 @@ class Control:
 
     def on_cancel(self, c: pb.CancelLease) -> None:
         """The server cancelled the job held under ``c.lease_token``: sets the handler's
-        cancellation events and cancels an async handler's task; what the handler then returns
-        or raises is settled as a Fail (the server ends the job CANCELLED)."""
+        cancellation events and cancels an async handler's task. What the handler then raises
+        is settled as a Fail (the server ends the job CANCELLED); what it returns is acked (the
+        job ends COMPLETED: it finished anyway)."""
         held = self._book.held.get((c.queue, c.job_id, c.lease_token))
         if held is None or held.done or held.cancelled:
             log.debug(

@@ -37,9 +37,11 @@ class JobContext:
     the handler should stop: the job was cancelled (``CancelJob``: :attr:`cancel_reason` is then
     set), the worker's shutdown grace ran out, or the lease was lost (another worker may run the
     job now). The SDK cancels an async handler's task too; a sync handler must look at
-    ``cancelled_sync`` itself. After a job's cancel, whatever the handler returns or raises
-    settles it as CANCELLED (a Fail, error type ``cancelled``); after a shutdown or a lost lease
-    what it returns is dropped.
+    ``cancelled_sync`` itself. After a job's cancel, a handler that stops (raises: the task's
+    ``asyncio.CancelledError`` is failed with error type ``cancelled``, another error with its
+    own record) is settled as a Fail and the job ends CANCELLED; one that returns anyway (it
+    caught the ``CancelledError``, or a sync handler that finished) is acked with its result
+    and the job ends COMPLETED. After a shutdown or a lost lease what it returns is dropped.
 
     Progress, checkpoints and results: ``await ctx.progress(40, "step 2 of 5")``, ``await
     ctx.save_checkpoint(b"...")`` (the next attempt finds it in :attr:`checkpoint`), or both at

@@ -123,7 +123,8 @@ async def run_handler(
     are recorded, not sent). Sync handlers run in a one-thread pool. ``checkpoint=b"..."``
     gives the handler a previous attempt's checkpoint. ``cancel_after`` (seconds): the job is
     cancelled then, as a CancelJob would (``ctx.cancelled`` set, an async handler's task
-    cancelled, the outcome a Fail with error type ``cancelled``)."""
+    cancelled): a handler that lets the ``asyncio.CancelledError`` out ends as a Fail with
+    error type ``cancelled``, one that returns anyway as a success (the worker acks it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     ctx = JobContext(lease=fake_lease(name, payload, **lease), worker_id="test-worker")
@@ -138,17 +139,18 @@ async def run_handler(
                     task.cancel()
 
             timer = asyncio.get_running_loop().call_later(cancel_after, cancel)
+        stopped = False
         try:
             fail = await task
         except asyncio.CancelledError:
             if not task.cancelled() or ctx.cancel_reason is None:
                 raise
-            fail = None
+            stopped, fail = True, None
         finally:
             if timer is not None:
                 timer.cancel()
-    if ctx.cancel_reason is not None and fail is None:
-        fail = cancelled_fail(ctx.cancel_reason)
+    if stopped:
+        fail = cancelled_fail(ctx.cancel_reason or "")
         fail.queue, fail.job_id, fail.lease_token = ctx.queue, ctx.job_id, ctx.lease_token
     return Outcome(fail, ctx.result if fail is None else None, tuple(ctx.reports))
 

@@ -23,9 +23,12 @@ Behaviour (issue 14; DESIGN.md section 3):
   the grace. A server ``Draining`` message stops leases; held jobs finish and the worker
   reconnects once the server ends the stream.
 * **Job control** (issue 16; :mod:`jobwire._control`): a CancelLease sets the handler's
-  cancellation events and cancels an async handler's task; the job is then settled as a Fail
-  (the server ends it CANCELLED). Progress reports go out on the stream, each awaiting its
-  ProgressSaved (the unary ReportProgress when no stream answers).
+  cancellation events and cancels an async handler's task. A handler that stops (raises,
+  the task's ``asyncio.CancelledError`` included) is settled as a Fail (the server ends the
+  job CANCELLED; error type ``cancelled`` for the CancelledError); one that returns anyway is
+  acked with its result (the job ends COMPLETED), as in the Go and Rust SDKs. Progress
+  reports go out on the stream, each awaiting its ProgressSaved (the unary ReportProgress
+  when no stream answers).
 """
 
 from __future__ import annotations
@@ -382,12 +385,13 @@ class Worker:
 
     async def _run_handler(self, held: Held) -> None:
         ctx = held.ctx
+        stopped = False  # the cancel's asyncio.CancelledError came out of the handler
         try:
             outcome = await execute(self._handlers.get(ctx.name), ctx, self._executor)
         except asyncio.CancelledError:
             if held.done or not held.cancelled:
                 return  # the shutdown failed it already, or the lease was lost
-            outcome = None  # the job was cancelled: settled as such below
+            stopped, outcome = True, None  # the job was cancelled: settled as such below
         finally:
             if not held.done:
                 held.done = True
@@ -402,9 +406,11 @@ class Worker:
             )
             self._book.held.pop(held.key, None)
             return
-        if held.cancelled and outcome is None:
-            # Whether it stopped because of the cancel or finished anyway, the job was cancelled:
-            # a Fail ends it CANCELLED (an error it raised says the same, with its own record).
+        if stopped:
+            # It stopped because of the cancel: a Fail ends the job CANCELLED. A handler that
+            # returned after the cancel (it caught the CancelledError, or a sync handler that
+            # finished anyway) is acked instead: the job ends COMPLETED. An error it raised is a
+            # Fail with its own record, which ends the job CANCELLED too.
             outcome = cancelled_fail(ctx.cancel_reason or "")
             outcome.queue, outcome.job_id, outcome.lease_token = held.key
         self._settle(held, outcome)
