@@ -44,8 +44,10 @@ export interface JobContext {
    * Aborted when the handler should stop: the job was cancelled (CancelJob; the reason is then a
    * {@link JobCancelled} and {@link JobContext.cancelReason} is set), the shutdown grace ran
    * out, or the lease was lost (another worker may hold the job now). Pass it to fetch() and
-   * friends. After a cancel, whatever the handler returns or throws settles the job as a Fail
-   * (the server ends it CANCELLED).
+   * friends. After a cancel, a handler that throws (the signal's abort included: an AbortError
+   * or the JobCancelled, recorded with error type `cancelled`) settles the job as a Fail and
+   * the server ends it CANCELLED; one that returns anyway is acked with its result and the job
+   * ends COMPLETED ("it finished anyway", as in the Go and Rust SDKs).
    */
   signal: AbortSignal;
   /** The reason given with the job's cancel, once it was cancelled while this attempt ran; else undefined. */
@@ -193,6 +195,17 @@ export async function invoke<T>(handler: Handler<T>, lease: Lease, c: InvokeCont
     await handler(job, ctx);
     return result === undefined ? { kind: "ack" } : { kind: "ack", result };
   } catch (e) {
-    return { kind: "fail", failure: failureOf(e) };
+    // After the job's cancel, the abort of ctx.signal coming out of the handler (an AbortError
+    // of an API it passed the signal to, or the reason rethrown) is the cancel: recorded as
+    // such (NO_RETRY, error type `cancelled`). Another error keeps its own record.
+    const cancelled = c.cancelled?.();
+    return { kind: "fail", failure: failureOf(cancelled !== undefined && isAbortOf(e, cancelled) ? cancelled : e) };
   }
+}
+
+/** Whether `e` is the abort of a signal aborted with `reason`. */
+function isAbortOf(e: unknown, reason: JobCancelled): boolean {
+  if (e === reason) return true;
+  if (!(e instanceof Error)) return false;
+  return e.name === "AbortError" || e.cause === reason;
 }

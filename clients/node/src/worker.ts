@@ -24,7 +24,7 @@ import { status as grpcStatus, type StatusObject } from "@grpc/grpc-js";
 import { fullJitter, sleep, type BackoffOptions } from "./backoff.js";
 import type { Client } from "./client.js";
 import { Control } from "./control.js";
-import { failureOf, resultTooLarge } from "./errors.js";
+import { resultTooLarge } from "./errors.js";
 import type { Draining, Lease, Settled } from "./gen/jobwire/v1/worker_service.js";
 import { invoke, type Handler, type Outcome } from "./handler.js";
 import { HeldLease, renewOnce, settleUnary } from "./held.js";
@@ -349,10 +349,9 @@ export class Worker {
     }).then((outcome) => this.onOutcome(h, outcome));
   }
 
-  private onOutcome(h: HeldLease, result: Outcome): void {
-    // After a cancel the job is settled as cancelled whatever the handler did (a Fail: the
-    // server ends it CANCELLED); an error it threw says the same with its own record.
-    const outcome: Outcome = h.cancelled && result.kind === "ack" ? { kind: "fail", failure: failureOf(h.cancelled) } : result;
+  private onOutcome(h: HeldLease, outcome: Outcome): void {
+    // After a cancel, what the handler did is settled as usual: a Fail (its abort is recorded
+    // as `cancelled` by invoke) ends the job CANCELLED, an Ack ("it finished anyway") COMPLETED.
     h.running = false;
     this.counters.running--;
     if (h.abandoned) {

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { failureOf, jobSpec, JobCancelled, LeaseLost, pb, RateLimited, ReportRefused } from "../src/index.js";
 import { reportError } from "../src/errors.js";
 import { runHandler } from "../src/testing/index.js";
@@ -86,18 +87,46 @@ describe("job control without a server", () => {
     assert.throws(() => jobSpec("q", "n", {}, { expireAt: at, ttl: 5 }), /not both/);
   });
 
-  it("runHandler's cancel aborts ctx.signal with a JobCancelled and fails the attempt as cancelled", async () => {
-    let reason: unknown;
-    const r = await runHandler(
+  it("runHandler's cancel aborts ctx.signal with a JobCancelled; a handler that stops fails as cancelled", async () => {
+    const reasons: unknown[] = [];
+    const stops: ((signal: AbortSignal) => Promise<unknown>)[] = [
+      (signal) => Promise.resolve().then(() => signal.throwIfAborted()), // the JobCancelled itself
+      (signal) => sleep(10_000, undefined, { signal }), // an AbortError (cause: the JobCancelled)
+      (signal) => sleep(10_000, undefined, { signal }).catch(() => Promise.reject(new DOMException("stop", "AbortError"))),
+    ];
+    for (const stop of stops) {
+      const r = await runHandler(
+        async (_j, ctx) => {
+          await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve()));
+          reasons.push(ctx.cancelReason);
+          await stop(ctx.signal);
+        },
+        { cancel: { afterMs: 20, reason: "customer left" } },
+      );
+      assert.ok(r.outcome === "fail");
+      assert.deepEqual([r.disposition, r.error.errorType, r.error.message], ["NO_RETRY", "cancelled", "cancelled: customer left"]);
+    }
+    assert.deepEqual(reasons, Array(3).fill("customer left"));
+  });
+
+  it("after runHandler's cancel, a handler that returns anyway is acked; another error keeps its record", async () => {
+    const finishes = await runHandler(
       async (_j, ctx) => {
         await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve()));
-        reason = ctx.cancelReason;
         ctx.setResult("finished anyway");
       },
       { cancel: { afterMs: 20, reason: "customer left" } },
     );
-    assert.equal(reason, "customer left");
-    assert.ok(r.outcome === "fail");
-    assert.deepEqual([r.disposition, r.error.errorType, r.error.message], ["NO_RETRY", "cancelled", "cancelled: customer left"]);
+    assert.ok(finishes.outcome === "ack");
+    assert.equal(finishes.result?.toString(), "finished anyway");
+    const throws = await runHandler(
+      async (_j, ctx) => {
+        await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve()));
+        throw new RangeError("half written");
+      },
+      { cancel: { afterMs: 20 } },
+    );
+    assert.ok(throws.outcome === "fail");
+    assert.deepEqual([throws.disposition, throws.error.errorType], ["RETRY", "RangeError"]);
   });
 });

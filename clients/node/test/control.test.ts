@@ -1,5 +1,5 @@
 /**
- * Job control (issue 16) against a real jobwire: a revoked lease,
+ * Job control (issue 16) against a real jobwire: a revoked lease, settling after a cancel,
  * cancelJobs paging and signalling, deleteJob and cancelJob edge cases, and the README's
  * job-control example.
  */
@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import { Client, LeaseLost, msToDuration, pb, status, Worker } from "../src/index.js";
@@ -62,6 +63,56 @@ describe("job control against a server", () => {
     assert.equal(job.result.length, 0);
   });
 
+  it("after a cancel, a handler that stops ends CANCELLED ('cancelled'), one that finishes anyway COMPLETED", async () => {
+    const queue = uniqueQueue("after-cancel");
+    const ids = ["throws", "aborted", "finishes"];
+    const started = new Set<string>();
+    const reasons: (string | undefined)[] = [];
+    const aborted = (signal: AbortSignal) =>
+      new Promise<void>((resolve) => (signal.aborted ? resolve() : signal.addEventListener("abort", () => resolve())));
+    const w = newWorker(queue, 3)
+      .handle("throws", async (job, ctx) => {
+        started.add(job.id);
+        await aborted(ctx.signal);
+        reasons.push(ctx.cancelReason);
+        ctx.signal.throwIfAborted(); // the JobCancelled
+      })
+      .handle("aborted", async (job, ctx) => {
+        started.add(job.id);
+        await sleep(10_000, undefined, { signal: ctx.signal }); // rejects with an AbortError
+      })
+      .handle("finishes", async (job, ctx) => {
+        started.add(job.id);
+        await aborted(ctx.signal);
+        reasons.push(ctx.cancelReason);
+        await sleep(50); // still works after the cancel
+        ctx.setResult("finished anyway");
+      });
+    for (const id of ids) await client.enqueue(queue, id, {}, { jobId: id, maxAttempts: 3 });
+    const done = w.run();
+    await eventually("the handlers running", () => (started.size === 3 ? true : undefined), 15_000);
+    for (const id of ids) assert.ok((await client.cancelJob(queue, id, "too slow")).cancelled);
+    const throws = await untilState(client, queue, "throws", JobState.JOB_STATE_CANCELLED);
+    const abortedJob = await untilState(client, queue, "aborted", JobState.JOB_STATE_CANCELLED);
+    const finishes = await untilState(client, queue, "finishes", JobState.JOB_STATE_COMPLETED);
+    await sleep(300); // a second run would start within this
+    await w.close();
+    await done;
+    assert.deepEqual(reasons, ["too slow", "too slow"]);
+    for (const j of [throws, abortedJob]) {
+      assert.equal(j.attemptsMade, 1);
+      assert.equal(j.cancelReason, "too slow");
+      assert.deepEqual(
+        j.errors.map((e) => [e.errorType, e.message]),
+        [["cancelled", "cancelled: too slow"]],
+      );
+    }
+    assert.equal(finishes.attemptsMade, 1);
+    assert.equal(finishes.result.toString(), "finished anyway");
+    assert.equal(finishes.errors.length, 0);
+    assert.equal(w.stats().settled, 3);
+  });
+
   it("cancelJobs pages and signals active jobs; deleteJob refuses an active job", async () => {
     const queue = uniqueQueue("cancel-jobs");
     let started = false;
@@ -69,6 +120,7 @@ describe("job control against a server", () => {
       if (job.id !== "active") return;
       started = true;
       await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve()));
+      ctx.signal.throwIfAborted(); // stops: the job ends CANCELLED
     });
     await client.enqueue(queue, "report", {}, { jobId: "active", metadata: { tenant: "t1" } });
     const done = w.run();

@@ -4,7 +4,7 @@
  * (disposition, error type, retry_after) the server would get.
  */
 import { encodePayload, type Payload } from "../convert.js";
-import { failureOf, JobCancelled, type Failure } from "../errors.js";
+import { JobCancelled, type Failure } from "../errors.js";
 import { FailDisposition, JobState } from "../gen/jobwire/v1/job.js";
 import { Job as PbJob, type AttemptError } from "../gen/jobwire/v1/job.js";
 import type { Lease, ReportProgressRequest } from "../gen/jobwire/v1/worker_service.js";
@@ -33,7 +33,8 @@ export interface FakeLease {
   groupKey?: string;
   /**
    * Cancel the job `afterMs` into the run, as CancelJob would: `ctx.signal` aborts with a
-   * JobCancelled, and the attempt ends as the cancelled Fail the worker would send.
+   * JobCancelled. A handler that then throws (the abort included: recorded as `cancelled`) ends
+   * as the Fail the worker would send; one that returns anyway as an ack.
    */
   cancel?: { afterMs: number; reason?: string };
   logger?: Logger;
@@ -99,7 +100,7 @@ export async function runHandler<T>(handler: Handler<T>, lease: FakeLease = {}):
           cancelled = new JobCancelled(cancel.reason ?? "");
           controller.abort(cancelled);
         }, cancel.afterMs);
-  let o = await invoke(handler, fakeLease(lease), {
+  const o = await invoke(handler, fakeLease(lease), {
     signal: () => signal,
     workerId: "test-worker",
     logger: lease.logger ?? silentLogger,
@@ -107,7 +108,6 @@ export async function runHandler<T>(handler: Handler<T>, lease: FakeLease = {}):
     cancelled: () => cancelled,
   });
   clearTimeout(timer);
-  if (cancelled !== undefined && o.kind === "ack") o = { kind: "fail", failure: failureOf(cancelled) };
   if (o.kind === "ack") return { outcome: "ack", result: o.result, reports };
   const names: Record<number, "RETRY" | "NO_RETRY" | "RATE_LIMITED"> = {
     [FailDisposition.FAIL_DISPOSITION_RETRY]: "RETRY",

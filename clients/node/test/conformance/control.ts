@@ -39,6 +39,8 @@ export const control: Record<string, ScenarioTest> = {
           });
         });
         stopped = { at: Date.now(), reason: ctx.signal.reason, ctxReason: ctx.cancelReason };
+        // Stops because of the cancel (returning would say it finished anyway: an ack).
+        ctx.signal.throwIfAborted();
       });
       await client.enqueue(queue, "long", {}, { jobId: "c", maxAttempts: 3 });
       const done = w.run();
