@@ -19,6 +19,7 @@ mod bad_input_workers;
 mod batch_items;
 mod big_payloads;
 mod cancel;
+mod cancel_bulk;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
