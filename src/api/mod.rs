@@ -15,6 +15,7 @@ pub mod message_size;
 mod progress;
 mod queue_service;
 mod status;
+mod worker_args;
 mod worker_service;
 
 pub use convert::ApiLimits;
