@@ -234,13 +234,19 @@ impl ServerProc {
     fn launch(dir: &Path, args: &[String]) -> (Child, String, String, PathBuf) {
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
-        let log = dir.join(format!("jobwire-{}.log", free_port()));
+        // JOBWIRE_TEST_LOG_DIR keeps the servers' logs past the test (to read after a failure).
+        let log_dir =
+            std::env::var_os("JOBWIRE_TEST_LOG_DIR").map_or(dir.to_path_buf(), PathBuf::from);
+        let log = log_dir.join(format!("jobwire-{}.log", free_port()));
         let f = std::fs::File::create(&log).expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_jobwire"))
             .arg("serve")
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
             .args(args)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("JOBWIRE_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::from(f.try_clone().expect("log")))
             .stderr(Stdio::from(f))
             // Its own process group (pgid = pid), as a shell job is: a signal to the group

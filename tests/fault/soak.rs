@@ -383,6 +383,12 @@ async fn check(
         );
     }
     let lost: u32 = lost_with_replica.values().sum();
+    if excess as usize > unseen {
+        for (id, ..) in overcharged.iter().take(20) {
+            let by: Vec<_> = read_by.iter().filter(|((j, _), _)| j == id).collect();
+            println!("soak: job {id} read by {by:?}");
+        }
+    }
     assert!(
         excess as usize <= unseen,
         "jobs charged attempts for leases no worker read ({excess} attempts besides {lost} lost \
