@@ -152,7 +152,7 @@ impl Hub {
                 // In the background: a hand-back that waits for Redis to answer again must
                 // not hold up the next sweep.
                 let hub = self.clone();
-                let patience = self.config().lease_duration;
+                let patience = self.undelivered_patience();
                 self.inner.tracker.spawn(async move {
                     hub.release(
                         overdue,
@@ -178,12 +178,16 @@ impl Hub {
     /// lost writes), a sweep also looks at `sweep_rate` registered queues every
     /// [`SWEEP_EVERY`] (one EXISTS each) and reaps those with leased or delayed jobs,
     /// whatever the index says, and on start an empty index (a deployment
-    /// from before it existed) is seeded with every registered queue.
+    /// from before it existed) is seeded with every registered queue. After a reaper call
+    /// Redis did not take, reaping resumes only once a write probe succeeds and
+    /// [`Hub::outage_grace`] has passed.
     async fn reap_loop(self) {
         let stop = self.inner.stop.clone();
         let mut seeded = false;
         let mut cursor = 0u64;
         let mut last_sweep = tokio::time::Instant::now();
+        // The last reaper call found Redis not answering.
+        let mut unanswered = false;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.config().reaper_interval) => {}
@@ -203,15 +207,39 @@ impl Hub {
                     Err(e) => tracing::debug!(error = %e, "reaper cannot seed the due index"),
                 }
             }
-            match self.store().due_queues(DUE_BATCH).await {
+            if unanswered {
+                // Redis did not answer the last reaper call: every deadline that passed since
+                // is due at once. Wait until it takes writes again (a probe), then let the
+                // live streams' renewal and the retried hand-backs of undelivered leases go
+                // first: the hand-back of a lease no worker received must beat its reaping,
+                // which would charge it an attempt.
+                if self.store().probe_write().await.is_err() {
+                    continue;
+                }
+                unanswered = false;
+                let grace = self.outage_grace();
+                tracing::info!(grace = ?grace, "Redis takes writes again: reaping resumes after a grace for renewals and hand-backs");
+                tokio::select! {
+                    _ = tokio::time::sleep(grace) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+            let due = self.store().due_queues(DUE_BATCH).await;
+            match due {
                 Ok(mut due) => {
                     // A queue's own entry and an intent for it may both be due: one reap.
                     due.sort_by(|a, b| a.queue.cmp(&b.queue));
                     for entries in due.chunk_by(|a, b| a.queue == b.queue) {
-                        self.reap_queue(&entries[0].queue, entries).await;
+                        if !self.reap_queue(&entries[0].queue, entries).await {
+                            unanswered = true;
+                            break;
+                        }
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "reaper cannot read the due index"),
+                Err(e) => {
+                    unanswered = true;
+                    tracing::debug!(error = %e, "reaper cannot read the due index");
+                }
             }
             let sweep_chunk = self.config().sweep_rate as usize;
             if sweep_chunk > 0 && last_sweep.elapsed() >= SWEEP_EVERY {
@@ -222,7 +250,10 @@ impl Hub {
                         match self.store().with_timed_work(queues).await {
                             Ok(queues) => {
                                 for queue in queues {
-                                    self.reap_queue(&queue, &[]).await;
+                                    if !self.reap_queue(&queue, &[]).await {
+                                        unanswered = true;
+                                        break;
+                                    }
                                 }
                             }
                             Err(e) => tracing::debug!(error = %e, "reaper sweep cannot look"),
@@ -236,13 +267,22 @@ impl Hub {
 
     /// Reaps `queue` until no expired lease is left, then moves the due-index `entries` it
     /// was reaped for (none for the sweep) to its next due time.
-    async fn reap_queue(&self, queue: &QueueName, entries: &[DueEntry]) {
+    /// How long reaping waits after Redis takes writes again: two renewal periods (a
+    /// lease duration / 3 each), so every live stream's leases are renewed and every
+    /// retried hand-back (every 100-500 ms, `Hub::release`) has run, at least a reaper
+    /// interval.
+    pub(super) fn outage_grace(&self) -> Duration {
+        (self.config().lease_duration * 2 / 3).max(self.config().reaper_interval)
+    }
+
+    /// Returns false when Redis did not take the reap.
+    async fn reap_queue(&self, queue: &QueueName, entries: &[DueEntry]) -> bool {
         loop {
             let report = match self.store().reap(queue, REAP_BATCH).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::debug!(queue = %queue, error = %e, "reap failed");
-                    return;
+                    return false;
                 }
             };
             crate::metrics::expired(queue.as_str(), report.expired);
@@ -292,7 +332,7 @@ impl Hub {
                         tracing::debug!(queue = %queue, error = %e, "due index not updated");
                     }
                 }
-                return;
+                return true;
             }
         }
     }

@@ -457,7 +457,17 @@ impl Hub {
     }
 
     /// Hands the undelivered leases of a closed stream back to waiting, in the background.
-    fn release_undelivered(&self, leases: Vec<LeaseRef>) {
+    /// How long a hand-back of leases no worker received keeps trying while Redis does not
+    /// answer: [`UNDELIVERED_PATIENCE`], or a lease duration when that is longer.
+    pub(super) fn undelivered_patience(&self) -> Duration {
+        self.config().lease_duration.max(UNDELIVERED_PATIENCE)
+    }
+
+    /// Hands `leases` (taken by no worker) back to waiting in a task of its own, trying
+    /// again for up to [`UNDELIVERED_PATIENCE`] (at least a lease duration) while Redis does
+    /// not answer: during an outage the reaper cannot take them either, and after it the
+    /// first of the two to reach Redis decides whether an attempt is charged.
+    pub(super) fn release_undelivered(&self, leases: Vec<LeaseRef>) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
                 leases = leases.len(),
@@ -468,7 +478,7 @@ impl Hub {
         let hub = self.clone();
         let _guard = rt.enter();
         self.inner.tracker.spawn(async move {
-            let patience = hub.config().lease_duration;
+            let patience = hub.undelivered_patience();
             hub.release(
                 leases,
                 "handed undelivered leases back to waiting",
@@ -529,7 +539,7 @@ impl Hub {
                         _ = tokio::time::sleep(pause) => {}
                         _ = self.inner.stop.cancelled() => return,
                     }
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                    pause = (pause * 2).min(Duration::from_millis(500));
                 }
             }
         }
@@ -538,6 +548,10 @@ impl Hub {
 
 /// Longest a lease waits in a stream's outbox (see `Hub::outbox_wait`).
 const OUTBOX_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// Longest a live replica keeps trying to hand undelivered leases back to a Redis that
+/// does not answer (a lease duration when that is longer).
+const UNDELIVERED_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Longest shutdown tries to hand leases back to a Redis that does not answer.
 const SHUTDOWN_RELEASE_PATIENCE: Duration = Duration::from_secs(5);

@@ -265,10 +265,16 @@ impl QueueLoop {
             crate::metrics::throttled(self.queue.as_str());
         }
         if !orphans.is_empty() {
-            // The stream went away between reserving and delivering: hand the jobs back.
-            if let Err(e) = hub.store().release(&self.queue, &orphans).await {
-                tracing::warn!(queue = %self.queue, error = %e, "could not hand back undelivered leases; they expire");
-            }
+            // The stream went away between reserving and delivering: hand the jobs back,
+            // retried like any undelivered lease (a single failed try would let them expire
+            // into an attempt no worker received).
+            let queue = &self.queue;
+            hub.release_undelivered(
+                orphans
+                    .into_iter()
+                    .map(|(id, token)| (queue.clone(), id, token))
+                    .collect(),
+            );
         }
         let until = |ms: u64| Duration::from_millis(ms.saturating_sub(batch.now_ms).max(1));
         match (batch.limited, batch.wait_until_ms) {
