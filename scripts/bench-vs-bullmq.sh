@@ -21,9 +21,20 @@
 # to every master, and the cluster is emptied (FLUSHALL) between steps: use a throw-away one.
 # The README, "Benchmark", shows how to start a local 3-master cluster.
 #
+# Then, unless EXTRA=0, the scenarios the harness does not have (issue 17), side by side where
+# BullMQ can run them (scripts/bullmq-extra.mjs; not on a cluster):
+#   - fixed rate: RATES jobs/s (100,1000,5000) of one-job enqueues for RATE_SECS (10) each,
+#     enqueue->lease and enqueue->ack p50/p95/p99 and CPU per job (Hatchet's load-test shape);
+#   - drain: DRAIN_JOBS (1,000,000) pre-filled jobs, Redis memory before, full and after
+#     (River's benchmark shape);
+#   and for jobwire alone the same with JW_GROUPS (1000) group keys, and with TLS + bearer
+#   tokens on (a second server with scripts/dev-certs.sh certificates and an auth file),
+#   with its enqueue, end-to-end and latency scenarios too.
+#
 # Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
-# QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs).
-# The default finishes in about 5-8 minutes on a 2-core box.
+# QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs), EXTRA (1),
+# RATES, RATE_SECS, DRAIN_JOBS, JW_GROUPS.
+# The default finishes in about 15-20 minutes on a 2-core box (5-8 without the extras).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,6 +49,11 @@ QUIET_WAIT="${QUIET_WAIT:-5}"
 RETRIES="${RETRIES:-0}"
 E2E="${E2E:-1x1,1x16,1x100,4x64,2x256}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-900}"
+EXTRA="${EXTRA:-1}"
+RATES="${RATES:-100,1000,5000}"
+RATE_SECS="${RATE_SECS:-10}"
+DRAIN_JOBS="${DRAIN_JOBS:-1000000}"
+JW_GROUPS="${JW_GROUPS:-1000}"
 
 REDIS_URL="${1:-}"
 MASTERS=""  # host:port of every master, comma-separated (cluster runs only)
@@ -78,8 +94,10 @@ mkdir -p "$OUT"
 echo "scratch: $SCRATCH"
 
 SERVER_PID=""
+TLS_PID=""
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  [ -n "$TLS_PID" ] && kill "$TLS_PID" 2>/dev/null && wait "$TLS_PID" 2>/dev/null || true
   if [ -f "$SCRATCH/bench/redis.pid" ]; then kill "$(cat "$SCRATCH/bench/redis.pid")" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -87,7 +105,7 @@ trap cleanup EXIT
 (cd "$B" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 if [ -n "$MASTERS" ]; then node "$ROOT/scripts/bullmq-on-cluster.mjs" "$B/bench.mjs"; fi
 (cd "$ROOT" && cargo build --release --locked --quiet)
-JOBWIRE="$ROOT/target/release/jobwire"
+JOBWIRE="${CARGO_TARGET_DIR:-$ROOT/target}/release/jobwire"
 
 if [ -z "$MASTERS" ]; then
   redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
@@ -221,5 +239,73 @@ node --input-type=module -e "
   console.log('| Node / jobwire server CPU µs per lifecycle | ' + f(b.own) + ' | ' + f(j.own) + ' | ' + (j.own / b.own).toFixed(2) + 'x |');
   console.log('| Redis bytes per waiting job (100-byte payload, $FILL jobs) | ' + Math.round(mem.bullmq) + ' | ' + Math.round(mem.jobwire) + ' | ' + (mem.jobwire / mem.bullmq).toFixed(2) + 'x |');
 "
+
+if [ "$EXTRA" = 1 ]; then
+  JW_MEM_URL="${REDIS_URL:-redis://127.0.0.1:$PORT/1}"
+  EXTRA_ARGS=(--rates "$RATES" --rate-secs "$RATE_SECS" --drain-jobs "$DRAIN_JOBS" --redis-url "$JW_MEM_URL")
+  if [ -z "$MASTERS" ]; then
+    echo "== extra: BullMQ fixed rate and drain" >&2
+    each_redis flushall >/dev/null
+    (cd "$B" && timeout "$STEP_TIMEOUT" node "$ROOT/scripts/bullmq-extra.mjs" --harness "$B" --port "$PORT" \
+      --pidfile "$PIDFILE" --rates "$RATES" --secs "$RATE_SECS" --drain "$DRAIN_JOBS" --concurrency 100 \
+      --json "$OUT/bullmq-extra.json" >&2)
+  fi
+  echo "== extra: jobwire fixed rate and drain" >&2
+  each_redis flushall >/dev/null
+  EXTRA_PLAIN=$(bench_jobwire --only rate,drain "${EXTRA_ARGS[@]}" --json "$OUT/jobwire-extra.json")
+  echo "== extra: jobwire with $JW_GROUPS groups" >&2
+  each_redis flushall >/dev/null
+  EXTRA_GROUPS=$(bench_jobwire --only e2e,rate,drain --groups "$JW_GROUPS" -n "$N" --e2e 1x1,2x256 \
+    "${EXTRA_ARGS[@]}" --label "groups" --json "$OUT/jobwire-groups.json")
+  echo "== extra: jobwire with TLS and bearer tokens" >&2
+  each_redis flushall >/dev/null
+  TLS_DIR="$SCRATCH/tls"
+  bash "$ROOT/scripts/dev-certs.sh" "$TLS_DIR" bench >/dev/null
+  "$JOBWIRE" token new --id bench >"$TLS_DIR/bench.new"
+  head -1 "$TLS_DIR/bench.new" >"$TLS_DIR/bench.token"
+  SHA=$(sed -n 's/^ *sha256: "\([0-9a-f]*\)"$/\1/p' "$TLS_DIR/bench.new")
+  cat >"$TLS_DIR/auth.yaml" <<AUTH
+principals:
+  - name: bench
+    tokens: [{id: bench, sha256: "$SHA"}]
+    grants:
+      - {queues: ["*"], roles: [producer, worker, admin]}
+AUTH
+  TLS_GRPC=$((GRPC_PORT + 2)); TLS_HTTP=$((GRPC_PORT + 3))
+  RUST_LOG=warn "$JOBWIRE" serve --redis-url "$JOBWIRE_URL" \
+    --grpc-addr "127.0.0.1:$TLS_GRPC" --http-addr "127.0.0.1:$TLS_HTTP" \
+    --tls-cert "$TLS_DIR/server.crt" --tls-key "$TLS_DIR/server.key" --auth-file "$TLS_DIR/auth.yaml" \
+    >"$SCRATCH/jobwire-tls.log" 2>&1 &
+  TLS_PID=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$TLS_HTTP/readyz" >/dev/null 2>&1 && break; sleep 0.1
+  done
+  curl -sf "http://127.0.0.1:$TLS_HTTP/readyz" >/dev/null || { echo "the TLS jobwire did not become ready" >&2; cat "$SCRATCH/jobwire-tls.log" >&2; exit 1; }
+  # Stop the plain server meanwhile: one jobwire process on the box at a time.
+  kill -STOP "$SERVER_PID"
+  EXTRA_TLS=$(JOBWIRE_TOKEN="$(cat "$TLS_DIR/bench.token")" timeout "$STEP_TIMEOUT" "$JOBWIRE" bench \
+    --server "https://localhost:$TLS_GRPC" --tls-ca "$TLS_DIR/ca.crt" \
+    --server-pid "$TLS_PID" $(printf -- '--redis-pid %s ' $REDIS_PIDS) --quiet-wait "$QUIET_WAIT" \
+    --retries "$RETRIES" --only enqueue,e2e,latency,rate,drain -n "$N" --in-flight 50 --e2e 1x1,2x256 \
+    "${EXTRA_ARGS[@]}" --label "tls" --json "$OUT/jobwire-tls.json")
+  kill -CONT "$SERVER_PID"
+  each_redis flushall >/dev/null
+
+  echo
+  echo "## Fixed rate and drain, jobwire (plain)"
+  echo "$EXTRA_PLAIN"
+  if [ -f "$OUT/bullmq-extra.json" ]; then
+    echo
+    echo "## Fixed rate and drain, jobwire / BullMQ (BullMQ: one Worker of concurrency 100)"
+    node "$ROOT/scripts/extra-report.mjs" "$OUT/bullmq-extra.json" "$OUT/jobwire-extra.json"
+  fi
+  echo
+  echo "## jobwire with $JW_GROUPS groups (job i in group g<i mod $JW_GROUPS>)"
+  echo "$EXTRA_GROUPS"
+  echo
+  echo "## jobwire with TLS and bearer tokens (compare with the plain tables above)"
+  echo "$EXTRA_TLS"
+fi
+
 echo
 echo "(results kept in $OUT)"

@@ -31,7 +31,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub redis_url: Option<String>,
 
-    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill.
+    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill, and (not by
+    /// default: they take minutes) rate (fixed-rate load, `--rates`) and drain (a drain
+    /// of `--drain-jobs` pre-filled jobs).
     #[arg(
         long,
         value_delimiter = ',',
@@ -81,6 +83,22 @@ pub struct BenchArgs {
     /// queue's default group). Measures the cost of the lease's turns across groups.
     #[arg(long, default_value_t = 0)]
     pub groups: usize,
+
+    /// Rates of the fixed-rate scenario, unary Enqueue calls per second (one run each).
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+    pub rates: Vec<u32>,
+
+    /// Seconds each fixed rate is held.
+    #[arg(long, default_value_t = 10)]
+    pub rate_secs: u64,
+
+    /// Worker streams of the fixed-rate and drain scenarios, WORKERSxCREDITS.
+    #[arg(long, default_value = "2x256")]
+    pub drain_workers: String,
+
+    /// Jobs pre-filled for the drain scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub drain_jobs: usize,
 
     /// Jobs of the latency probe (enqueued one at a time with --gap-ms between).
     #[arg(long, default_value_t = 2000)]
@@ -180,19 +198,24 @@ impl BenchArgs {
 
     /// The parsed `--e2e` list: (workers, credits) pairs.
     pub fn e2e_configs(&self) -> Result<Vec<(usize, u32)>, String> {
-        self.e2e
-            .iter()
-            .map(|c| {
-                let (w, k) = c
-                    .split_once('x')
-                    .ok_or_else(|| format!("--e2e {c}: expected WORKERSxCREDITS"))?;
-                let w: usize = w.parse().map_err(|_| format!("--e2e {c}: bad workers"))?;
-                let k: u32 = k.parse().map_err(|_| format!("--e2e {c}: bad credits"))?;
-                if w == 0 || !(1..=10_000).contains(&k) {
-                    return Err(format!("--e2e {c}: workers >= 1, credits 1..=10000"));
-                }
-                Ok((w, k))
-            })
-            .collect()
+        self.e2e.iter().map(|c| parse_workers(c)).collect()
     }
+
+    /// The parsed `--drain-workers`.
+    pub fn drain_config(&self) -> Result<(usize, u32), String> {
+        parse_workers(&self.drain_workers)
+    }
+}
+
+/// One WORKERSxCREDITS value (`--e2e`, `--drain-workers`).
+fn parse_workers(c: &str) -> Result<(usize, u32), String> {
+    let (w, k) = c
+        .split_once('x')
+        .ok_or_else(|| format!("{c}: expected WORKERSxCREDITS"))?;
+    let w: usize = w.parse().map_err(|_| format!("{c}: bad workers"))?;
+    let k: u32 = k.parse().map_err(|_| format!("{c}: bad credits"))?;
+    if w == 0 || !(1..=10_000).contains(&k) {
+        return Err(format!("{c}: workers >= 1, credits 1..=10000"));
+    }
+    Ok((w, k))
 }

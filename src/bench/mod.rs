@@ -8,7 +8,7 @@
 //! - [`args`]: the flags.
 //! - `runner`: the plan, interleaved runs, noisy-run redos, output.
 //! - `client`: channel, job specs, fresh queue names, worker streams.
-//! - `enqueue`, `workers`, `latency`: the scenarios.
+//! - `enqueue`, `workers`, `latency`, `rate`: the scenarios (`workers` also has the drain).
 //! - `cpu`: `/proc` readings; `nodes`: every Redis master's `INFO cpu` (`--redis-url`);
 //!   `report`: tables and JSON.
 
@@ -18,6 +18,7 @@ mod cpu;
 mod enqueue;
 mod latency;
 mod nodes;
+mod rate;
 mod report;
 mod runner;
 mod workers;

@@ -102,6 +102,25 @@ impl Nodes {
         out
     }
 
+    /// Bytes of memory every master uses now (`used_memory` of `INFO memory`), summed over
+    /// the masters; NaN when one does not answer.
+    pub async fn used_memory(&mut self) -> f64 {
+        let mut total = 0.0;
+        for m in &mut self.masters {
+            let info: redis::RedisResult<String> = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut m.conn)
+                .await;
+            let used = info.ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("used_memory:"))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            });
+            total += used.unwrap_or(f64::NAN);
+        }
+        total
+    }
+
     /// Index in `masters` of the master serving `queue`'s keys (`jw:{queue}:...` hash to
     /// the slot of `queue`, asked of the cluster with `CLUSTER KEYSLOT`).
     pub async fn master_of(&mut self, queue: &str) -> anyhow::Result<usize> {

@@ -109,6 +109,35 @@ fn notes(s: &Scenario) -> String {
             fmt(med(r, "bytesPerLease"))
         );
     }
+    let workers = r
+        .first()
+        .and_then(|x| x.get("workers"))
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    if s.name.starts_with("fixed rate") {
+        return format!(
+            "unary Enqueue, worker streams {workers} credits; enqueue->lease p50 {} / p95 {} / p99 {} / max {} ms; enqueue->ack p50 {} / p95 {} / p99 {} / max {} ms; late sends {}, Enqueue errors {}",
+            fmt(med(r, "leaseP50")),
+            fmt(med(r, "leaseP95")),
+            fmt(med(r, "leaseP99")),
+            fmt(med(r, "leaseMax")),
+            fmt(med(r, "ackP50")),
+            fmt(med(r, "ackP95")),
+            fmt(med(r, "ackP99")),
+            fmt(med(r, "ackMax")),
+            fmt(med(r, "lateSends")),
+            fmt(med(r, "enqueueErrors"))
+        );
+    }
+    if s.name.starts_with("drain") {
+        return format!(
+            "worker streams {workers} credits; fill {} jobs/s (EnqueueBatch 1000); Redis used_memory before the fill {} MB, full {} MB, after the drain {} MB",
+            fmt(med(r, "fillRate")),
+            fmt(med(r, "memBeforeMB")),
+            fmt(med(r, "memFullMB")),
+            fmt(med(r, "memAfterMB"))
+        );
+    }
     if s.name.starts_with("e2e") {
         return format!("refused settles {}", fmt(med(r, "refused")));
     }

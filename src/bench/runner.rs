@@ -10,7 +10,7 @@ use super::client::{connect, exponential_backoff, fresh_queues, prefill, SpecOpt
 use super::cpu::{measure, wait_for_quiet, Pids};
 use super::nodes::Nodes;
 use super::report::{document, render, render_nodes, Scenario};
-use super::{enqueue, latency, workers};
+use super::{enqueue, latency, rate, workers};
 
 /// One entry of the plan.
 #[derive(Clone, Debug)]
@@ -23,6 +23,10 @@ enum Plan {
     Failure,
     Rss,
     Fill,
+    /// Fixed-rate load: jobs/s, seconds, (workers, credits).
+    Rate(u32, u64, (usize, u32)),
+    /// A drain of pre-filled jobs: (workers, credits).
+    Drain((usize, u32)),
 }
 
 /// A scenario to run: its name, its unit and what it runs.
@@ -98,6 +102,21 @@ fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
         let name = format!("fill: {} waiting jobs, {}-byte payload", a.n, a.payload);
         p.push((name, "jobs/s", Plan::Fill));
     }
+    if a.wants("rate") {
+        let w = a.drain_config()?;
+        for &rate in &a.rates {
+            let name = format!("fixed rate: {rate} jobs/s for {} s", a.rate_secs);
+            p.push((name, "jobs/s", Plan::Rate(rate, a.rate_secs, w)));
+        }
+    }
+    if a.wants("drain") {
+        let w = a.drain_config()?;
+        let name = format!("drain: {} pre-filled jobs", a.drain_jobs);
+        p.push((name, "jobs/s", Plan::Drain(w)));
+        if a.redis_url.is_none() {
+            skipped.push("drain: Redis memory before and after needs --redis-url".to_owned());
+        }
+    }
     if p.is_empty() {
         return Err(match skipped.pop() {
             Some(why) => format!("no scenario to run ({why})"),
@@ -121,6 +140,8 @@ fn job_count(a: &BenchArgs, what: &Plan) -> usize {
         Plan::Latency => a.latency_jobs,
         Plan::Failure => a.failure_jobs,
         Plan::Rss => a.rss_streams * a.rss_credits as usize,
+        Plan::Rate(rate, secs, _) => (u64::from(*rate) * *secs) as usize,
+        Plan::Drain(_) => a.drain_jobs,
         _ => a.n,
     }
 }
@@ -131,6 +152,7 @@ async fn run_one(
     pids: &Pids,
     what: &Plan,
     queues: &[String],
+    nodes: Option<&mut Nodes>,
 ) -> anyhow::Result<Map<String, Value>> {
     let o = SpecOpts {
         payload: a.payload,
@@ -171,6 +193,8 @@ async fn run_one(
             )
             .await
         }
+        Plan::Rate(rate, secs, w) => rate::fixed_rate(ch, pids, (rate, secs), w, queues, &o).await,
+        Plan::Drain(w) => workers::drain(ch, pids, a.drain_jobs, w, queues, &o, nodes).await,
         Plan::Fill => {
             // Waiting jobs left in place, for measuring Redis memory per waiting job.
             let s = pids.snap();
@@ -194,7 +218,7 @@ async fn run_measured(
 ) -> anyhow::Result<Map<String, Value>> {
     let fresh = fresh_queues(queue_count(a, what));
     let Some(nodes) = nodes else {
-        return run_one(a, ch, pids, what, &fresh).await;
+        return run_one(a, ch, pids, what, &fresh, None).await;
     };
     let queues = nodes.placed(fresh).await?;
     let mut jobs = vec![0usize; nodes.masters.len()];
@@ -206,7 +230,7 @@ async fn run_measured(
         jobs[owner[i % owner.len()]] += 1;
     }
     let before = nodes.cpu_sec().await;
-    let mut r = run_one(a, ch, pids, what, &queues).await?;
+    let mut r = run_one(a, ch, pids, what, &queues, Some(&mut *nodes)).await?;
     let after = nodes.cpu_sec().await;
     let list: Vec<Value> = nodes
         .masters
@@ -231,8 +255,19 @@ async fn run_measured(
 /// before the error is returned.
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     let (plan, mut notes) = plan(&a).map_err(anyhow::Error::msg)?;
-    if a.n == 0 || a.latency_jobs == 0 || a.failure_jobs == 0 || a.batch == 0 || a.queues == 0 {
-        anyhow::bail!("-n, --latency-jobs, --failure-jobs, --batch and --queues must be > 0");
+    if a.n == 0
+        || a.latency_jobs == 0
+        || a.failure_jobs == 0
+        || a.batch == 0
+        || a.queues == 0
+        || a.drain_jobs == 0
+        || a.rate_secs == 0
+        || a.rates.contains(&0)
+    {
+        anyhow::bail!(
+            "-n, --latency-jobs, --failure-jobs, --batch, --queues, --drain-jobs, --rate-secs \
+             and every --rates value must be > 0"
+        );
     }
     let pids = Pids {
         server: a.server_pid.map(|p| p.to_string()),

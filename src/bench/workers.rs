@@ -126,6 +126,57 @@ pub async fn end_to_end(
 ) -> anyhow::Result<Map<String, Value>> {
     remove_on_complete(ch, queues).await?;
     prefill(ch, queues, n, 1000, o).await?;
+    drain_prefilled(ch, pids, n, (workers, credits), queues).await
+}
+
+/// A drain of `n` jobs pre-filled on queues that keep no completed job (River's benchmark
+/// shape): Redis memory (`used_memory`, summed over the masters of `nodes`) before the
+/// fill, when full and after the drain, the fill's rate, then `workers` streams with
+/// `credits` each lease and ack them. Value: jobs/s drained, first lease to the n-th ack.
+pub async fn drain(
+    ch: &Conn,
+    pids: &Pids,
+    n: usize,
+    (workers, credits): (usize, u32),
+    queues: &[String],
+    o: &SpecOpts,
+    mut nodes: Option<&mut super::nodes::Nodes>,
+) -> anyhow::Result<Map<String, Value>> {
+    remove_on_complete(ch, queues).await?;
+    let mut memory = Vec::new();
+    if let Some(nodes) = nodes.as_deref_mut() {
+        memory.push(nodes.used_memory().await);
+    }
+    let fill = std::time::Instant::now();
+    prefill(ch, queues, n, 1000, o).await?;
+    let fill_rate = n as f64 / fill.elapsed().as_secs_f64().max(1e-9);
+    if let Some(nodes) = nodes.as_deref_mut() {
+        memory.push(nodes.used_memory().await);
+    }
+    let mut m = drain_prefilled(ch, pids, n, (workers, credits), queues).await?;
+    if let Some(nodes) = nodes {
+        memory.push(nodes.used_memory().await);
+    }
+    m.insert("fillRate".into(), json!(fill_rate));
+    m.insert("workers".into(), json!(format!("{workers} x {credits}")));
+    for (k, v) in ["memBeforeMB", "memFullMB", "memAfterMB"]
+        .iter()
+        .zip(&memory)
+    {
+        m.insert((*k).into(), json!(v / 1e6));
+    }
+    Ok(m)
+}
+
+/// `workers` streams with `credits` each lease and ack the `n` jobs waiting on `queues`.
+/// Window: first lease received to the n-th successful Settled.
+async fn drain_prefilled(
+    ch: &Conn,
+    pids: &Pids,
+    n: usize,
+    (workers, credits): (usize, u32),
+    queues: &[String],
+) -> anyhow::Result<Map<String, Value>> {
     let shared = Shared::new(pids, n);
     let mut tasks = Vec::new();
     for _ in 0..workers {

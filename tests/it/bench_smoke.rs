@@ -66,6 +66,63 @@ async fn the_bench_command_runs_every_scenario_and_writes_json() {
     assert!(v.to_string().contains("addBulk"), "{v}");
 }
 
+/// The fixed-rate and drain scenarios (not run by default) report their latency
+/// percentiles, and the drain reads Redis's memory before the fill, full and after.
+#[tokio::test]
+async fn the_fixed_rate_and_drain_scenarios_report_latencies_and_redis_memory() {
+    let (redis, app) = TestApp::with_redis().await;
+    let out = tokio::task::spawn_blocking({
+        let server = format!("http://{}", app.grpc);
+        let url = redis.url.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_jobwire"))
+                .args(["bench", "--server", &server, "--only", "rate,drain"])
+                .args([
+                    "--rates",
+                    "40,80",
+                    "--rate-secs",
+                    "1",
+                    "--drain-jobs",
+                    "300",
+                ])
+                .args(["--drain-workers", "1x8", "--redis-url", &url])
+                .args(["--server-pid", &std::process::id().to_string()])
+                .output()
+                .expect("run jobwire bench")
+        }
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "fixed rate: 40 jobs/s for 1 s",
+        "fixed rate: 80 jobs/s for 1 s",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("{row} missing from:\n{stdout}"));
+        assert!(
+            line.contains("enqueue->lease p50") && line.contains("enqueue->ack p50"),
+            "{line}"
+        );
+        assert!(line.contains("Enqueue errors 0.00"), "{line}");
+    }
+    let drain = stdout
+        .lines()
+        .find(|l| l.starts_with("| drain: 300 pre-filled jobs |"))
+        .unwrap_or_else(|| panic!("drain missing from:\n{stdout}"));
+    assert!(drain.contains("used_memory before the fill"), "{drain}");
+    // Memory figures were read (a dash stands for one that was not).
+    let memory = drain.split("used_memory").nth(1).expect("memory notes");
+    assert!(!memory.contains('–'), "{drain}");
+}
+
 /// Without `--server-pid` the RSS scenario cannot be measured: it is skipped with a note,
 /// and the table of what was measured is still printed (and the command succeeds).
 #[tokio::test]
