@@ -154,25 +154,32 @@ impl WorkerApi {
         }
         // Acks before fails, as they arrived within the batch; queues side by side. Each
         // goes into its queue's shared lane, with what other streams settle meanwhile.
+        // A stream's acks may bring its next jobs in the same call; they follow the Settled
+        // replies down the stream.
         let ack_calls = acks.into_iter().map(|(queue, items)| async move {
-            let r = self.hub.ack(&queue, items).await;
-            (queue, r)
+            self.hub
+                .ack_stream(
+                    session,
+                    &queue,
+                    items,
+                    |(AckItem { id, token, .. }, r, span)| {
+                        let result = r.and_then(|r| settle_error(&queue, &id, r));
+                        if let Ok(o) = &result {
+                            record_ack(&queue, &id, o, &span);
+                        }
+                        let result = result.map(|_| Some(JobState::Completed));
+                        session.send(Outbound::Settled(Settled {
+                            queue: queue.to_string(),
+                            id,
+                            token,
+                            result,
+                        }));
+                    },
+                )
+                .await
         });
-        for (queue, settles) in futures::future::join_all(ack_calls).await {
-            for (AckItem { id, token, .. }, r) in settles? {
-                let result = r.and_then(|r| settle_error(&queue, &id, r));
-                let span = self.hub.settled(&queue, &id, &token);
-                if let Ok(o) = &result {
-                    record_ack(&queue, &id, o, &span);
-                }
-                let result = result.map(|_| Some(JobState::Completed));
-                session.send(Outbound::Settled(Settled {
-                    queue: queue.to_string(),
-                    id,
-                    token,
-                    result,
-                }));
-            }
+        for r in futures::future::join_all(ack_calls).await {
+            r?;
         }
         let fail_calls = fails.into_iter().map(|(queue, items)| async move {
             let r = self.hub.fail(&queue, items).await;

@@ -14,7 +14,8 @@ use super::background::Subscription;
 use super::outbound::OutboundStream;
 use super::queue_loop::QueueLoop;
 use super::session::{LeaseRef, Outbound, Session};
-use super::settle::{AckOp, Coalescer, FailOp, MAX_SETTLE_BATCH};
+use super::settle::{Coalescer, FailOp, MAX_SETTLE_BATCH};
+use super::settle_lease::AckOp;
 use crate::jobs::QueueName;
 use crate::store::Store;
 
@@ -52,7 +53,8 @@ pub(super) struct Inner {
     pub(super) stop: CancellationToken,
     pub(super) tracker: TaskTracker,
     started: Instant,
-    /// The per-queue ack lanes (group commit, see `settle.rs`).
+    /// The per-queue ack lanes (group commit, see `settle.rs`; with the next leases, see
+    /// `settle_lease.rs`).
     pub(super) acks: Coalescer<AckOp>,
     /// The per-queue fail lanes.
     pub(super) fails: Coalescer<FailOp>,
@@ -68,12 +70,6 @@ impl Hub {
     pub fn new(store: Store, config: HubConfig) -> Hub {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let acks = Coalescer::new(
-            AckOp(store.clone()),
-            MAX_SETTLE_BATCH,
-            tracker.clone(),
-            stop.clone(),
-        );
         let fails = Coalescer::new(
             FailOp(store.clone()),
             MAX_SETTLE_BATCH,
@@ -81,23 +77,31 @@ impl Hub {
             stop.clone(),
         );
         let (new_queues, new_queues_rx) = mpsc::unbounded_channel();
-        Hub {
-            inner: Arc::new(Inner {
-                store,
-                config,
-                loops: Mutex::default(),
-                sessions: Mutex::default(),
-                next_session: AtomicU64::new(1),
-                draining: AtomicBool::new(false),
-                stop,
-                tracker,
-                started: Instant::now(),
-                acks,
-                fails,
-                new_queues,
-                new_queues_rx: Mutex::new(Some(new_queues_rx)),
-            }),
-        }
+        // The ack lanes reach back to the hub (the queue loops' lease-call bookkeeping).
+        let inner = Arc::new_cyclic(|hub| Inner {
+            acks: Coalescer::new(
+                AckOp {
+                    store: store.clone(),
+                    hub: hub.clone(),
+                },
+                MAX_SETTLE_BATCH,
+                tracker.clone(),
+                stop.clone(),
+            ),
+            store,
+            config,
+            loops: Mutex::default(),
+            sessions: Mutex::default(),
+            next_session: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+            stop,
+            tracker,
+            started: Instant::now(),
+            fails,
+            new_queues,
+            new_queues_rx: Mutex::new(Some(new_queues_rx)),
+        });
+        Hub { inner }
     }
 
     /// The store this hub leases from.

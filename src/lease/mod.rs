@@ -13,6 +13,7 @@ mod report;
 mod retire;
 mod session;
 mod settle;
+mod settle_lease;
 mod wakeup;
 
 pub use background::DEFAULT_SWEEP_RATE;
@@ -21,4 +22,5 @@ pub use outbound::OutboundStream;
 pub use report::REPORT_TTL_INTERVALS;
 pub use session::{CancelLease, Outbound, Session, Settled, MAX_CREDITS};
 pub use settle::{Settles, MAX_SETTLE_BATCH};
+pub use settle_lease::StreamAck;
 pub use wakeup::EchoCredit;

@@ -27,7 +27,8 @@ pub(super) struct QueueLoop {
     queue: QueueName,
     pub(super) notify: Notify,
     sessions: Mutex<Vec<Arc<Session>>>,
-    /// Rotates the first stream served, so no stream is always first.
+    /// Rotates the first stream served, so no stream is always first (turned by each call
+    /// that leased).
     turn: std::sync::atomic::AtomicUsize,
     /// More jobs are probably leasable now: the last lease call filled every slot, or a
     /// wake-up said jobs became ready (true until a lease call finds fewer jobs than slots).
@@ -101,7 +102,7 @@ impl QueueLoop {
         if sessions.is_empty() {
             return slots;
         }
-        let start = self.turn.fetch_add(1, Ordering::Relaxed) % sessions.len();
+        let start = self.turn.load(Ordering::Relaxed) % sessions.len();
         loop {
             let before = slots.len();
             for i in 0..sessions.len() {
@@ -164,7 +165,7 @@ impl QueueLoop {
     }
 
     /// The unconfirmed lease call ids, taken to send (at most [`MAX_CONFIRM`]).
-    fn take_unconfirmed(&self) -> Vec<String> {
+    pub(super) fn take_unconfirmed(&self) -> Vec<String> {
         self.unconfirmed
             .lock()
             .map(|mut u| {
@@ -175,7 +176,7 @@ impl QueueLoop {
     }
 
     /// Keeps lease call ids to confirm later.
-    fn keep_unconfirmed(&self, calls: Vec<String>) {
+    pub(super) fn keep_unconfirmed(&self, calls: Vec<String>) {
         if calls.is_empty() {
             return;
         }
@@ -229,27 +230,20 @@ impl QueueLoop {
             }
         };
         let leased = batch.jobs.len();
+        if leased > 0 {
+            // The next call starts with the next stream. Turned per call that leased, not
+            // per call: a queue at its max_active makes an empty call after each job
+            // (woken by the ack and by its wake-up), and turning on those too could bring
+            // the same stream first every time.
+            self.turn.fetch_add(1, Ordering::Relaxed);
+        }
         if batch.expired > 0 {
             crate::metrics::expired(self.queue.as_str(), batch.expired);
             tracing::info!(queue = %self.queue, jobs = batch.expired, "jobs expired before a lease took them");
         }
         let mut orphans = Vec::new();
         for (slot, lj) in slots.iter().zip(batch.jobs) {
-            crate::metrics::leased(
-                self.queue.as_str(),
-                &lj.job.name,
-                batch.now_ms.saturating_sub(lj.job.ready_ms),
-            );
-            let span = attempt_span(&self.queue, &lj, &slot.worker_id);
-            span.in_scope(|| tracing::debug!("leased"));
-            // A stream that held nothing was idle, not silent: its heartbeat clock starts
-            // with its first job (an idle worker need not heartbeat, see `Hub::end_silent`).
-            let was_idle = slot.held_count() == 0;
-            match slot.deliver(&self.queue, Box::new(lj), span) {
-                Ok(()) if was_idle => hub.touch(slot),
-                Ok(()) => {}
-                Err(lj) => orphans.push((lj.job.id, lj.token)),
-            }
+            orphans.extend(hand_out(hub, &self.queue, slot, lj, batch.now_ms));
         }
         // A call whose byte budget ran out leased fewer than asked with jobs still waiting.
         let full = leased == slots.len() || batch.more;
@@ -298,6 +292,36 @@ impl QueueLoop {
                 .next_due_ms
                 .map_or(SAFETY_POLL, |due| until(due).min(SAFETY_POLL)),
         )
+    }
+}
+
+/// Hands `lj`, leased at Redis time `now_ms` for a credit reserved on `slot`, to that
+/// stream (metrics, the attempt's span). Returns the job's (id, token) when the stream has
+/// closed, to hand back to waiting.
+pub(super) fn hand_out(
+    hub: &Hub,
+    queue: &QueueName,
+    slot: &Session,
+    lj: crate::jobs::LeasedJob,
+    now_ms: u64,
+) -> Option<(String, String)> {
+    crate::metrics::leased(
+        queue.as_str(),
+        &lj.job.name,
+        now_ms.saturating_sub(lj.job.ready_ms),
+    );
+    let span = attempt_span(queue, &lj, &slot.worker_id);
+    span.in_scope(|| tracing::debug!("leased"));
+    // A stream that held nothing was idle, not silent: its heartbeat clock starts with its
+    // first job (an idle worker need not heartbeat, see `Hub::end_silent`).
+    let was_idle = slot.held_count() == 0;
+    match slot.deliver(queue, Box::new(lj), span) {
+        Ok(()) if was_idle => {
+            hub.touch(slot);
+            None
+        }
+        Ok(()) => None,
+        Err(lj) => Some((lj.job.id, lj.token)),
     }
 }
 

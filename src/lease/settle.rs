@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::hub::Hub;
 use crate::jobs::QueueName;
-use crate::store::{AckItem, AckOutcome, FailItem, FailOutcome, Settle, Store, StoreError};
+use crate::store::{FailItem, FailOutcome, Settle, Store, StoreError};
 use crate::Error;
 
 /// Most items one coalesced script call carries.
@@ -37,21 +37,6 @@ pub(super) trait SettleOp: Send + Sync + 'static {
         queue: &'a QueueName,
         items: &'a [Self::Item],
     ) -> impl Future<Output = Result<Vec<Settle<Self::Out>>, StoreError>> + Send + 'a;
-}
-
-/// Acks through `ack.lua`.
-pub(super) struct AckOp(pub(super) Store);
-
-impl SettleOp for AckOp {
-    type Item = AckItem;
-    type Out = AckOutcome;
-    fn call<'a>(
-        &'a self,
-        queue: &'a QueueName,
-        items: &'a [AckItem],
-    ) -> impl Future<Output = Result<Vec<Settle<AckOutcome>>, StoreError>> + Send + 'a {
-        self.0.ack(queue, items)
-    }
 }
 
 /// Fails through `fail.lua`.
@@ -265,7 +250,7 @@ fn item_error(e: &StoreError) -> Error {
 
 /// Pairs each item with its result; `Err` when the lane lost items (see
 /// [`Coalescer::submit`]).
-fn per_item<I, O>(
+pub(super) fn per_item<I, O>(
     sent: usize,
     reply: Result<SettleReply<I, O>, Vec<I>>,
 ) -> Result<Settles<I, O>, Error> {
@@ -295,20 +280,8 @@ fn per_item<I, O>(
 }
 
 impl Hub {
-    /// Acks jobs of `queue` (id, lease token, optional result) in this replica's next ack
-    /// call for the queue, together with whatever other streams ack meanwhile. One result
-    /// per item, in order; `Err` only if the call carrying them panicked.
-    pub async fn ack(
-        &self,
-        queue: &QueueName,
-        items: Vec<AckItem>,
-    ) -> Result<Settles<AckItem, AckOutcome>, Error> {
-        let n = items.len();
-        per_item(n, self.inner.acks.submit(queue, items).await)
-    }
-
-    /// Fails attempts of `queue` in this replica's next fail call for the queue, as
-    /// [`Hub::ack`] does for acks.
+    /// Fails attempts of `queue` in this replica's next fail call for the queue, together
+    /// with whatever other streams fail meanwhile (see [`Hub::ack`]).
     pub async fn fail(
         &self,
         queue: &QueueName,

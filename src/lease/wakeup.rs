@@ -52,7 +52,7 @@ fn take_echo_credit(lp: &QueueLoop) -> bool {
 
 impl Hub {
     /// The local lease loop of `queue`, if there is one.
-    fn local_loop(&self, queue: &QueueName) -> Option<Arc<QueueLoop>> {
+    pub(super) fn local_loop(&self, queue: &QueueName) -> Option<Arc<QueueLoop>> {
         self.inner
             .loops
             .lock()

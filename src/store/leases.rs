@@ -8,6 +8,7 @@ use super::scripts;
 use super::types::*;
 use super::{Store, StoreError};
 use crate::jobs::{DeadReason, LeasedJob, QueueName};
+use redis::Value;
 
 impl Store {
     /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
@@ -41,52 +42,11 @@ impl Store {
             self.intend_due(queue),
             self.run_script(&scripts::LEASE, &keys, args)
         );
-        let mut reply = array(reply?)?.into_iter();
-        let now_ms = int(next(&mut reply)?)? as u64;
-        let next_due_ms = opt_ms(int(next(&mut reply)?)?);
-        let paused = int(next(&mut reply)?)? == 1;
-        let limited = match string(next(&mut reply)?)?.as_str() {
-            "" => None,
-            "rate" => Some(Limit::Rate),
-            "throttle" => Some(Limit::Throttle),
-            "concurrency" => Some(Limit::Concurrency),
-            "group" => Some(Limit::Group),
-            _ => return Err(bad("lease limit")),
-        };
-        let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
-        let more = int(next(&mut reply)?)? == 1;
-        let expired = int(next(&mut reply)?)? as u64;
-        // Three values per job, then each job's checkpoint.
-        let leased = reply.len() / 4;
-        let mut jobs = Vec::with_capacity(leased);
-        for token in tokens.into_iter().take(leased) {
-            let id = string(next(&mut reply)?)?;
-            let deadline_ms = int(next(&mut reply)?)? as u64;
-            let mut job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
-            job.lease_deadline_ms = deadline_ms;
-            jobs.push(LeasedJob {
-                attempt: job.attempts_made,
-                job,
-                token,
-                deadline_ms,
-            });
+        let batch = lease_batch(queue, tokens, reply?)?;
+        if let Some(first) = batch.jobs.iter().map(|j| j.deadline_ms).min() {
+            self.mark_due_soon(queue, first);
         }
-        for j in &mut jobs {
-            j.job.data.checkpoint = bytes(next(&mut reply)?)?;
-        }
-        if let Some(first) = jobs.iter().map(|j| j.deadline_ms).min() {
-            self.mark_due(queue, first).await;
-        }
-        Ok(LeaseBatch {
-            now_ms,
-            jobs,
-            next_due_ms,
-            paused,
-            limited,
-            wait_until_ms,
-            more,
-            expired,
-        })
+        Ok(batch)
     }
 
     /// Completes leased jobs whose token matches (`ack.lua`), keeping each item's result
@@ -116,56 +76,16 @@ impl Store {
         queue: &QueueName,
         items: &[I],
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
-        let mut args = Vec::with_capacity(2 + items.len() * 2);
-        args.push(items.len().to_string().into_bytes());
-        for i in items {
-            args.push(i.id().as_bytes().to_vec());
-            args.push(i.token().as_bytes().to_vec());
-        }
-        // The results after the pairs, as (item index, bytes): acks without one add nothing.
-        let results: Vec<(usize, &[u8])> = items
-            .iter()
-            .enumerate()
-            .filter_map(|(k, i)| i.result().map(|r| (k, r)))
-            .collect();
-        if !results.is_empty() {
-            args.push(results.len().to_string().into_bytes());
-            for (k, r) in results {
-                args.push(k.to_string().into_bytes());
-                args.push(r.to_vec());
-            }
-        }
+        let args = ack_args(items);
         let keys = Keys::new(queue);
         let (_, reply) = tokio::join!(
             self.intend_due(queue),
             self.run_script(&scripts::ACK, &keys, args)
         );
-        let reply = reply?;
-        let mut reply = array(reply)?.into_iter();
-        let now_ms = int(next(&mut reply)?)? as u64;
-        let answered = (reply.len() / 3).min(items.len());
-        let outcomes: Vec<Settle<AckOutcome>> = items[..answered]
-            .iter()
-            .map(|_| {
-                let status = string(next(&mut reply)?)?;
-                let lease_ms = int(next(&mut reply)?)? as u64;
-                let text = string(next(&mut reply)?)?;
-                Ok(match status.as_str() {
-                    "OK" | "DONE" => Settle::Done(AckOutcome {
-                        lease_ms,
-                        name: text,
-                        now_ms,
-                        repeated: status == "DONE",
-                    }),
-                    "NOT_FOUND" => Settle::NotFound,
-                    "LEASE_LOST" => Settle::LeaseLost(text),
-                    _ => return Err(bad("unknown settle status")),
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        if outcomes.iter().any(|o| matches!(o, Settle::Done(_))) {
+        let outcomes = ack_outcomes(items.len(), reply?)?;
+        if let Some(now_ms) = acked_at(&outcomes) {
             // Retention: the reaper applies the age limit and counts what was trimmed.
-            self.mark_due(queue, now_ms).await;
+            self.mark_due_soon(queue, now_ms);
         }
         Ok(outcomes)
     }
@@ -394,7 +314,131 @@ impl Store {
     }
 }
 
+impl Store {
+    /// [`Store::mark_due`] in a task of its own, off the caller's path: the leases and acks
+    /// it follows reach their streams a round trip sooner. As for `mark_due`, a failure
+    /// (or its loss to a crash) is harmless: the intent written before the script covers
+    /// the work (`registry.rs`).
+    pub(super) fn mark_due_soon(&self, queue: &QueueName, at_ms: u64) {
+        let (store, queue) = (self.clone(), queue.clone());
+        tokio::spawn(async move { store.mark_due(&queue, at_ms).await });
+    }
+}
+
 /// A fresh lease call id (128 random bits, hex): the prefix of the call's lease tokens.
 pub fn new_lease_call_id() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// Decodes `lease_fn.lua`'s reply: the i-th job leased has the i-th of `tokens`.
+pub(super) fn lease_batch(
+    queue: &QueueName,
+    tokens: Vec<String>,
+    reply: Value,
+) -> Result<LeaseBatch, StoreError> {
+    let mut reply = array(reply)?.into_iter();
+    let now_ms = int(next(&mut reply)?)? as u64;
+    let next_due_ms = opt_ms(int(next(&mut reply)?)?);
+    let paused = int(next(&mut reply)?)? == 1;
+    let limited = match string(next(&mut reply)?)?.as_str() {
+        "" => None,
+        "rate" => Some(Limit::Rate),
+        "throttle" => Some(Limit::Throttle),
+        "concurrency" => Some(Limit::Concurrency),
+        "group" => Some(Limit::Group),
+        _ => return Err(bad("lease limit")),
+    };
+    let wait_until_ms = opt_ms(int(next(&mut reply)?)?);
+    let more = int(next(&mut reply)?)? == 1;
+    let expired = int(next(&mut reply)?)? as u64;
+    // Three values per job, then each job's checkpoint.
+    let leased = reply.len() / 4;
+    let mut jobs = Vec::with_capacity(leased);
+    for token in tokens.into_iter().take(leased) {
+        let id = string(next(&mut reply)?)?;
+        let deadline_ms = int(next(&mut reply)?)? as u64;
+        let mut job = job_from_record(queue, id, &bytes(next(&mut reply)?)?)?;
+        job.lease_deadline_ms = deadline_ms;
+        jobs.push(LeasedJob {
+            attempt: job.attempts_made,
+            job,
+            token,
+            deadline_ms,
+        });
+    }
+    for j in &mut jobs {
+        j.job.data.checkpoint = bytes(next(&mut reply)?)?;
+    }
+    Ok(LeaseBatch {
+        now_ms,
+        jobs,
+        next_due_ms,
+        paused,
+        limited,
+        wait_until_ms,
+        more,
+        expired,
+    })
+}
+
+/// Decodes `ack_fn.lua`'s reply for a call of `items` acks: the outcomes of the first ones
+/// (all unless the call's byte budget ran out).
+pub(super) fn ack_outcomes(
+    items: usize,
+    reply: Value,
+) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
+    let mut reply = array(reply)?.into_iter();
+    let now_ms = int(next(&mut reply)?)? as u64;
+    let answered = (reply.len() / 3).min(items);
+    let outcomes: Vec<Settle<AckOutcome>> = (0..answered)
+        .map(|_| {
+            let status = string(next(&mut reply)?)?;
+            let lease_ms = int(next(&mut reply)?)? as u64;
+            let text = string(next(&mut reply)?)?;
+            Ok(match status.as_str() {
+                "OK" | "DONE" => Settle::Done(AckOutcome {
+                    lease_ms,
+                    name: text,
+                    now_ms,
+                    repeated: status == "DONE",
+                }),
+                "NOT_FOUND" => Settle::NotFound,
+                "LEASE_LOST" => Settle::LeaseLost(text),
+                _ => return Err(bad("unknown settle status")),
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(outcomes)
+}
+
+/// `ack_fn.lua`'s arguments for `items`: n, the (id, token) pairs, then the results.
+pub(super) fn ack_args<I: AckInput>(items: &[I]) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(2 + items.len() * 2);
+    args.push(items.len().to_string().into_bytes());
+    for i in items {
+        args.push(i.id().as_bytes().to_vec());
+        args.push(i.token().as_bytes().to_vec());
+    }
+    // The results after the pairs, as (item index, bytes): acks without one add nothing.
+    let results: Vec<(usize, &[u8])> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(k, i)| i.result().map(|r| (k, r)))
+        .collect();
+    if !results.is_empty() {
+        args.push(results.len().to_string().into_bytes());
+        for (k, r) in results {
+            args.push(k.to_string().into_bytes());
+            args.push(r.to_vec());
+        }
+    }
+    args
+}
+
+/// Redis's clock at an ack call that completed a job (retention is reaper work from then).
+pub(super) fn acked_at(outcomes: &[Settle<AckOutcome>]) -> Option<u64> {
+    outcomes.iter().find_map(|o| match o {
+        Settle::Done(a) => Some(a.now_ms),
+        _ => None,
+    })
 }

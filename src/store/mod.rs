@@ -9,6 +9,7 @@
 //! leaves each job in exactly one state; all of a queue's keys share the hash tag `{queue}`;
 //! the scripts take the time from Redis `TIME`.
 
+mod ack_lease;
 mod cancel;
 mod client;
 mod codec;

@@ -1,6 +1,7 @@
 //! The Lua scripts, each built once as a static `redis::Script` (called with EVALSHA; on NOSCRIPT
 //! with EVAL and the body). Each script is `common.lua`, then `groups.lua`, then
-//! `attempts.lua`, then its own file.
+//! `attempts.lua`, then the shared parts it names (`lease_fn.lua`, `ack_fn.lua`), then its own
+//! file.
 
 use std::sync::LazyLock;
 
@@ -32,14 +33,15 @@ impl NamedScript {
 }
 
 macro_rules! script {
-    ($name:ident, $label:literal) => {
-        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua`, `scripts/groups.lua` and `scripts/attempts.lua`.")]
+    ($name:ident, $label:literal $(, $part:literal)*) => {
+        #[doc = concat!("`scripts/", $label, ".lua`, after `scripts/common.lua`, `scripts/groups.lua`, `scripts/attempts.lua`", $(", `scripts/", $part, ".lua`",)* ".")]
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             body: concat!(
                 include_str!("scripts/common.lua"),
                 include_str!("scripts/groups.lua"),
                 include_str!("scripts/attempts.lua"),
+                $(include_str!(concat!("scripts/", $part, ".lua")),)*
                 include_str!(concat!("scripts/", $label, ".lua"))
             ),
             script: LazyLock::new(|| {
@@ -47,6 +49,7 @@ macro_rules! script {
                     include_str!("scripts/common.lua"),
                     include_str!("scripts/groups.lua"),
                     include_str!("scripts/attempts.lua"),
+                    $(include_str!(concat!("scripts/", $part, ".lua")),)*
                     include_str!(concat!("scripts/", $label, ".lua"))
                 ))
             }),
@@ -55,8 +58,9 @@ macro_rules! script {
 }
 
 script!(ENQUEUE, "enqueue");
-script!(LEASE, "lease");
-script!(ACK, "ack");
+script!(LEASE, "lease", "lease_fn");
+script!(ACK, "ack", "ack_fn");
+script!(ACK_LEASE, "ack_lease", "ack_fn", "lease_fn");
 script!(FAIL, "fail");
 script!(REAP, "reap");
 script!(RENEW, "renew");

@@ -95,6 +95,18 @@ impl AckInput for AckItem {
     }
 }
 
+impl<T: AckInput> AckInput for &T {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn token(&self) -> &str {
+        (**self).token()
+    }
+    fn result(&self) -> Option<&[u8]> {
+        (**self).result()
+    }
+}
+
 impl AckInput for (String, String) {
     fn id(&self) -> &str {
         &self.0

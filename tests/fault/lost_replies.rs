@@ -165,6 +165,62 @@ async fn a_lease_whose_reply_is_lost_is_not_charged_when_redis_sleeps() {
     lost_lease_is_not_charged(Stall::DebugSleep).await;
 }
 
+/// A stream's ack that brings its next job (one ack-and-lease call, `ack_lease.lua`) times
+/// out while Redis stalls, then runs: the ack is applied (the worker's repeat answers OK),
+/// and the job it leased reached no worker: it comes back uncharged (attempt 1 when
+/// delivered) and is never dead-lettered, though its max_attempts is 1.
+async fn lost_ack_lease_is_not_charged(how: Stall) {
+    let redis = RedisProc::start(NO_AOF).await;
+    let app = app_on(&redis).await;
+    enqueue(&app, spec("al-lost", "hold")).await;
+    let mut w = TestWorker::open(&app, &["al-lost"], 1, "w").await;
+    let hold = w.lease().await;
+    enqueue(&app, spec("al-lost", "victim")).await;
+    stall(&redis, how).await;
+    // The ack gives the stream's credit back: its call acks and leases the victim.
+    let job = hold.job.as_ref().expect("job");
+    w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
+        queue: job.queue.clone(),
+        job_id: job.job_id.clone(),
+        lease_token: hold.lease_token.clone(),
+        result: Vec::new(),
+    }));
+    let l = w
+        .heartbeat_for(Duration::from_secs(8))
+        .await
+        .into_iter()
+        .next();
+    let l = l.unwrap_or_else(|| {
+        panic!("{how:?}: the victim never reached the worker (charged and dead-lettered?)")
+    });
+    assert_eq!(l.job.as_ref().expect("job").job_id, "victim");
+    assert_eq!(l.attempt, 1, "{how:?}: the lost lease was not charged");
+    let first = w.settled().await;
+    println!(
+        "{how:?}: the ack in the stalled call answered code {}",
+        first.code
+    );
+    assert_eq!(w.ack(&l).await.code, 0);
+    // The stalled call's ack was applied, or not: repeated, it answers OK.
+    assert_eq!(w.ack(&hold).await.code, 0, "{how:?}");
+    let v = get_job(&app, "al-lost", "victim").await;
+    assert_eq!(v.state, pb::JobState::Completed as i32);
+    assert_eq!(v.attempts_made, 1, "{how:?}");
+    let h = get_job(&app, "al-lost", "hold").await;
+    assert_eq!(h.state, pb::JobState::Completed as i32);
+    assert_eq!(h.attempts_made, 1, "{how:?}");
+}
+
+#[tokio::test]
+async fn an_ack_and_lease_whose_reply_is_lost_is_not_charged_when_redis_pauses() {
+    lost_ack_lease_is_not_charged(Stall::Pause).await;
+}
+
+#[tokio::test]
+async fn an_ack_and_lease_whose_reply_is_lost_is_not_charged_when_redis_sleeps() {
+    lost_ack_lease_is_not_charged(Stall::DebugSleep).await;
+}
+
 #[derive(Clone, Copy, Debug)]
 enum SettleKind {
     Ack,

@@ -5,7 +5,7 @@
 //! A real redis-server is watched with MONITOR (`redis-cli monitor`, a child process) while
 //! a real jobwire server and a `Store` drive every script: enqueue (single, batch with
 //! priorities 0, + and -, delayed, a taken id), lease, confirm, ack (with retention
-//! trimming, one with a result), a progress report, fail (retry and dead), renew, release, release of a lost lease call, the
+//! trimming, one with a result), an ack that leases the next job (ack_lease), a progress report, fail (retry and dead), renew, release, release of a lost lease call, the
 //! server's reap of an expired lease (and the due index after it), list / get / replay (by
 //! ids and by filter) / delete dead jobs, queue config and pause, stats, purge and delete of
 //! the queue. Then, for every EVALSHA in the stream, each command its script ran (the lines
@@ -28,10 +28,11 @@ use monitor::{calls, hash_tag, keys_of, show, Monitor};
 const Q: &str = "dk";
 
 /// Every script jobwire runs, by the name in its file's first comment line.
-const SCRIPTS: [&str; 26] = [
+const SCRIPTS: [&str; 27] = [
     "enqueue",
     "lease",
     "ack",
+    "ack_lease",
     "fail",
     "reap",
     "renew",
@@ -384,6 +385,25 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
         fail_item(&held[7].0, &held[7].1, Disposition::NoRetry),
     ];
     store.fail(&q, &fails).await.expect("fail");
+    // An ack that leases the next job in the same call (ack_lease.lua), with a result.
+    enqueue(app, spec(Q, "next")).await;
+    let call = jobwire::store::new_lease_call_id();
+    let acked = [AckItem {
+        id: held[8].0.clone(),
+        token: held[8].1.clone(),
+        result: Some(b"r".to_vec()),
+    }];
+    let (outcomes, batch) = store
+        .ack_lease(&q, &acked, &["w"], 30_000, &call, &[])
+        .await
+        .expect("ack and lease");
+    assert!(matches!(outcomes[..], [Settle::Done(_)]), "{outcomes:?}");
+    let batch = batch.expect("the acks fit the call");
+    assert_eq!(batch.jobs.len(), 1, "{batch:?}");
+    store
+        .confirm_lease_calls(&q, &[call])
+        .await
+        .expect("confirm");
     // A lease call whose reply was "lost".
     let call = jobwire::store::new_lease_call_id();
     store

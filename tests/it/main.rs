@@ -14,6 +14,7 @@ mod metrics_zero;
 #[path = "../support/topology/mod.rs"]
 mod topology;
 
+mod ack_lease;
 mod bad_input;
 mod bad_input_workers;
 mod batch_items;

@@ -119,12 +119,15 @@ fn parse_line(line: &str) -> Option<(String, Vec<Vec<u8>>)> {
     Some((client, args))
 }
 
-/// A script's name: the first `-- <name>.lua:` comment that is not the shared prelude's.
+/// A script's name: the first `-- <name>.lua:` comment that is not the shared prelude's
+/// (nor a shared part's: `lease_fn.lua`, `ack_fn.lua`).
 fn script_name(source: &[u8]) -> String {
     String::from_utf8_lossy(source)
         .lines()
         .filter_map(|l| l.strip_prefix("-- ")?.split_once(".lua:").map(|(n, _)| n))
-        .find(|n| !["common", "groups", "attempts"].contains(n) && !n.contains(' '))
+        .find(|n| {
+            !["common", "groups", "attempts", "lease_fn", "ack_fn"].contains(n) && !n.contains(' ')
+        })
         .unwrap_or("?")
         .to_owned()
 }
