@@ -172,9 +172,15 @@ async fn a_lease_whose_reply_is_lost_is_not_charged_when_redis_sleeps() {
 async fn lost_ack_lease_is_not_charged(how: Stall) {
     let redis = RedisProc::start(NO_AOF).await;
     let app = app_on(&redis).await;
+    enqueue(&app, spec("al-lost", "warm-up")).await;
     enqueue(&app, spec("al-lost", "hold")).await;
     let mut w = TestWorker::open(&app, &["al-lost"], 1, "w").await;
+    // The warm-up's ack leases the next job, so Redis has the script before the stall (a
+    // first call would meet NOSCRIPT after the stall and apply nothing).
+    let warm = w.lease().await;
+    assert_eq!(w.ack(&warm).await.code, 0);
     let hold = w.lease().await;
+    assert_eq!(hold.job.as_ref().expect("job").job_id, "hold");
     enqueue(&app, spec("al-lost", "victim")).await;
     stall(&redis, how).await;
     // The ack gives the stream's credit back: its call acks and leases the victim.
