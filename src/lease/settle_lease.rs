@@ -16,7 +16,6 @@
 //! and leased jobs ride the lane as guards: a credit dropped unused is free again, a job
 //! dropped undelivered goes back to waiting uncharged.
 
-use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use super::hub::{Hub, Inner};
@@ -46,7 +45,7 @@ pub(super) enum AckOut {
 /// What a reserved credit got from the call's lease part.
 pub(super) enum SlotOut {
     /// A job.
-    Job(LeaseGuard),
+    Job(Box<LeaseGuard>),
     /// Nothing; with `wake_loop`, the queue's loop should look again once the credit is free
     /// (jobs may still be leasable: a limit, a pause, delayed jobs, or backlog).
     Empty { wake_loop: bool },
@@ -99,56 +98,54 @@ pub(super) struct AckOp {
 impl SettleOp for AckOp {
     type Item = AckPart;
     type Out = AckOut;
-    fn call<'a>(
-        &'a self,
-        queue: &'a QueueName,
-        items: &'a [AckPart],
-    ) -> impl Future<Output = Result<Vec<Settle<AckOut>>, StoreError>> + Send + 'a {
-        async move {
-            let acks: Vec<&AckItem> = items
-                .iter()
-                .filter_map(|i| match i {
-                    AckPart::Ack(a) => Some(a),
-                    AckPart::Slot(_) => None,
-                })
-                .collect();
-            let slots: Vec<&Arc<Session>> = items
-                .iter()
-                .filter_map(|i| match i {
-                    AckPart::Slot(s) => s.0.as_ref(),
-                    AckPart::Ack(_) => None,
-                })
-                .collect();
-            let hub = self.hub.upgrade().map(|inner| Hub { inner });
-            let lp = hub.as_ref().and_then(|h| h.local_loop(queue));
-            let (outcomes, mut slot_outs) = match (hub, lp) {
-                (Some(hub), Some(lp)) if !slots.is_empty() => {
-                    ack_lease(&self.store, &hub, &lp, queue, &acks, &slots).await?
-                }
-                _ => (self.store.ack(queue, &acks).await?, Vec::new()),
-            };
-            if outcomes.len() != acks.len() {
-                return Err(StoreError::Decode(format!(
-                    "an ack call of {} acks returned {} outcomes",
-                    acks.len(),
-                    outcomes.len()
-                )));
+    async fn call(
+        &self,
+        queue: &QueueName,
+        items: &[AckPart],
+    ) -> Result<Vec<Settle<AckOut>>, StoreError> {
+        let acks: Vec<&AckItem> = items
+            .iter()
+            .filter_map(|i| match i {
+                AckPart::Ack(a) => Some(a),
+                AckPart::Slot(_) => None,
+            })
+            .collect();
+        let slots: Vec<&Arc<Session>> = items
+            .iter()
+            .filter_map(|i| match i {
+                AckPart::Slot(s) => s.0.as_ref(),
+                AckPart::Ack(_) => None,
+            })
+            .collect();
+        let hub = self.hub.upgrade().map(|inner| Hub { inner });
+        let lp = hub.as_ref().and_then(|h| h.local_loop(queue));
+        let (outcomes, mut slot_outs) = match (hub, lp) {
+            (Some(hub), Some(lp)) if !slots.is_empty() => {
+                ack_lease(&self.store, &hub, &lp, queue, &acks, &slots).await?
             }
-            slot_outs.resize_with(slots.len(), || SlotOut::Empty { wake_loop: true });
-            let (mut outcomes, mut slot_outs) = (outcomes.into_iter(), slot_outs.into_iter());
-            Ok(items
-                .iter()
-                .filter_map(|i| match i {
-                    AckPart::Ack(_) => outcomes.next().map(|o| map_settle(o, AckOut::Acked)),
-                    AckPart::Slot(s) if s.0.is_some() => {
-                        slot_outs.next().map(|o| Settle::Done(AckOut::Leased(o)))
-                    }
-                    AckPart::Slot(_) => Some(Settle::Done(AckOut::Leased(SlotOut::Empty {
-                        wake_loop: true,
-                    }))),
-                })
-                .collect())
+            _ => (self.store.ack(queue, &acks).await?, Vec::new()),
+        };
+        if outcomes.len() != acks.len() {
+            return Err(StoreError::Decode(format!(
+                "an ack call of {} acks returned {} outcomes",
+                acks.len(),
+                outcomes.len()
+            )));
         }
+        slot_outs.resize_with(slots.len(), || SlotOut::Empty { wake_loop: true });
+        let (mut outcomes, mut slot_outs) = (outcomes.into_iter(), slot_outs.into_iter());
+        Ok(items
+            .iter()
+            .filter_map(|i| match i {
+                AckPart::Ack(_) => outcomes.next().map(|o| map_settle(o, AckOut::Acked)),
+                AckPart::Slot(s) if s.0.is_some() => {
+                    slot_outs.next().map(|o| Settle::Done(AckOut::Leased(o)))
+                }
+                AckPart::Slot(_) => Some(Settle::Done(AckOut::Leased(SlotOut::Empty {
+                    wake_loop: true,
+                }))),
+            })
+            .collect())
     }
 }
 
@@ -209,12 +206,12 @@ async fn ack_lease(
         .jobs
         .into_iter()
         .map(|job| {
-            SlotOut::Job(LeaseGuard {
+            SlotOut::Job(Box::new(LeaseGuard {
                 hub: hub.clone(),
                 queue: queue.clone(),
                 now_ms,
                 job: Some(job),
-            })
+            }))
         })
         .chain(std::iter::repeat_with(|| SlotOut::Empty { wake_loop }))
         .take(slots.len())
