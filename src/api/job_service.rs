@@ -2,7 +2,6 @@
 //! CancelJob, CancelJobs and DeleteJob (`cancel.rs`).
 
 use std::collections::BTreeMap;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
@@ -13,8 +12,8 @@ use super::limits::MAX_BATCH;
 use super::pb;
 use crate::auth::audit::{self, AdminAction};
 use crate::auth::{Auth, Rpc};
-use crate::jobs::{JobState, NewJob, QueueName};
-use crate::lease::{EchoCredit, Hub};
+use crate::jobs::{NewJob, QueueName};
+use crate::lease::{enqueue_commit, EnqueueLanes, Hub};
 use crate::store::{EnqueueOutcome, Store};
 use crate::Error;
 
@@ -32,6 +31,8 @@ pub struct JobApi {
     hub: Hub,
     limits: ApiLimits,
     auth: Auth,
+    /// Group commit of unary Enqueues, per queue.
+    lanes: EnqueueLanes,
 }
 
 impl JobApi {
@@ -40,13 +41,16 @@ impl JobApi {
     pub fn new(hub: Hub, limits: ApiLimits, auth: Auth) -> JobApi {
         JobApi {
             store: hub.store().clone(),
+            lanes: EnqueueLanes::new(hub.clone(), limits.default_max_attempts),
             hub,
             limits,
             auth,
         }
     }
 
-    /// Enqueues `jobs` of `queue`. When `ids_ours` (the server chose every id, before the
+    /// Enqueues `jobs` of `queue`, through the queue's enqueue lane (group commit with the
+    /// concurrent unary Enqueues of the queue, `lease/enqueue_commit.rs`) when `coalesce`,
+    /// else in calls of their own. When `ids_ours` (the server chose every id, before the
     /// first call), a call that fails as unavailable is retried with the same ids within
     /// [`ENQUEUE_RETRY_BUDGET`]: the failed call may have written the jobs (its reply was
     /// lost), and the retry then finds them taken. Such a job is still reported as created,
@@ -56,14 +60,22 @@ impl JobApi {
     async fn enqueue_retrying(
         &self,
         queue: &QueueName,
-        jobs: &[NewJob],
+        mut jobs: Vec<NewJob>,
         ids_ours: bool,
+        coalesce: bool,
     ) -> Result<Vec<EnqueueOutcome>, Error> {
         let deadline = Instant::now() + ENQUEUE_RETRY_BUDGET;
         let mut pause = ENQUEUE_RETRY_PAUSE;
         let mut retried = false;
         loop {
-            match self.enqueue_in(queue, jobs).await {
+            let (back, result) = if coalesce {
+                self.lanes.enqueue(queue, jobs).await
+            } else {
+                let r = self.enqueue_in(queue, &jobs).await;
+                (jobs, r)
+            };
+            jobs = back;
+            match result {
                 Ok(mut outcomes) => {
                     if retried {
                         for o in &mut outcomes {
@@ -72,7 +84,9 @@ impl JobApi {
                     }
                     return Ok(outcomes);
                 }
-                Err(Error::Unavailable(e)) if ids_ours && Instant::now() + pause < deadline => {
+                Err(Error::Unavailable(e))
+                    if ids_ours && !jobs.is_empty() && Instant::now() + pause < deadline =>
+                {
                     tracing::debug!(queue = %queue, error = %e, "enqueue unavailable; retrying with the same ids");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(ENQUEUE_RETRY_PAUSE_MAX);
@@ -83,43 +97,22 @@ impl JobApi {
         }
     }
 
-    /// One enqueue call for `jobs` of `queue`. A local lease loop of the queue is woken as
-    /// soon as the call is on the store's connection (see `lease/wakeup.rs`): the future is
-    /// polled once, which writes the EVALSHA into the connection's pipeline unless the store
-    /// first has a one-time SADD to send for a queue new to it, so only queues the store
-    /// already knows take the early path.
+    /// One enqueue of `jobs` of `queue` in calls of its own (EnqueueBatch), waking a local
+    /// lease loop early (`enqueue_commit::write`).
     async fn enqueue_in(
         &self,
         queue: &QueueName,
         jobs: &[NewJob],
     ) -> Result<Vec<EnqueueOutcome>, Error> {
-        let known = self.store.knows_queue(queue);
-        let reloads = self.store.script_reloads();
-        let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
-        let mut call =
-            std::pin::pin!(self
-                .store
-                .enqueue(queue, jobs, self.limits.default_max_attempts));
-        let (outcomes, credit) = match futures::poll!(&mut call) {
-            Poll::Ready(r) => (r, EchoCredit::none()),
-            Poll::Pending => {
-                let credit = if known && may_ready {
-                    self.hub.early_wake(queue)
-                } else {
-                    EchoCredit::none()
-                };
-                (call.await, credit)
-            }
-        };
-        let made_ready = outcomes.as_ref().is_ok_and(|o| {
-            o.iter()
-                .any(|o| o.created && o.job.state == JobState::Waiting)
-        });
-        // Any script reload meanwhile (this call's or another's) may have put the enqueue
-        // behind the lease it woke: wake again rather than wait for the safety poll.
-        let in_order = self.store.script_reloads() == reloads;
-        self.hub.after_enqueue(credit, made_ready, in_order);
-        Ok(outcomes?)
+        let (outcomes, stopped) =
+            enqueue_commit::write(&self.hub, queue, jobs, self.limits.default_max_attempts).await;
+        if let Some(e) = stopped {
+            return Err(e.into());
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.map_err(Error::from))
+            .collect()
     }
 }
 
@@ -142,7 +135,7 @@ impl pb::job_service_server::JobService for JobApi {
         tracing::Span::current().record("job_id", job.id.as_str());
         let queue = job.queue.clone();
         let outcome = self
-            .enqueue_retrying(&queue, std::slice::from_ref(&job), id_ours)
+            .enqueue_retrying(&queue, vec![job], id_ours, true)
             .await?
             .pop()
             .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
@@ -198,14 +191,14 @@ impl pb::job_service_server::JobService for JobApi {
         // UNAVAILABLE while Redis is down), which is as safe to retry.
         let (mut written, mut first_failure) = (false, None);
         for (queue, items) in by_queue {
-            let jobs: Vec<NewJob> = items.iter().map(|(_, j)| j.clone()).collect();
             let ids_ours = items.iter().all(|(i, _)| specs[*i].job_id.is_empty());
-            let outcomes = match self.enqueue_retrying(&queue, &jobs, ids_ours).await {
+            let (index, jobs): (Vec<usize>, Vec<NewJob>) = items.into_iter().unzip();
+            let outcomes = match self.enqueue_retrying(&queue, jobs, ids_ours, false).await {
                 Ok(o) => o,
                 Err(e) => {
                     let status = Status::from(e);
                     let refused = item_result(&status, String::new());
-                    for (i, _) in &items {
+                    for i in &index {
                         results[*i] = Some(refused.clone());
                     }
                     first_failure.get_or_insert(status);
@@ -213,7 +206,7 @@ impl pb::job_service_server::JobService for JobApi {
                 }
             };
             written = true;
-            for ((i, _), o) in items.iter().zip(outcomes) {
+            for (i, o) in index.iter().zip(outcomes) {
                 crate::metrics::enqueued(queue.as_str(), o.created);
                 results[*i] = Some(pb::EnqueueResult {
                     job: Some(convert::job_pb(o.job)),

@@ -26,9 +26,30 @@ impl Store {
         jobs: &[NewJob],
         default_max_attempts: u32,
     ) -> Result<Vec<EnqueueOutcome>, StoreError> {
-        self.remember_queue(queue).await?;
-        let keys = Keys::new(queue);
+        let (outcomes, stopped) = self.enqueue_each(queue, jobs, default_max_attempts).await;
+        if let Some(e) = stopped {
+            return Err(e);
+        }
+        outcomes.into_iter().collect()
+    }
+
+    /// [`Store::enqueue`] with one result per job: the outcomes of the jobs the calls
+    /// answered for, in input order (a job whose taken id holds a record that does not
+    /// decode gets that error, and only it), and the error that stopped the calls before
+    /// the rest (`None` when every job was answered). Jobs answered before the error were
+    /// written (or found taken) whatever comes after them; the group commit of unary
+    /// Enqueues (`api/enqueue_commit.rs`) hands each caller its own part.
+    pub async fn enqueue_each(
+        &self,
+        queue: &QueueName,
+        jobs: &[NewJob],
+        default_max_attempts: u32,
+    ) -> (Vec<Result<EnqueueOutcome, StoreError>>, Option<StoreError>) {
         let mut out = Vec::with_capacity(jobs.len());
+        if let Err(e) = self.remember_queue(queue).await {
+            return (out, Some(e));
+        }
+        let keys = Keys::shared(queue);
         let mut start = 0;
         while start < jobs.len() {
             let mut end = start + 1;
@@ -40,27 +61,32 @@ impl Store {
                 }
                 end += 1;
             }
-            let done = self
+            let done = match self
                 .enqueue_call(queue, &keys, &jobs[start..end], default_max_attempts)
-                .await?;
-            if done.is_empty() {
-                return Err(bad("enqueue.lua answered for no job"));
-            }
+                .await
+            {
+                Ok(done) if done.is_empty() => {
+                    return (out, Some(bad("enqueue.lua answered for no job")))
+                }
+                Ok(done) => done,
+                Err(e) => return (out, Some(e)),
+            };
             start += done.len();
             out.extend(done);
         }
-        Ok(out)
+        (out, None)
     }
 
     /// One `enqueue.lua` call for `jobs`: the outcomes of the first jobs (all of them unless
-    /// the call's byte budget ran out).
+    /// the call's byte budget ran out); a taken id whose record does not decode fails that
+    /// job only.
     async fn enqueue_call(
         &self,
         queue: &QueueName,
         keys: &Keys,
         jobs: &[NewJob],
         default_max_attempts: u32,
-    ) -> Result<Vec<EnqueueOutcome>, StoreError> {
+    ) -> Result<Vec<Result<EnqueueOutcome, StoreError>>, StoreError> {
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 10);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
@@ -115,26 +141,25 @@ impl Store {
         {
             self.mark_due(queue, at).await;
         }
-        answered
-            .iter()
-            .map(|j| {
-                let item = bytes(next(&mut reply)?)?;
-                if item == b"C" {
-                    let backoff = j.backoff.clone().or_else(|| default_backoff.clone());
-                    let max = j.max_attempts.unwrap_or(default_max);
-                    let timeout = j.timeout_ms.unwrap_or(default_timeout);
-                    Ok(EnqueueOutcome {
-                        job: created_job(j, now, max, backoff, timeout),
-                        created: true,
-                    })
-                } else {
-                    Ok(EnqueueOutcome {
-                        job: job_from_record(queue, j.id.clone(), &item)?,
-                        created: false,
-                    })
-                }
-            })
-            .collect()
+        let mut out = Vec::with_capacity(answered.len());
+        for j in answered {
+            let item = bytes(next(&mut reply)?)?;
+            out.push(if item == b"C" {
+                let backoff = j.backoff.clone().or_else(|| default_backoff.clone());
+                let max = j.max_attempts.unwrap_or(default_max);
+                let timeout = j.timeout_ms.unwrap_or(default_timeout);
+                Ok(EnqueueOutcome {
+                    job: created_job(j, now, max, backoff, timeout),
+                    created: true,
+                })
+            } else {
+                job_from_record(queue, j.id.clone(), &item).map(|job| EnqueueOutcome {
+                    job,
+                    created: false,
+                })
+            });
+        }
+        Ok(out)
     }
 
     /// Reads one job (`None` if there is none with that id).
