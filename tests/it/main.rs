@@ -27,6 +27,7 @@ mod dead_letters;
 mod declared_keys;
 mod due_spread;
 mod early_wake;
+mod enqueue_commit;
 mod error_history;
 mod error_text;
 mod expiry;
