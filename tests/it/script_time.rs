@@ -153,8 +153,16 @@ fn script_names() -> BTreeMap<String, &'static str> {
             ))),*]
         };
     }
-    scripts!(
+    // enqueue.lua goes without attempts.lua (src/store/scripts.rs).
+    let enqueue = (
         "enqueue",
+        concat!(
+            include_str!("../../src/store/scripts/common.lua"),
+            include_str!("../../src/store/scripts/groups.lua"),
+            include_str!("../../src/store/scripts/enqueue.lua")
+        ),
+    );
+    scripts!(
         "lease",
         "ack",
         "fail",
@@ -173,6 +181,7 @@ fn script_names() -> BTreeMap<String, &'static str> {
         "group_admin"
     )
     .into_iter()
+    .chain([enqueue])
     .map(|(name, text)| (redis::Script::new(text).get_hash().to_owned(), name))
     .collect()
 }
