@@ -31,7 +31,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub redis_url: Option<String>,
 
-    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill, and (not by
+    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill, rtt (a bare gRPC
+    /// health check, one at a time: the floor of one-at-a-time Enqueue), and (not by
     /// default: they take minutes) rate (fixed-rate load, `--rates`) and drain (a drain
     /// of `--drain-jobs` pre-filled jobs).
     #[arg(

@@ -1,4 +1,5 @@
-//! Enqueue throughput: unary one at a time, unary with K in flight, EnqueueBatch of B.
+//! Enqueue throughput: unary one at a time, unary with K in flight, EnqueueBatch of B; and
+//! the floor under one-at-a-time unary calls: a bare gRPC health check, one at a time.
 //! Window: first call sent to last reply received.
 
 use super::client::{prefill, spec, Conn, SpecOpts};
@@ -68,5 +69,22 @@ pub async fn batched(
 ) -> anyhow::Result<Map<String, Value>> {
     let a = pids.snap();
     prefill(ch, queues, n, batch, o).await?;
+    Ok(measure(&a, &pids.snap(), n as f64))
+}
+
+/// `n` gRPC health checks (`grpc.health.v1.Health/Check`), each awaited before the next: a
+/// unary round trip through the server that touches no Redis, the floor of one-at-a-time
+/// Enqueue.
+pub async fn health_checks(ch: &Conn, pids: &Pids, n: usize) -> anyhow::Result<Map<String, Value>> {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let mut health = HealthClient::new(ch.conn());
+    let a = pids.snap();
+    for _ in 0..n {
+        health
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?;
+    }
     Ok(measure(&a, &pids.snap(), n as f64))
 }

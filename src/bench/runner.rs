@@ -27,6 +27,7 @@ enum Plan {
     Rate(u32, u64, (usize, u32)),
     /// A drain of pre-filled jobs: (workers, credits).
     Drain((usize, u32)),
+    HealthRtt,
 }
 
 /// A scenario to run: its name, its unit and what it runs.
@@ -97,6 +98,13 @@ fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
             a.rss_streams
         );
         p.push((name, "MB", Plan::Rss));
+    }
+    if a.wants("rtt") {
+        p.push((
+            "rtt: grpc health check sequential".into(),
+            "calls/s",
+            Plan::HealthRtt,
+        ));
     }
     if a.wants("fill") {
         let name = format!("fill: {} waiting jobs, {}-byte payload", a.n, a.payload);
@@ -195,6 +203,7 @@ async fn run_one(
         }
         Plan::Rate(rate, secs, w) => rate::fixed_rate(ch, pids, (rate, secs), w, queues, &o).await,
         Plan::Drain(w) => workers::drain(ch, pids, a.drain_jobs, w, queues, &o, nodes).await,
+        Plan::HealthRtt => enqueue::health_checks(ch, pids, a.n).await,
         Plan::Fill => {
             // Waiting jobs left in place, for measuring Redis memory per waiting job.
             let s = pids.snap();

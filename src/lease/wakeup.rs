@@ -14,7 +14,7 @@
 //! (pub/sub reconnect) voids every credit.
 //!
 //! The caller must only wake early once the enqueue is really on the wire (see
-//! `JobApi::enqueue_in`); if it is not, the lease may run first, find nothing, and the job
+//! `enqueue_commit::write`); if it is not, the lease may run first, find nothing, and the job
 //! waits for the next wake-up or the loop's safety poll. The same holds when the enqueue
 //! did not run on its first write: after a Redis restart, failover or `SCRIPT FLUSH` it
 //! met NOSCRIPT and ran again after loading its script, behind the lease it woke. So an
