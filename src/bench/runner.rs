@@ -27,6 +27,7 @@ enum Plan {
     Rate(u32, u64, (usize, u32)),
     /// A drain of pre-filled jobs: (workers, credits).
     Drain((usize, u32)),
+    /// A bare gRPC health check, one at a time.
     HealthRtt,
 }
 

@@ -91,11 +91,14 @@ struct Submission<I, O> {
 /// runs for the queue.
 type Waiting<I, O> = VecDeque<Submission<I, O>>;
 
+/// Every queue's waiting submissions, by queue.
+type LaneMap<I, O> = Mutex<HashMap<QueueName, Waiting<I, O>>>;
+
 struct Lanes<Op: CommitOp> {
     op: Op,
     max_items: usize,
     max_bytes: usize,
-    lanes: Mutex<HashMap<QueueName, Waiting<Op::Item, Op::Out>>>,
+    lanes: LaneMap<Op::Item, Op::Out>,
 }
 
 /// Per-queue group commit over a [`CommitOp`]; cheap to clone.
