@@ -33,7 +33,8 @@
 #
 # Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
 # QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs), EXTRA (1),
-# RATES, RATE_SECS, DRAIN_JOBS, JW_GROUPS.
+# RATES, RATE_SECS, DRAIN_JOBS, JW_GROUPS, JOBWIRE_BIN (a jobwire binary to use instead of
+# building the release one).
 # The default finishes in about 15-20 minutes on a 2-core box (5-8 without the extras).
 set -euo pipefail
 
@@ -104,8 +105,12 @@ trap cleanup EXIT
 
 (cd "$B" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 if [ -n "$MASTERS" ]; then node "$ROOT/scripts/bullmq-on-cluster.mjs" "$B/bench.mjs"; fi
-(cd "$ROOT" && cargo build --release --locked --quiet)
-JOBWIRE="${CARGO_TARGET_DIR:-$ROOT/target}/release/jobwire"
+if [ -n "${JOBWIRE_BIN:-}" ]; then
+  JOBWIRE="$JOBWIRE_BIN"
+else
+  (cd "$ROOT" && cargo build --release --locked --quiet)
+  JOBWIRE="${CARGO_TARGET_DIR:-$ROOT/target}/release/jobwire"
+fi
 
 if [ -z "$MASTERS" ]; then
   redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
