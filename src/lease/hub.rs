@@ -460,14 +460,14 @@ impl Hub {
         let _ = tokio::time::timeout(Duration::from_secs(5), self.inner.tracker.wait()).await;
     }
 
-    /// Hands the undelivered leases of a closed stream back to waiting, in the background.
     /// How long a hand-back of leases no worker received keeps trying while Redis does not
     /// answer: [`UNDELIVERED_PATIENCE`], or a lease duration when that is longer.
     pub(super) fn undelivered_patience(&self) -> Duration {
         self.config().lease_duration.max(UNDELIVERED_PATIENCE)
     }
 
-    /// Hands `leases` (taken by no worker) back to waiting in a task of its own, trying
+    /// Hands `leases` (taken by no worker: a closed stream's outbox, an orphaned delivery)
+    /// back to waiting in a task of its own, trying
     /// again for up to [`UNDELIVERED_PATIENCE`] (at least a lease duration) while Redis does
     /// not answer: during an outage the reaper cannot take them either, and after it the
     /// first of the two to reach Redis decides whether an attempt is charged.
