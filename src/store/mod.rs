@@ -43,6 +43,7 @@ pub use keys::{due_key, shard_wake_channel, wake_channel, DUE_KEYS, DUE_SHARDS, 
 pub use leases::new_lease_call_id;
 pub use list::{JobsCursor, JobsFilter, JobsPage, LIST_PAGE_BYTES};
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
+pub use scripts::script_hashes;
 pub use stats::QueueStats;
 pub use target::check_redis_url;
 pub use types::{

@@ -168,3 +168,40 @@ pub(crate) static GET_JOB: NamedScript = NamedScript {
         ))
     }),
 };
+
+/// Every script this crate sends, as (name, SHA1 of its body): the SHA1 names it in
+/// EVALSHA, SLOWLOG and MONITOR. For tests and tools that tell script calls apart.
+pub fn script_hashes() -> Vec<(&'static str, String)> {
+    [
+        &ENQUEUE,
+        &LEASE,
+        &ACK,
+        &ACK_LEASE,
+        &FAIL,
+        &REAP,
+        &RENEW,
+        &RELEASE,
+        &RELEASE_CALL,
+        &CONFIRM_CALLS,
+        &REPLAY,
+        &DELETE_DEAD,
+        &LIST_DEAD,
+        &SET_META,
+        &PURGE,
+        &WAITING_STATS,
+        &DELETE_QUEUE,
+        &PROGRESS,
+        &CANCEL,
+        &DELETE_JOB,
+        &GROUP_ADMIN,
+        &DUE,
+        &INTENT,
+        &REGISTER,
+        &LIST_JOBS,
+        &GROUPS_READ,
+        &GET_JOB,
+    ]
+    .into_iter()
+    .map(|s| (s.name, s.script.get_hash().to_owned()))
+    .collect()
+}

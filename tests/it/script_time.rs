@@ -141,49 +141,13 @@ async fn no_script_call_holds_redis_long_at_the_batch_caps() {
     check(slowlog_report(&mut c, "max-size errors at the batch caps").await);
 }
 
-/// The scripts by SHA1 (as EVALSHA names them in SLOWLOG): common.lua + each file.
+/// The scripts by SHA1 (as EVALSHA names them in SLOWLOG), from the crate itself, so a
+/// script whose prelude or parts change is still named.
 fn script_names() -> BTreeMap<String, &'static str> {
-    macro_rules! scripts {
-        ($($n:literal),*) => {
-            [$(($n, concat!(
-                include_str!("../../src/store/scripts/common.lua"),
-                include_str!("../../src/store/scripts/groups.lua"),
-                include_str!("../../src/store/scripts/attempts.lua"),
-                include_str!(concat!("../../src/store/scripts/", $n, ".lua"))
-            ))),*]
-        };
-    }
-    // enqueue.lua goes without attempts.lua (src/store/scripts.rs).
-    let enqueue = (
-        "enqueue",
-        concat!(
-            include_str!("../../src/store/scripts/common.lua"),
-            include_str!("../../src/store/scripts/groups.lua"),
-            include_str!("../../src/store/scripts/enqueue.lua")
-        ),
-    );
-    scripts!(
-        "lease",
-        "ack",
-        "fail",
-        "reap",
-        "renew",
-        "release",
-        "release_call",
-        "confirm_calls",
-        "replay",
-        "delete_dead",
-        "list_dead",
-        "set_meta",
-        "purge",
-        "waiting_stats",
-        "delete_queue",
-        "group_admin"
-    )
-    .into_iter()
-    .chain([enqueue])
-    .map(|(name, text)| (redis::Script::new(text).get_hash().to_owned(), name))
-    .collect()
+    jobwire::store::script_hashes()
+        .into_iter()
+        .map(|(name, sha)| (sha, name))
+        .collect()
 }
 
 /// A connection without response timeout (SLOWLOG GET of every command takes a while to
