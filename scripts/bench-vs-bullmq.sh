@@ -134,14 +134,19 @@ REDIS_PIDS="$(cat "$SCRATCH/bench/redis.pid" 2>/dev/null || cat "$SCRATCH/bench/
 PIDFILE="$SCRATCH/bench/redis.pid"
 [ -z "$MASTERS" ] || PIDFILE="$SCRATCH/bench/cluster.pids"
 
+# Waits up to 10 s for a jobwire's /readyz on HTTP port $1; shows its log $2 and exits if not.
+wait_ready() {
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0; sleep 0.1
+  done
+  echo "jobwire (HTTP port $1) did not become ready" >&2; cat "$2" >&2; exit 1
+}
+
 RUST_LOG=warn "$JOBWIRE" serve --redis-url "$JOBWIRE_URL" \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --http-addr "127.0.0.1:$HTTP_PORT" \
   >"$SCRATCH/jobwire.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1
-done
-curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null || { echo "jobwire did not become ready" >&2; cat "$SCRATCH/jobwire.log" >&2; exit 1; }
+wait_ready "$HTTP_PORT" "$SCRATCH/jobwire.log"
 
 bench_jobwire() { # extra args...
   timeout "$STEP_TIMEOUT" "$JOBWIRE" bench --server "http://127.0.0.1:$GRPC_PORT" \
@@ -282,10 +287,7 @@ AUTH
     --tls-cert "$TLS_DIR/server.crt" --tls-key "$TLS_DIR/server.key" --auth-file "$TLS_DIR/auth.yaml" \
     >"$SCRATCH/jobwire-tls.log" 2>&1 &
   TLS_PID=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$TLS_HTTP/readyz" >/dev/null 2>&1 && break; sleep 0.1
-  done
-  curl -sf "http://127.0.0.1:$TLS_HTTP/readyz" >/dev/null || { echo "the TLS jobwire did not become ready" >&2; cat "$SCRATCH/jobwire-tls.log" >&2; exit 1; }
+  wait_ready "$TLS_HTTP" "$SCRATCH/jobwire-tls.log"
   # Stop the plain server meanwhile: one jobwire process on the box at a time.
   kill -STOP "$SERVER_PID"
   EXTRA_TLS=$(JOBWIRE_TOKEN="$(cat "$TLS_DIR/bench.token")" timeout "$STEP_TIMEOUT" "$JOBWIRE" bench \

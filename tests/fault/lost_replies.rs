@@ -137,14 +137,7 @@ async fn lost_lease_is_not_charged(how: Stall) {
     w.send(pb::subscribe_request::Message::GrantCredits(
         pb::GrantCredits { credits: 1 },
     ));
-    let l = w
-        .heartbeat_for(Duration::from_secs(8))
-        .await
-        .into_iter()
-        .next();
-    let l = l.unwrap_or_else(|| {
-        panic!("{how:?}: the victim never reached the worker (charged and dead-lettered?)")
-    });
+    let l = victim_arrives(&mut w, how).await;
     let job = l.job.as_ref().expect("job");
     assert_eq!(job.job_id, "victim");
     assert_eq!(l.attempt, 1, "{how:?}: the lost lease was not charged");
@@ -191,14 +184,7 @@ async fn lost_ack_lease_is_not_charged(how: Stall) {
         lease_token: hold.lease_token.clone(),
         result: Vec::new(),
     }));
-    let l = w
-        .heartbeat_for(Duration::from_secs(8))
-        .await
-        .into_iter()
-        .next();
-    let l = l.unwrap_or_else(|| {
-        panic!("{how:?}: the victim never reached the worker (charged and dead-lettered?)")
-    });
+    let l = victim_arrives(&mut w, how).await;
     assert_eq!(l.job.as_ref().expect("job").job_id, "victim");
     assert_eq!(l.attempt, 1, "{how:?}: the lost lease was not charged");
     let first = w.settled().await;
@@ -225,6 +211,18 @@ async fn an_ack_and_lease_whose_reply_is_lost_is_not_charged_when_redis_pauses()
 #[tokio::test]
 async fn an_ack_and_lease_whose_reply_is_lost_is_not_charged_when_redis_sleeps() {
     lost_ack_lease_is_not_charged(Stall::DebugSleep).await;
+}
+
+/// The first lease the worker reads within 8 s (heartbeating meanwhile): the victim of a
+/// lost reply, which must come back to a worker, not be charged and dead-lettered.
+async fn victim_arrives(w: &mut TestWorker, how: Stall) -> pb::Lease {
+    w.heartbeat_for(Duration::from_secs(8))
+        .await
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| {
+            panic!("{how:?}: the victim never reached the worker (charged and dead-lettered?)")
+        })
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -6,44 +6,53 @@ use std::process::Command;
 use crate::harness::*;
 use crate::topology::TestCluster;
 
+/// Runs `jobwire bench <args>` (the real binary) off the async runtime; its output.
+async fn run_bench(args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_jobwire"))
+            .arg("bench")
+            .args(&args)
+            .output()
+            .expect("run jobwire bench")
+    })
+    .await
+    .expect("join")
+}
+
 #[tokio::test]
 async fn the_bench_command_runs_every_scenario_and_writes_json() {
     let (_redis, app) = TestApp::with_redis().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("bench.json");
-    let out = tokio::task::spawn_blocking({
-        let server = format!("http://{}", app.grpc);
-        let json = json.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_jobwire"))
-                .args([
-                    "bench", "--server", &server, "-n", "300", "--e2e", "1x1,2x8", "--batch", "100",
-                ])
-                .args([
-                    "--in-flight",
-                    "8",
-                    "--latency-jobs",
-                    "20",
-                    "--failure-jobs",
-                    "30",
-                ])
-                .args([
-                    "--rss-streams",
-                    "10",
-                    "--rss-credits",
-                    "2",
-                    "--with-retry-policy",
-                ])
-                // The server runs inside this test process: its pid is ours.
-                .args(["--server-pid", &std::process::id().to_string()])
-                .arg("--json")
-                .arg(&json)
-                .output()
-                .expect("run jobwire bench")
-        }
-    })
-    .await
-    .expect("join");
+    let server = format!("http://{}", app.grpc);
+    let out = run_bench(&[
+        "--server",
+        &server,
+        "-n",
+        "300",
+        "--e2e",
+        "1x1,2x8",
+        "--batch",
+        "100",
+        "--in-flight",
+        "8",
+        "--latency-jobs",
+        "20",
+        "--failure-jobs",
+        "30",
+        "--rss-streams",
+        "10",
+        "--rss-credits",
+        "2",
+        "--with-retry-policy",
+        // The server runs inside this test process: its pid is ours.
+        "--server-pid",
+        &std::process::id().to_string(),
+        "--json",
+        &json.to_string_lossy(),
+    ])
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -71,28 +80,26 @@ async fn the_bench_command_runs_every_scenario_and_writes_json() {
 #[tokio::test]
 async fn the_fixed_rate_and_drain_scenarios_report_latencies_and_redis_memory() {
     let (redis, app) = TestApp::with_redis().await;
-    let out = tokio::task::spawn_blocking({
-        let server = format!("http://{}", app.grpc);
-        let url = redis.url.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_jobwire"))
-                .args(["bench", "--server", &server, "--only", "rate,drain"])
-                .args([
-                    "--rates",
-                    "40,80",
-                    "--rate-secs",
-                    "1",
-                    "--drain-jobs",
-                    "300",
-                ])
-                .args(["--drain-workers", "1x8", "--redis-url", &url])
-                .args(["--server-pid", &std::process::id().to_string()])
-                .output()
-                .expect("run jobwire bench")
-        }
-    })
-    .await
-    .expect("join");
+    let server = format!("http://{}", app.grpc);
+    let out = run_bench(&[
+        "--server",
+        &server,
+        "--only",
+        "rate,drain",
+        "--rates",
+        "40,80",
+        "--rate-secs",
+        "1",
+        "--drain-jobs",
+        "300",
+        "--drain-workers",
+        "1x8",
+        "--redis-url",
+        &redis.url,
+        "--server-pid",
+        &std::process::id().to_string(),
+    ])
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -128,19 +135,24 @@ async fn the_fixed_rate_and_drain_scenarios_report_latencies_and_redis_memory() 
 #[tokio::test]
 async fn the_bench_without_a_server_pid_skips_rss_and_still_prints_the_table() {
     let (_redis, app) = TestApp::with_redis().await;
-    let out = tokio::task::spawn_blocking({
-        let server = format!("http://{}", app.grpc);
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_jobwire"))
-                .args(["bench", "--server", &server, "-n", "50", "--batch", "10"])
-                .args(["--only", "enqueue,rss", "--in-flight", "4"])
-                .args(["--rss-streams", "2", "--rss-credits", "2"])
-                .output()
-                .expect("run jobwire bench")
-        }
-    })
-    .await
-    .expect("join");
+    let server = format!("http://{}", app.grpc);
+    let out = run_bench(&[
+        "--server",
+        &server,
+        "-n",
+        "50",
+        "--batch",
+        "10",
+        "--only",
+        "enqueue,rss",
+        "--in-flight",
+        "4",
+        "--rss-streams",
+        "2",
+        "--rss-credits",
+        "2",
+    ])
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
@@ -164,21 +176,24 @@ async fn bench_e2e(
 ) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("bench.json");
-    let out = tokio::task::spawn_blocking({
-        let json = json.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_jobwire"))
-                .args(["bench", "--server", &server, "--redis-url", &url])
-                .args(["--only", "e2e", "--e2e", "2x8", "-n", &n.to_string()])
-                .args(["--queues", &queues.to_string()])
-                .arg("--json")
-                .arg(&json)
-                .output()
-                .expect("run jobwire bench")
-        }
-    })
-    .await
-    .expect("join");
+    let (n, queues) = (n.to_string(), queues.to_string());
+    let out = run_bench(&[
+        "--server",
+        &server,
+        "--redis-url",
+        &url,
+        "--only",
+        "e2e",
+        "--e2e",
+        "2x8",
+        "-n",
+        &n,
+        "--queues",
+        &queues,
+        "--json",
+        &json.to_string_lossy(),
+    ])
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
