@@ -333,7 +333,7 @@ fn outcome_of<O>(
 
 /// One enqueue store call for `jobs` of `queue`. A local lease loop of the queue is woken
 /// as soon as the call is on the store's connection (see `wakeup.rs`): the future is polled
-/// once, which writes the EVALSHA into the connection's pipeline unless the store first has
+/// once, which writes the FCALL (or EVALSHA) into the connection's pipeline unless the store first has
 /// a one-time SADD to send for a queue new to it, so only queues the store already knows
 /// take the early path.
 pub async fn write(

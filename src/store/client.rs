@@ -31,6 +31,8 @@ pub struct Store {
     /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
     /// it; see [`Store::script_reloads`].
     reloads: Arc<AtomicU64>,
+    /// Whether the function library is in use, and its loads (see `functions.rs`).
+    pub(super) functions: Arc<super::functions::Functions>,
     /// `--redis-wait-replicas` (see `durability.rs`).
     pub(super) wait: WaitReplicas,
 }
@@ -92,6 +94,7 @@ impl Store {
             conn,
             known_queues: Arc::default(),
             reloads: Arc::default(),
+            functions: Arc::default(),
             max_queues: super::registry::DEFAULT_MAX_QUEUES,
             wait: WaitReplicas::default(),
         })
@@ -109,6 +112,11 @@ impl Store {
     /// before and after its call.
     pub fn script_reloads(&self) -> u64 {
         self.reloads.load(Ordering::Acquire)
+    }
+
+    /// Counts a call that ran again as a script ([`Store::script_reloads`]).
+    pub(super) fn count_reload(&self) {
+        self.reloads.fetch_add(1, Ordering::AcqRel);
     }
 
     /// EVALSHA of `script` with `keys`, the wake-up (`keys.rs` [`wake_arg`]) and `args`; on
@@ -150,7 +158,10 @@ impl Store {
         self.eval_waiting(script, keys, args, None).await
     }
 
-    /// [`Store::eval`], each call followed by `wait`'s WAIT in the same pipeline.
+    /// FCALL of `script`'s function (`scripts.rs`); when Redis does not have it, or the
+    /// library is not in use, [`Store::eval`] (EVALSHA, then EVAL): the same code at once,
+    /// and the library is loaded again behind it (`functions.rs`). Each call is followed by
+    /// `wait`'s WAIT in the same pipeline.
     async fn eval_waiting(
         &self,
         script: &NamedScript,
@@ -164,15 +175,30 @@ impl Store {
             c.arg(keys.len()).arg(keys).arg(args);
             c
         };
-        let evalsha = call("EVALSHA", &|c| {
-            c.arg(script.script.get_hash());
-        });
-        let mut result = self.exec(&evalsha, wait).await;
+        let mut ran = None;
+        if let Some(f) = script.function.as_deref() {
+            if self.functions.in_use() {
+                let fcall = call("FCALL", &|c| {
+                    c.arg(f);
+                });
+                let reply = self.exec(&fcall, wait).await;
+                ran = Some(reply).filter(|r| !self.function_missing(r));
+            }
+        }
+        let mut result = match ran {
+            Some(reply) => reply,
+            None => {
+                let evalsha = call("EVALSHA", &|c| {
+                    c.arg(script.script.get_hash());
+                });
+                self.exec(&evalsha, wait).await
+            }
+        };
         if matches!(&result, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
         {
-            self.reloads.fetch_add(1, Ordering::AcqRel);
+            self.count_reload();
             let eval = call("EVAL", &|c| {
-                c.arg(script.body);
+                c.arg(script.body.as_str());
             });
             result = self.exec(&eval, wait).await;
         }

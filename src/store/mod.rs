@@ -18,6 +18,7 @@ mod dead;
 mod durability;
 mod enqueue;
 mod error;
+mod functions;
 mod groups;
 mod health;
 mod keys;

@@ -194,6 +194,18 @@ async fn a_full_redis_gives_resource_exhausted_not_internal() {
     // Full is not down: reads, acks and the health check still work.
     assert_eq!(health(&app).await, 1);
     assert_eq!(get_job(&app, "full", "j0").await.job_id, "j0");
+    // Workers drain a full Redis: leases and acks run past maxmemory (allow-oom).
+    let mut w = TestWorker::open(&app, &["full"], 2, "w").await;
+    for _ in 0..4 {
+        let l = w.lease().await;
+        assert_eq!(w.ack(&l).await.code, 0, "an ack on a full Redis");
+    }
+    let refused = try_enqueue(&app, spec("full", "still-full")).await;
+    assert_eq!(
+        refused.map_err(|s| s.code()),
+        Err(tonic::Code::ResourceExhausted),
+        "enqueues stay refused while full"
+    );
 
     redis_cmd(&redis, &["CONFIG", "SET", "maxmemory", "0"]).await;
     enqueue(&app, spec("full", "after")).await;

@@ -13,7 +13,8 @@ use pb::subscribe_response::Message as Out;
 use crate::groups::{configure, fill_group};
 use crate::harness::*;
 
-/// Redis's count of EVALSHA calls so far (every script call is one).
+/// Redis's count of FCALL and EVALSHA calls so far (every script call is one: a function
+/// call, or a script call before the library loads).
 async fn evalsha_calls(redis: &TestRedis) -> u64 {
     let mut c = redis.conn().await;
     let info: String = redis::cmd("INFO")
@@ -22,10 +23,12 @@ async fn evalsha_calls(redis: &TestRedis) -> u64 {
         .await
         .expect("info");
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .filter_map(|l| {
+            l.strip_prefix("cmdstat_evalsha:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+        })
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The next two messages of the stream: they must be the Settled of the ack just sent,

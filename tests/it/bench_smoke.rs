@@ -251,7 +251,7 @@ async fn the_bench_reads_redis_cpu_per_master_from_info() {
     assert_eq!(jobs, 400, "{run}");
 }
 
-/// `EVALSHA` + `EVAL` calls a node has served so far (`INFO commandstats`).
+/// `FCALL` + `EVALSHA` + `EVAL` calls a node has served so far (`INFO commandstats`).
 async fn script_calls(c: &TestCluster, port: u16) -> u64 {
     let mut conn = c.conn(port).await;
     let info: String = redis::cmd("INFO")
@@ -260,7 +260,11 @@ async fn script_calls(c: &TestCluster, port: u16) -> u64 {
         .await
         .expect("INFO commandstats");
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .filter_map(|l| {
             l.split_once("calls=")?
                 .1

@@ -16,8 +16,9 @@ use crate::topology::TestCluster;
 
 const PER_QUEUE: usize = 150;
 
-/// Calls of the commands a lease/ack cycle sends (EVALSHA of the queue and index scripts,
-/// ZADD of the index update), per master port.
+/// Calls of the commands a lease/ack cycle sends (FCALL of the queue functions, EVALSHA of
+/// the index scripts and of queue scripts before the library loads, ZADD of the index
+/// update), per master port.
 async fn calls_by_master(c: &TestCluster) -> BTreeMap<u16, u64> {
     let mut out = BTreeMap::new();
     for port in c.masters().await {
@@ -31,6 +32,7 @@ async fn calls_by_master(c: &TestCluster) -> BTreeMap<u16, u64> {
             .lines()
             .filter_map(|l| {
                 l.strip_prefix("cmdstat_evalsha:calls=")
+                    .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
                     .or_else(|| l.strip_prefix("cmdstat_zadd:calls="))
             })
             .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())

@@ -51,8 +51,8 @@ async fn local_remote_and_duplicate_enqueues_all_wake_an_idle_worker() {
     );
 }
 
-/// After `SCRIPT FLUSH` (as after every Redis restart or failover) the first enqueue goes
-/// through the NOSCRIPT reload path, and the lease call it woke early can run before the
+/// After `SCRIPT FLUSH` and `FUNCTION FLUSH` (as after a Redis restart without persistence)
+/// the first enqueue goes through the fallback path (function not found, NOSCRIPT, EVAL), and the lease call it woke early can run before the
 /// reloaded enqueue. The job must still reach the idle worker by a wake-up, not by the 2 s
 /// safety poll: whether the lease script is loaded or flushed too, over several rounds.
 #[tokio::test]
@@ -65,11 +65,13 @@ async fn an_enqueue_after_script_flush_still_wakes_an_idle_worker() {
     assert_eq!(w.ack(&l).await.code, 0);
     let mut c = redis.conn().await;
     for round in 0..6 {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut c)
-            .await
-            .expect("script flush");
+        for kind in ["SCRIPT", "FUNCTION"] {
+            let _: () = redis::cmd(kind)
+                .arg("FLUSH")
+                .query_async(&mut c)
+                .await
+                .expect("flush");
+        }
         if round % 2 == 1 {
             // Let the lease loop load its script again (a credit wakes it), so only the
             // enqueue finds its script missing.

@@ -19,7 +19,10 @@ async fn script_calls(redis: &TestRedis) -> u64 {
             .expect("info");
         sum += info
             .lines()
-            .filter_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .filter_map(|l| {
+                l.strip_prefix("cmdstat_evalsha:calls=")
+                    .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+            })
             .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
             .sum::<u64>();
     }

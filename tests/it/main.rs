@@ -32,6 +32,7 @@ mod error_history;
 mod error_text;
 mod expiry;
 mod flow_control;
+mod functions;
 mod groups;
 mod groups_api;
 mod list_jobs;

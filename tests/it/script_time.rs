@@ -141,12 +141,15 @@ async fn no_script_call_holds_redis_long_at_the_batch_caps() {
     check(slowlog_report(&mut c, "max-size errors at the batch caps").await);
 }
 
-/// The scripts by SHA1 (as EVALSHA names them in SLOWLOG), from the crate itself, so a
+/// The scripts by SHA1 and function name (as EVALSHA and FCALL name them in SLOWLOG), from
+/// the crate itself, so a
 /// script whose prelude or parts change is still named.
 fn script_names() -> BTreeMap<String, &'static str> {
     jobwire::store::script_hashes()
         .into_iter()
-        .map(|(name, sha)| (sha, name))
+        .flat_map(|(name, sha, function)| {
+            std::iter::once((sha, name)).chain(function.map(|f| (f, name)))
+        })
         .collect()
 }
 
@@ -224,7 +227,7 @@ async fn slowlog_report(c: &mut redis::aio::MultiplexedConnection, what: &str) -
             _ => String::new(),
         };
         let cmd = arg(0).to_uppercase();
-        let name = if cmd == "EVALSHA" {
+        let name = if cmd == "EVALSHA" || cmd == "FCALL" {
             names
                 .get(&arg(1))
                 .map_or_else(|| format!("EVALSHA {}", arg(1)), |n| format!("{n}.lua"))

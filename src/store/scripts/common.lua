@@ -1,4 +1,5 @@
--- common.lua: shared by every jobwire script (prepended to each at build time).
+-- common.lua: shared by every jobwire script (prepended to each at build time, and the start
+-- of the jobwire function library).
 --
 -- KEYS, the same twenty-eight for every queue script, all under one hash tag {queue} (so one
 -- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
@@ -103,14 +104,35 @@
 -- message and 64 KiB of details, cut by the API). Deleting a job deletes its fields (known
 -- from its state field).
 
-local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_JOBS = KEYS[7]
-local K_LIMITER = KEYS[8]
-local K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_BODIES, K_ERRORS, K_PRIO = KEYS[13], KEYS[14], KEYS[15]
-local K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA = KEYS[16], KEYS[17], KEYS[18], KEYS[19]
-local WAKE_CMD, WAKE = string.match(ARGV[1], '^(%u+) (.+)$')
+-- Per call. The same code runs as a script (EVAL: this file runs on every call) and as a
+-- function of the jobwire library (FCALL: this file runs once, when the library loads), so
+-- nothing below this block may depend on KEYS or ARGV or keep state between calls except
+-- through begin_call, which every call runs first. KEYS and ARGV themselves are locals
+-- declared before this file (src/store/scripts.rs).
+local K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META
+local K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS
+local K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA
+-- groups.lua's keys (20 .. 28).
+local K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE, K_GCOUNT
+local WAKE_CMD, WAKE
+-- `spent`: bytes read by this call (CALL_BYTES below); `group_freed`: see groups.lua.
+local spent, group_freed = 0, false
+
+-- Starts a call: its keys and arguments, and the per-call state reset.
+local function begin_call(keys, argv)
+  KEYS, ARGV = keys, argv
+  K_WAITING, K_DELAYED, K_ACTIVE, K_COMPLETED, K_DEAD, K_META =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS =
+    keys[7], keys[8], keys[9], keys[10], keys[11], keys[12]
+  K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA =
+    keys[13], keys[14], keys[15], keys[16], keys[17], keys[18], keys[19]
+  K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE, K_GCOUNT =
+    keys[20], keys[21], keys[22], keys[23], keys[24], keys[25], keys[26], keys[27], keys[28]
+  WAKE_CMD, WAKE = string.match(argv[1], '^(%u+) (.+)$')
+  spent, group_freed = 0, false
+end
+
 local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 
 -- The per-call byte budget. Every job header or body a script reads is copied into Lua
@@ -121,7 +143,6 @@ local HISTORY_LAST, HISTORY_BYTES, LAST_DETAILS_BYTES = 10, 65536, 2048
 -- stopped, so the server calls again for the rest. `spent` counts the bytes read by this
 -- call.
 local CALL_BYTES = 1048576
-local spent = 0
 
 local function over_budget()
   return spent >= CALL_BYTES

@@ -53,9 +53,7 @@
 -- back when one of its jobs leaves active (group_left_active, which also wakes the lease
 -- loops); one rate- or pause-blocked goes to 25 until its time.
 
-local K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF = KEYS[20], KEYS[21], KEYS[22], KEYS[23]
-local K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE = KEYS[24], KEYS[25], KEYS[26], KEYS[27]
-local K_GCOUNT = KEYS[28]
+-- Its keys, K_GWAIT .. K_GCOUNT (20 .. 28), are declared and set per call in common.lua.
 
 -- A number as a score or meta value with every significant digit.
 local function num(x)
@@ -115,11 +113,9 @@ local function group_unwait(g, k)
   end
 end
 
--- Set when a job left active in a group that has waiting jobs and was not eligible (at its
--- max_active): the script wakes the lease loops (wake_if_concurrency_limited).
-local group_freed = false
-
--- A leased job of named group g left active (acked, failed, reaped, released).
+-- A leased job of named group g left active (acked, failed, reaped, released). When its
+-- group has waiting jobs and was not eligible (at its max_active), sets group_freed
+-- (common.lua, per call): the script wakes the lease loops (wake_if_concurrency_limited).
 local function group_left_active(g)
   for _, f in ipairs({ g, '' }) do
     if redis.call('HINCRBY', K_GROUPS, f, -1) <= 0 then redis.call('HDEL', K_GROUPS, f) end

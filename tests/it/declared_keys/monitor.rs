@@ -1,5 +1,5 @@
 //! Reading a `redis-cli monitor` stream for the declared-keys test: the monitor child, its
-//! lines parsed into script calls (the EVALSHA and the commands the script ran), and the keys
+//! lines parsed into script calls (the FCALL or EVALSHA and the commands it ran), and the keys
 //! Redis itself finds in a command.
 
 use std::collections::HashMap;
@@ -180,6 +180,23 @@ pub(super) fn calls(lines: &[String]) -> Vec<Call> {
             "SCRIPT" if args.len() > 2 && args[1].eq_ignore_ascii_case(b"load") => {
                 let (sha, name) = source(&args[2]);
                 names.insert(sha, name);
+            }
+            "FCALL" | "FCALL_RO" => {
+                // `jobwire_<16 hex>_<script>`: named by the script.
+                let f = String::from_utf8_lossy(&args[1]).into_owned();
+                let label = f
+                    .strip_prefix("jobwire_")
+                    .and_then(|rest| rest.get(17..))
+                    .unwrap_or(&f)
+                    .to_owned();
+                names.insert(f.clone(), label);
+                let n: usize = String::from_utf8_lossy(&args[2]).parse().expect("numkeys");
+                out.push(Call {
+                    name: f,
+                    keys: args[3..3 + n].to_vec(),
+                    ran: Vec::new(),
+                });
+                open = true;
             }
             "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" => {
                 // An EVALSHA refused with NOSCRIPT comes before the SCRIPT LOAD that

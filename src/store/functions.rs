@@ -1,0 +1,126 @@
+//! The function library on Redis (`scripts.rs`, [`LIBRARY`]): loading it on every master,
+//! and falling back to scripts while it is missing.
+//!
+//! No call waits for a load. A call whose function Redis does not have (`ERR Function not
+//! found`: the first calls of a new server version, a Redis restarted without persistence,
+//! `FUNCTION FLUSH`, a failover to a replica that never got the library) runs the same code
+//! as a script at once (`client.rs`), and starts a load behind it: `FUNCTION LOAD` on every
+//! master, at most one at a time and one a second. Replicas get the library from their
+//! master, and it is kept in RDB and AOF files, so it survives restarts and failovers that
+//! keep the data.
+//!
+//! A library Redis refuses for good (no permission to `FUNCTION LOAD` under an ACL, a Redis
+//! without functions) turns the library off for this store: every call then runs as a
+//! script, 10-30 µs of Redis CPU a call dearer, and the log says why once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+use super::client::Store;
+use super::error::{classify, Class};
+use super::scripts::LIBRARY;
+use super::StoreError;
+
+/// The least time between two loads started by missing functions, ms.
+const LOAD_EVERY_MS: u64 = 1000;
+
+/// The library's state on one store (shared by its clones).
+#[derive(Default)]
+pub(crate) struct Functions {
+    /// Set once Redis refused the library for good: every call runs as a script.
+    off: AtomicBool,
+    /// A load is under way.
+    loading: AtomicBool,
+    /// When the last load started (ms since the Unix epoch).
+    last_load_ms: AtomicU64,
+}
+
+impl Functions {
+    /// Whether calls go as FCALL.
+    pub(super) fn in_use(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Store {
+    /// Loads the library on every master (`FUNCTION LOAD REPLACE`: a master that has it
+    /// already gets the same code again). Errors: Redis unreachable or one master refusing it; one that refuses it for
+    /// good (not a transient error, not OOM) also turns the library off for this store.
+    pub async fn load_functions(&self) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY.code.as_str());
+        let replies = match self.conn.on_every_master(cmd).await {
+            Ok(replies) => replies,
+            Err(e) => return Err(self.refused(e)),
+        };
+        for (_, reply) in replies {
+            if let Value::ServerError(e) = reply {
+                return Err(self.refused(e.into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an FCALL that got `reply` ran nothing because of the library, so the call
+    /// must go as a script: its function is missing (`ERR Function not found`: a load starts
+    /// behind it), or an ACL refuses FCALL (`NOPERM`: the library turns off). Either counts
+    /// as a reload ([`Store::script_reloads`]).
+    pub(super) fn function_missing(&self, reply: &redis::RedisResult<Value>) -> bool {
+        let Err(e) = reply else { return false };
+        if e.to_string().contains("Function not found") {
+            self.load_functions_behind();
+        } else if e.code() == Some("NOPERM") {
+            self.functions_refused(e);
+        } else {
+            return false;
+        }
+        self.count_reload();
+        true
+    }
+
+    /// Starts [`Store::load_functions`] in the background unless one is under way or one
+    /// started less than [`LOAD_EVERY_MS`] ago.
+    pub(super) fn load_functions_behind(&self) {
+        let now = now_ms();
+        if now < self.functions.last_load_ms.load(Ordering::Relaxed) + LOAD_EVERY_MS
+            || self.functions.loading.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        self.functions.last_load_ms.store(now, Ordering::Relaxed);
+        let store = self.clone();
+        tokio::spawn(async move {
+            match store.load_functions().await {
+                Ok(()) => tracing::info!(library = %LIBRARY.name, "function library loaded"),
+                Err(e) => tracing::debug!(error = %e, "function library not loaded yet"),
+            }
+            store.functions.loading.store(false, Ordering::Release);
+        });
+    }
+
+    /// `e` as a store error; turns the library off when it is a refusal for good.
+    fn refused(&self, e: redis::RedisError) -> StoreError {
+        if classify(&e) == Class::Other {
+            self.functions_refused(&e);
+        }
+        StoreError::from(e)
+    }
+
+    /// Turns the library off for this store (Redis refused it: `e`), saying so once.
+    pub(super) fn functions_refused(&self, e: &redis::RedisError) {
+        if !self.functions.off.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                error = %e,
+                "Redis refused jobwire's function library; every call runs as a script (EVALSHA), 10-30 µs of Redis CPU dearer"
+            );
+        }
+    }
+}
