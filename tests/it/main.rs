@@ -40,6 +40,7 @@ mod list_workers;
 mod model;
 mod progress;
 mod queue_lifecycle;
+mod queue_turns;
 mod refusal;
 mod replay_once;
 mod results;
