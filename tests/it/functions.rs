@@ -6,25 +6,6 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-/// Calls of `cmd` (`fcall`, `evalsha`) summed over the masters (`INFO commandstats`).
-async fn calls(redis: &TestRedis, cmd: &str) -> u64 {
-    let prefix = format!("cmdstat_{cmd}:calls=");
-    let mut sum = 0;
-    for mut c in redis.masters().await {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await
-            .expect("info");
-        sum += info
-            .lines()
-            .filter_map(|l| l.strip_prefix(prefix.as_str()))
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    sum
-}
-
 /// How many masters list a `jobwire_` library, of how many.
 async fn masters_with_library(redis: &TestRedis) -> (usize, usize) {
     let masters = redis.masters().await;
@@ -94,11 +75,11 @@ async fn the_first_calls_load_the_library_on_every_master_and_later_calls_are_fc
     library_everywhere(&redis).await;
     // Let every kind of call meet the library once (the background calls too).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let f0 = calls(&redis, "fcall").await;
+    let f0 = redis.command_calls(&["fcall"]).await;
     slowlog(&redis, Some(0)).await;
     cycle(&app, &mut w, "fn", 3, 20).await;
     let log = slowlog(&redis, None).await;
-    let f1 = calls(&redis, "fcall").await;
+    let f1 = redis.command_calls(&["fcall"]).await;
     println!("20 jobs: {} FCALL; EVALSHA: {log:?}", f1 - f0);
     assert!(
         f1 - f0 >= 40,
@@ -193,30 +174,39 @@ async fn after_function_flush_calls_go_on_as_scripts_and_the_library_comes_back(
     all_completed(&app, "flush", 9).await;
 }
 
+/// A Redis whose ACL denies jobwire's user `rule` (`-function`, `-fcall`): after the first
+/// calls meet the refusal, every call runs as a script and every job completes.
+async fn serves_every_call_as_a_script_under(rule: &str, queue: &str) {
+    let redis = TestRedis::start().await;
+    let mut c = redis.conn().await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg(rule)
+        .query_async(&mut c)
+        .await
+        .expect("acl");
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let mut w = TestWorker::open(&app, &[queue], 1, "w").await;
+    cycle(&app, &mut w, queue, 0, 3).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let f0 = redis.command_calls(&["fcall"]).await;
+    cycle(&app, &mut w, queue, 3, 10).await;
+    let f1 = redis.command_calls(&["fcall"]).await;
+    assert_eq!(
+        f1, f0,
+        "{rule}: the library turned off, no FCALL after the refusal"
+    );
+    all_completed(&app, queue, 13).await;
+}
+
 #[tokio::test]
 async fn a_redis_that_refuses_the_library_serves_every_call_as_a_script() {
     if single_only("sets an ACL on the one redis-server") {
         return;
     }
-    let redis = TestRedis::start().await;
-    let mut c = redis.conn().await;
     // As a managed Redis might: no FUNCTION command for jobwire's user.
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("default")
-        .arg("-function")
-        .query_async(&mut c)
-        .await
-        .expect("acl");
-    let app = TestApp::spawn(test_config(&redis.url)).await;
-    let mut w = TestWorker::open(&app, &["refused"], 1, "w").await;
-    cycle(&app, &mut w, "refused", 0, 3).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let f0 = calls(&redis, "fcall").await;
-    cycle(&app, &mut w, "refused", 3, 10).await;
-    let f1 = calls(&redis, "fcall").await;
-    assert_eq!(f1, f0, "the library turned off: no FCALL after the refusal");
-    all_completed(&app, "refused", 13).await;
+    serves_every_call_as_a_script_under("-function", "refused").await;
 }
 
 #[tokio::test]
@@ -224,17 +214,5 @@ async fn a_redis_that_refuses_fcall_serves_every_call_as_a_script() {
     if single_only("sets an ACL on the one redis-server") {
         return;
     }
-    let redis = TestRedis::start().await;
-    let mut c = redis.conn().await;
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("default")
-        .arg("-fcall")
-        .query_async(&mut c)
-        .await
-        .expect("acl");
-    let app = TestApp::spawn(test_config(&redis.url)).await;
-    let mut w = TestWorker::open(&app, &["nofcall"], 1, "w").await;
-    cycle(&app, &mut w, "nofcall", 0, 10).await;
-    all_completed(&app, "nofcall", 10).await;
+    serves_every_call_as_a_script_under("-fcall", "nofcall").await;
 }

@@ -209,6 +209,28 @@ impl TestRedis {
             .unwrap_or_else(|| panic!("no job {id:?} in {queue}"))
     }
 
+    /// Calls Redis ran of each of `cmds` (lower case, as `INFO commandstats` names them:
+    /// `fcall`, `evalsha`), summed, and summed over the masters of a cluster.
+    pub async fn command_calls(&self, cmds: &[&str]) -> u64 {
+        let mut sum = 0;
+        for mut c in self.masters().await {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut c)
+                .await
+                .expect("info");
+            sum += info
+                .lines()
+                .filter_map(|l| {
+                    let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                    cmds.contains(&name).then_some(rest)
+                })
+                .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        sum
+    }
+
     /// Redis's `used_memory`, bytes (summed over the masters of a cluster).
     pub async fn used_memory(&self) -> i64 {
         let mut sum = 0;

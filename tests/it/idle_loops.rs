@@ -10,23 +10,7 @@ use crate::harness::*;
 /// server in the test process, so it cannot tell this server's calls apart), summed over a
 /// cluster's masters. With no job known to the reaper, they are the lease loops' calls.
 async fn script_calls(redis: &TestRedis) -> u64 {
-    let mut sum = 0;
-    for mut c in redis.masters().await {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await
-            .expect("info");
-        sum += info
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("cmdstat_evalsha:calls=")
-                    .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
-            })
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    sum
+    redis.command_calls(&["evalsha", "fcall"]).await
 }
 
 #[tokio::test]

@@ -8,26 +8,10 @@ use jobwire::pb;
 
 use crate::harness::*;
 
-/// Lease calls Redis ran so far (FCALL of `lease` or `ack_lease` and their fallback EVALSHA
-/// are counted by the caller from `INFO commandstats`).
+/// Script calls Redis ran so far: lease calls (FCALL of `lease` or `ack_lease`) and their
+/// due-index intents (EVALSHA).
 async fn script_calls(redis: &TestRedis) -> u64 {
-    let mut sum = 0;
-    for mut c in redis.masters().await {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut c)
-            .await
-            .expect("info");
-        sum += info
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("cmdstat_fcall:calls=")
-                    .or_else(|| l.strip_prefix("cmdstat_evalsha:calls="))
-            })
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    sum
+    redis.command_calls(&["evalsha", "fcall"]).await
 }
 
 #[tokio::test]
