@@ -75,9 +75,11 @@ impl Store {
     /// as a reload ([`Store::script_reloads`]).
     pub(super) fn function_missing(&self, reply: &redis::RedisResult<Value>) -> bool {
         let Err(e) = reply else { return false };
-        if e.to_string().contains("Function not found") {
+        // Only refusals of the FCALL itself: an error a function raised once running (which
+        // may have written) must reach the caller, never run the call a second time.
+        if e.code() == Some("ERR") && e.detail() == Some("Function not found") {
             self.load_functions_behind();
-        } else if e.code() == Some("NOPERM") {
+        } else if e.code() == Some("NOPERM") && e.detail().is_some_and(|d| d.contains("'fcall'")) {
             self.functions_refused(e);
         } else {
             return false;
