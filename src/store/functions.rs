@@ -14,7 +14,8 @@
 //! script, 10-30 µs of Redis CPU a call dearer, and the log says why once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::LazyLock;
+use std::time::Instant;
 
 use redis::Value;
 
@@ -33,7 +34,7 @@ pub(crate) struct Functions {
     off: AtomicBool,
     /// A load is under way.
     loading: AtomicBool,
-    /// When the last load started (ms since the Unix epoch).
+    /// When the last load started (ms since [`EPOCH`]; 0: none yet).
     last_load_ms: AtomicU64,
 }
 
@@ -44,17 +45,21 @@ impl Functions {
     }
 }
 
+/// The monotonic clock's zero for [`Functions::last_load_ms`] (a wall clock set back would
+/// hold loads off).
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Ms since [`EPOCH`], from 1 (0 means no load yet).
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    EPOCH.elapsed().as_millis() as u64 + 1
 }
 
 impl Store {
     /// Loads the library on every master (`FUNCTION LOAD REPLACE`: a master that has it
-    /// already gets the same code again). Errors: Redis unreachable or one master refusing it; one that refuses it for
-    /// good (not a transient error, not OOM) also turns the library off for this store.
-    pub async fn load_functions(&self) -> Result<(), StoreError> {
+    /// already gets the same code again). Errors: Redis unreachable or one master refusing
+    /// it; a refusal for good (not a transient error, not OOM) also turns the library off
+    /// for this store.
+    async fn load_functions(&self) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY.code.as_str());
         let replies = match self.conn.on_every_master(cmd).await {
@@ -92,7 +97,8 @@ impl Store {
     /// started less than [`LOAD_EVERY_MS`] ago.
     pub(super) fn load_functions_behind(&self) {
         let now = now_ms();
-        if now < self.functions.last_load_ms.load(Ordering::Relaxed) + LOAD_EVERY_MS
+        let last = self.functions.last_load_ms.load(Ordering::Relaxed);
+        if (last > 0 && now < last + LOAD_EVERY_MS)
             || self.functions.loading.swap(true, Ordering::AcqRel)
         {
             return;

@@ -41,6 +41,8 @@ pub(crate) struct NamedScript {
     pub(crate) name: &'static str,
     /// What a call may do; `None` for a global script (not in the library).
     access: Option<Access>,
+    /// Its own file (after the shared parts and `begin_call`).
+    own: &'static str,
     /// The source, for EVAL when Redis does not have the script (NOSCRIPT).
     pub(crate) body: LazyLock<String>,
     /// The script (its SHA1 for EVALSHA).
@@ -87,13 +89,8 @@ macro_rules! queue_script {
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             access: Some(Access::$access),
-            body: LazyLock::new(|| {
-                script_form(
-                    Access::$access,
-                    &[$($part),*],
-                    include_str!(concat!("scripts/", $label, ".lua")),
-                )
-            }),
+            own: include_str!(concat!("scripts/", $label, ".lua")),
+            body: LazyLock::new(|| script_form(Access::$access, &[$($part),*], $name.own)),
             script: LazyLock::new(|| Script::new(&$name.body)),
             function: LazyLock::new(|| Some(function_name($label))),
         };
@@ -161,7 +158,8 @@ macro_rules! global_script {
         pub(crate) static $name: NamedScript = NamedScript {
             name: $label,
             access: None,
-            body: LazyLock::new(|| include_str!(concat!("scripts/", $label, ".lua")).to_owned()),
+            own: include_str!(concat!("scripts/", $label, ".lua")),
+            body: LazyLock::new(|| $name.own.to_owned()),
             script: LazyLock::new(|| Script::new(&$name.body)),
             function: LazyLock::new(|| None),
         };
@@ -239,22 +237,12 @@ fn library_functions(prefix: &str) -> String {
             Some(Access::Drain) => ", flags = { 'allow-oom' }",
             _ => "",
         };
-        let own = script_own(script);
         s.push_str(&format!(
-            "\nredis.register_function{{ function_name = '{prefix}{}', callback = function(keys, argv)\nbegin_call(keys, argv)\n{own}\nend{flags} }}\n",
-            script.name
+            "\nredis.register_function{{ function_name = '{prefix}{}', callback = function(keys, argv)\nbegin_call(keys, argv)\n{}\nend{flags} }}\n",
+            script.name, script.own
         ));
     }
     s
-}
-
-/// A queue script's own file: its fallback body after `begin_call`.
-fn script_own(script: &NamedScript) -> &str {
-    let body = script.body.as_str();
-    let at = body
-        .find("begin_call(KEYS, ARGV)\n")
-        .expect("a queue script's body");
-    &body[at + "begin_call(KEYS, ARGV)\n".len()..]
 }
 
 /// Every script this crate sends, as (name, SHA1 of its fallback body, function name): the
