@@ -73,11 +73,26 @@ async fn the_first_calls_load_the_library_on_every_master_and_later_calls_are_fc
     let mut w = TestWorker::open(&app, &["fn"], 1, "w").await;
     cycle(&app, &mut w, "fn", 0, 3).await;
     library_everywhere(&redis).await;
-    // Let every kind of call meet the library once (the background calls too).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Calls sent before the load ran as scripts; wait (one job at a time, 10 s at most)
+    // until none is still arriving.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut next = 3;
+    loop {
+        slowlog(&redis, Some(0)).await;
+        cycle(&app, &mut w, "fn", next, 1).await;
+        next += 1;
+        let late = ran_as_scripts(&slowlog(&redis, None).await);
+        if late.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still scripts after 10 s: {late:?}"
+        );
+    }
     let f0 = redis.command_calls(&["fcall"]).await;
     slowlog(&redis, Some(0)).await;
-    cycle(&app, &mut w, "fn", 3, 20).await;
+    cycle(&app, &mut w, "fn", next, 20).await;
     let log = slowlog(&redis, None).await;
     let f1 = redis.command_calls(&["fcall"]).await;
     println!("20 jobs: {} FCALL; EVALSHA: {log:?}", f1 - f0);
@@ -87,14 +102,17 @@ async fn the_first_calls_load_the_library_on_every_master_and_later_calls_are_fc
         f1 - f0
     );
     // EVALSHA only of the global scripts (the due index, the registry).
-    let queue_scripts: Vec<(&str, String)> = jobwire::store::script_hashes()
+    let late = ran_as_scripts(&log);
+    assert!(late.is_empty(), "queue scripts ran as scripts: {late:?}");
+}
+
+/// The queue scripts whose SHA1 is among `log`'s (they ran as scripts, not functions).
+fn ran_as_scripts(log: &[String]) -> Vec<&'static str> {
+    jobwire::store::script_hashes()
         .into_iter()
-        .filter(|(_, _, f)| f.is_some())
-        .map(|(name, sha, _)| (name, sha))
-        .collect();
-    for (name, sha) in &queue_scripts {
-        assert!(!log.contains(sha), "{name} ran as a script: {log:?}");
-    }
+        .filter(|(_, sha, function)| function.is_some() && log.contains(sha))
+        .map(|(name, _, _)| name)
+        .collect()
 }
 
 /// With `Some(us)`: logs every command slower than `us` from now on (SLOWLOG reset). With
@@ -174,6 +192,11 @@ async fn after_function_flush_calls_go_on_as_scripts_and_the_library_comes_back(
     all_completed(&app, "flush", 9).await;
 }
 
+/// FCALLs Redis ran or refused (an ACL's NOPERM counts as rejected, not as a call).
+async fn fcall_attempts(redis: &TestRedis) -> u64 {
+    redis.command_calls(&["fcall"]).await + redis.command_stat(&["fcall"], "rejected_calls").await
+}
+
 /// A Redis whose ACL denies jobwire's user `rule` (`-function`, `-fcall`): after the first
 /// calls meet the refusal, every call runs as a script and every job completes.
 async fn serves_every_call_as_a_script_under(rule: &str, queue: &str) {
@@ -188,16 +211,30 @@ async fn serves_every_call_as_a_script_under(rule: &str, queue: &str) {
         .expect("acl");
     let app = TestApp::spawn(test_config(&redis.url)).await;
     let mut w = TestWorker::open(&app, &[queue], 1, "w").await;
-    cycle(&app, &mut w, queue, 0, 3).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let f0 = redis.command_calls(&["fcall"]).await;
-    cycle(&app, &mut w, queue, 3, 10).await;
-    let f1 = redis.command_calls(&["fcall"]).await;
+    // The first calls meet the refusal (the load behind them, for `-function`); wait, one job
+    // at a time and 10 s at most, until a job goes by without an FCALL.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut next = 0;
+    loop {
+        let before = fcall_attempts(&redis).await;
+        cycle(&app, &mut w, queue, next, 1).await;
+        next += 1;
+        if fcall_attempts(&redis).await == before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{rule}: still FCALL after 10 s"
+        );
+    }
+    let f0 = fcall_attempts(&redis).await;
+    cycle(&app, &mut w, queue, next, 10).await;
+    let f1 = fcall_attempts(&redis).await;
     assert_eq!(
         f1, f0,
         "{rule}: the library turned off, no FCALL after the refusal"
     );
-    all_completed(&app, queue, 13).await;
+    all_completed(&app, queue, next + 10).await;
 }
 
 #[tokio::test]

@@ -212,6 +212,12 @@ impl TestRedis {
     /// Calls Redis ran of each of `cmds` (lower case, as `INFO commandstats` names them:
     /// `fcall`, `evalsha`), summed, and summed over the masters of a cluster.
     pub async fn command_calls(&self, cmds: &[&str]) -> u64 {
+        self.command_stat(cmds, "calls").await
+    }
+
+    /// `INFO commandstats` field `field` (`calls`, `rejected_calls`, `failed_calls`) of each
+    /// of `cmds`, summed, and summed over the masters of a cluster.
+    pub async fn command_stat(&self, cmds: &[&str], field: &str) -> u64 {
         let mut sum = 0;
         for mut c in self.masters().await {
             let info: String = redis::cmd("INFO")
@@ -222,10 +228,16 @@ impl TestRedis {
             sum += info
                 .lines()
                 .filter_map(|l| {
-                    let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-                    cmds.contains(&name).then_some(rest)
+                    let (name, stats) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                    cmds.contains(&name).then_some(stats)
                 })
-                .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .filter_map(|stats| {
+                    stats
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .sum::<u64>();
         }
         sum

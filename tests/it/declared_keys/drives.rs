@@ -221,15 +221,8 @@ pub(super) async fn cancel_and_expiry(app: &TestApp, store: &Store, q: &QueueNam
         )
         .await;
     }
+    // Past their 50 ms TTL: the lease expires them.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let call = jobwire::store::new_lease_call_id();
-    store
-        .lease(q, &["w"], 30_000, &call, &[])
-        .await
-        .expect("lease");
-    store
-        .confirm_lease_calls(q, &[call])
-        .await
-        .expect("confirm");
+    lease(store, q, 1, 30_000).await;
     store.reap(q, 100).await.expect("reap");
 }
