@@ -97,60 +97,43 @@ macro_rules! queue_script {
     };
 }
 
-queue_script!(ENQUEUE, "enqueue", Grow, [COMMON, GROUPS]);
-queue_script!(LEASE, "lease", Drain, [COMMON, GROUPS, ATTEMPTS, LEASE_FN]);
-queue_script!(ACK, "ack", Drain, [COMMON, GROUPS, ATTEMPTS, ACK_FN]);
-queue_script!(
-    ACK_LEASE,
-    "ack_lease",
-    Drain,
-    [COMMON, GROUPS, ATTEMPTS, ACK_FN, LEASE_FN]
-);
-queue_script!(FAIL, "fail", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(REAP, "reap", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(RENEW, "renew", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(RELEASE, "release", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(
-    RELEASE_CALL,
-    "release_call",
-    Drain,
-    [COMMON, GROUPS, ATTEMPTS]
-);
-queue_script!(
-    CONFIRM_CALLS,
-    "confirm_calls",
-    Drain,
-    [COMMON, GROUPS, ATTEMPTS]
-);
-queue_script!(REPLAY, "replay", Grow, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(
-    DELETE_DEAD,
-    "delete_dead",
-    Drain,
-    [COMMON, GROUPS, ATTEMPTS]
-);
-queue_script!(SET_META, "set_meta", Grow, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(PURGE, "purge", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(
-    DELETE_QUEUE,
-    "delete_queue",
-    Drain,
-    [COMMON, GROUPS, ATTEMPTS]
-);
-queue_script!(PROGRESS, "progress", Grow, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(CANCEL, "cancel", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(DELETE_JOB, "delete_job", Drain, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(GROUP_ADMIN, "group_admin", Grow, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(
-    WAITING_STATS,
-    "waiting_stats",
-    Read,
-    [COMMON, GROUPS, ATTEMPTS]
-);
-queue_script!(LIST_DEAD, "list_dead", Read, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(LIST_JOBS, "list_jobs", Read, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(GROUPS_READ, "groups_read", Read, [COMMON, GROUPS, ATTEMPTS]);
-queue_script!(GET_JOB, "get_job", Read, [COMMON, GROUPS, ATTEMPTS]);
+/// Every queue script: its static ([`queue_script!`]) and its place in `QUEUE_SCRIPTS` (the
+/// library's order), from one list.
+macro_rules! queue_scripts {
+    ($(($name:ident, $label:literal, $access:ident, [$($part:ident),*])),* $(,)?) => {
+        $(queue_script!($name, $label, $access, [$($part),*]);)*
+
+        /// Every queue script, in the library's order.
+        const QUEUE_SCRIPTS: &[&NamedScript] = &[$(&$name),*];
+    };
+}
+
+queue_scripts! {
+    (ENQUEUE, "enqueue", Grow, [COMMON, GROUPS]),
+    (LEASE, "lease", Drain, [COMMON, GROUPS, ATTEMPTS, LEASE_FN]),
+    (ACK, "ack", Drain, [COMMON, GROUPS, ATTEMPTS, ACK_FN]),
+    (ACK_LEASE, "ack_lease", Drain, [COMMON, GROUPS, ATTEMPTS, ACK_FN, LEASE_FN]),
+    (FAIL, "fail", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (REAP, "reap", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (RENEW, "renew", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (RELEASE, "release", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (RELEASE_CALL, "release_call", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (CONFIRM_CALLS, "confirm_calls", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (REPLAY, "replay", Grow, [COMMON, GROUPS, ATTEMPTS]),
+    (DELETE_DEAD, "delete_dead", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (SET_META, "set_meta", Grow, [COMMON, GROUPS, ATTEMPTS]),
+    (PURGE, "purge", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (DELETE_QUEUE, "delete_queue", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (PROGRESS, "progress", Grow, [COMMON, GROUPS, ATTEMPTS]),
+    (CANCEL, "cancel", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (DELETE_JOB, "delete_job", Drain, [COMMON, GROUPS, ATTEMPTS]),
+    (GROUP_ADMIN, "group_admin", Grow, [COMMON, GROUPS, ATTEMPTS]),
+    (WAITING_STATS, "waiting_stats", Read, [COMMON, GROUPS, ATTEMPTS]),
+    (LIST_DEAD, "list_dead", Read, [COMMON, GROUPS, ATTEMPTS]),
+    (LIST_JOBS, "list_jobs", Read, [COMMON, GROUPS, ATTEMPTS]),
+    (GROUPS_READ, "groups_read", Read, [COMMON, GROUPS, ATTEMPTS]),
+    (GET_JOB, "get_job", Read, [COMMON, GROUPS, ATTEMPTS]),
+}
 
 macro_rules! global_script {
     ($name:ident, $label:literal) => {
@@ -169,34 +152,6 @@ macro_rules! global_script {
 global_script!(DUE, "due");
 global_script!(INTENT, "intent");
 global_script!(REGISTER, "register");
-
-/// Every queue script, in the library's order.
-const QUEUE_SCRIPTS: [&NamedScript; 24] = [
-    &ENQUEUE,
-    &LEASE,
-    &ACK,
-    &ACK_LEASE,
-    &FAIL,
-    &REAP,
-    &RENEW,
-    &RELEASE,
-    &RELEASE_CALL,
-    &CONFIRM_CALLS,
-    &REPLAY,
-    &DELETE_DEAD,
-    &SET_META,
-    &PURGE,
-    &DELETE_QUEUE,
-    &PROGRESS,
-    &CANCEL,
-    &DELETE_JOB,
-    &GROUP_ADMIN,
-    &WAITING_STATS,
-    &LIST_DEAD,
-    &LIST_JOBS,
-    &GROUPS_READ,
-    &GET_JOB,
-];
 
 /// The jobwire function library: its name and its code for `FUNCTION LOAD`.
 pub(crate) struct Library {
@@ -231,7 +186,7 @@ fn library_functions(prefix: &str) -> String {
     for p in [COMMON, GROUPS, ATTEMPTS, LEASE_FN, ACK_FN] {
         s.push_str(p);
     }
-    for script in QUEUE_SCRIPTS {
+    for script in QUEUE_SCRIPTS.iter().copied() {
         let flags = match script.access {
             Some(Access::Read) => ", flags = { 'no-writes' }",
             Some(Access::Drain) => ", flags = { 'allow-oom' }",
@@ -250,7 +205,8 @@ fn library_functions(prefix: &str) -> String {
 /// tools that tell script calls apart. The global scripts have no function.
 pub fn script_hashes() -> Vec<(&'static str, String, Option<String>)> {
     QUEUE_SCRIPTS
-        .into_iter()
+        .iter()
+        .copied()
         .chain([&DUE, &INTENT, &REGISTER])
         .map(|s| {
             (
@@ -271,7 +227,7 @@ mod tests {
         assert!(LIBRARY
             .code
             .starts_with(&format!("#!lua name={}\n", LIBRARY.name)));
-        for s in QUEUE_SCRIPTS {
+        for s in QUEUE_SCRIPTS.iter().copied() {
             let f = s
                 .function
                 .as_deref()
