@@ -82,9 +82,13 @@ impl Store {
         let Err(e) = reply else { return false };
         // Only refusals of the FCALL itself: an error a function raised once running (which
         // may have written) must reach the caller, never run the call a second time.
-        if e.code() == Some("ERR") && e.detail() == Some("Function not found") {
+        // (Matched on the text: behind WAIT, in a pipeline, the error's code is the pipeline's.)
+        let text = e.to_string();
+        if text.contains("Function not found") {
             self.load_functions_behind();
-        } else if e.code() == Some("NOPERM") && e.detail().is_some_and(|d| d.contains("'fcall'")) {
+        } else if (e.code() == Some("NOPERM") || text.contains("NOPERM"))
+            && (text.contains("'fcall'") || e.detail().is_some_and(|d| d.contains("'fcall'")))
+        {
             self.functions_refused(e);
         } else {
             return false;
