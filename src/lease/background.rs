@@ -352,10 +352,12 @@ impl Hub {
                 let mut listener = self.store().wake_listener().await?;
                 // Every queue announced so far has its loop in the map read below.
                 while new_queues.try_recv().is_ok() {}
-                for q in self.loop_queues() {
-                    listener.subscribe(&q).await?;
-                }
                 self.void_echo_credits();
+                for q in self.loop_queues() {
+                    if listener.subscribe(&q).await? {
+                        self.subscribed(&q);
+                    }
+                }
                 self.wake_all();
                 loop {
                     let step = tokio::select! {
@@ -371,6 +373,7 @@ impl Hub {
                         Step::Event(Some(WakeEvent::Resubscribed(qs))) => {
                             self.void_echo_credits();
                             for q in qs {
+                                self.subscribed(&q);
                                 self.wake(&q);
                             }
                         }
@@ -382,8 +385,13 @@ impl Hub {
                             return Ok(true);
                         }
                         Step::Change(Some(Subscription::Add(q))) => {
-                            listener.subscribe(&q).await?;
-                            // A job made ready before the subscription took effect.
+                            if listener.subscribe(&q).await? {
+                                self.subscribed(&q);
+                            }
+                            // The echoes of enqueues that woke the loop before the
+                            // subscription took effect never come: their credits would
+                            // swallow later wake-ups (a resume's). A job made ready
+                            // before it may also have woken nothing.
                             self.wake(&q);
                         }
                         Step::Change(Some(Subscription::Drop(q))) => {
@@ -393,14 +401,17 @@ impl Hub {
                 }
                 Ok::<bool, crate::store::StoreError>(false)
             };
-            tokio::select! {
-                r = run => match r {
-                    // At once: the new master is known to answer.
-                    Ok(true) => continue,
-                    Ok(false) => {}
-                    Err(e) => tracing::debug!(error = %e, "wake-up listener lost its connection"),
-                },
+            let r = tokio::select! {
+                r = run => r,
                 _ = stop.cancelled() => return,
+            };
+            // Until subscribed again, PUBLISHes are lost: no enqueue may count on its echo.
+            self.none_listened();
+            match r {
+                // At once: the new master is known to answer.
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => tracing::debug!(error = %e, "wake-up listener lost its connection"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}

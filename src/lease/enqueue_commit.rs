@@ -346,12 +346,14 @@ pub async fn write(
     let known = store.knows_queue(queue);
     let reloads = store.script_reloads();
     let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
+    // Read before the write: only then does a subscription in effect see its PUBLISH.
+    let echo_comes = hub.echo_will_come(queue);
     let mut call = std::pin::pin!(store.enqueue_each(queue, jobs, default_max_attempts));
     let (result, credit) = match futures::poll!(&mut call) {
         Poll::Ready(r) => (r, EchoCredit::none()),
         Poll::Pending => {
             let credit = if known && may_ready {
-                hub.early_wake(queue)
+                hub.early_wake(queue, echo_comes)
             } else {
                 EchoCredit::none()
             };

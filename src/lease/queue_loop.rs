@@ -37,6 +37,10 @@ pub(super) struct QueueLoop {
     /// Echoes of local enqueues' PUBLISHes still to come, which wake nothing (see
     /// `wakeup.rs`).
     pub(super) echoes: AtomicI64,
+    /// The queue's wake-up subscription has taken effect (its SUBSCRIBE was answered), so
+    /// the PUBLISH of any enqueue written to Redis from now on will reach the loop; before
+    /// that, an early wake-up takes no echo credit (see `wakeup.rs`).
+    pub(super) listened: AtomicBool,
     /// Cancelled when the loop's last local stream ends (or the replica stops).
     pub(super) stop: CancellationToken,
     /// Ids of this loop's lease calls whose replies arrived and whose jobs were handed to
@@ -69,6 +73,7 @@ impl QueueLoop {
             turn: Default::default(),
             backlog: AtomicBool::new(true),
             echoes: AtomicI64::new(0),
+            listened: AtomicBool::new(false),
             unconfirmed: Mutex::default(),
         }
     }

@@ -11,7 +11,10 @@
 //! or some echo finds no credit left (there is one echo more than credits), and either
 //! wakes the loop, whose lease call sees every job made ready before. A call that made
 //! nothing ready returns its credit, or wakes the loop if someone spent it. A lost PUBLISH
-//! (pub/sub reconnect) voids every credit.
+//! (pub/sub reconnect) voids every credit. An enqueue takes a credit only when its queue's
+//! subscription had taken effect before the enqueue was written: the echoes of enqueues
+//! before it never come, and their credits would swallow later wake-ups (a resume's); the
+//! loop is still woken early, and an echo that does come wakes it once more.
 //!
 //! The caller must only wake early once the enqueue is really on the wire (see
 //! `enqueue_commit::write`); if it is not, the lease may run first, find nothing, and the job
@@ -60,19 +63,31 @@ impl Hub {
             .and_then(|l| l.get(queue).cloned())
     }
 
+    /// Will the PUBLISH of an enqueue on `queue` written to Redis from now on reach the
+    /// local loop? True once the queue's wake-up subscription has taken effect. Read it
+    /// before writing the enqueue and pass it to [`Hub::early_wake`].
+    pub fn echo_will_come(&self, queue: &QueueName) -> bool {
+        self.local_loop(queue)
+            .is_some_and(|lp| lp.listened.load(Ordering::Acquire))
+    }
+
     /// A local enqueue on `queue` has just been submitted on the store's connection (the
     /// caller polled it once): if a local loop serves the queue, wake it now. Its lease call
     /// goes out on the same connection behind the enqueue, so Redis runs it right after and
-    /// it sees the new jobs; the echo of the enqueue's PUBLISH is then skipped.
-    pub fn early_wake(&self, queue: &QueueName) -> EchoCredit {
+    /// it sees the new jobs; the echo of the enqueue's PUBLISH is then skipped, but only
+    /// when `echo_comes` ([`Hub::echo_will_come`] before the write): an echo that never
+    /// comes would leave its credit to swallow a later wake-up (a resume's).
+    pub fn early_wake(&self, queue: &QueueName, echo_comes: bool) -> EchoCredit {
         let lp = self.local_loop(queue);
         let Some(lp) = lp else {
             return EchoCredit(None);
         };
-        lp.echoes.fetch_add(1, Ordering::AcqRel);
+        if echo_comes {
+            lp.echoes.fetch_add(1, Ordering::AcqRel);
+        }
         lp.backlog.store(true, Ordering::Relaxed);
         lp.notify.notify_one();
-        EchoCredit(Some(queue.clone()))
+        EchoCredit(echo_comes.then(|| queue.clone()))
     }
 
     /// The enqueue of [`Hub::early_wake`] returned; `made_ready` says whether it made at
@@ -109,7 +124,29 @@ impl Hub {
         }
     }
 
-    /// Pub/sub messages may have been lost: no echo can be counted on.
+    /// `queue`'s subscription has just taken effect: from now on enqueues may take echo
+    /// credits, and none taken before is counted on (an echo that does come wakes the loop
+    /// once more, which costs one lease call; a credit left without its echo would
+    /// swallow the next wake-up, a resume's or another replica's enqueue's, until the
+    /// safety poll).
+    pub(super) fn subscribed(&self, queue: &QueueName) {
+        if let Some(lp) = self.local_loop(queue) {
+            lp.listened.store(true, Ordering::Release);
+            lp.echoes.store(0, Ordering::Release);
+        }
+    }
+
+    /// The listener lost its connection: until each queue is subscribed again, no enqueue
+    /// takes an echo credit.
+    pub(super) fn none_listened(&self) {
+        if let Ok(l) = self.inner.loops.lock() {
+            for lp in l.values() {
+                lp.listened.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Pub/sub messages may have been lost: no echo taken so far can be counted on.
     pub(super) fn void_echo_credits(&self) {
         if let Ok(l) = self.inner.loops.lock() {
             for lp in l.values() {

@@ -120,18 +120,24 @@ impl Store {
 }
 
 impl WakeListener {
-    /// Subscribes to `queue`'s wake-ups. On a cluster a failure is not an error: the
-    /// subscription is tried again shortly (and reported as [`WakeEvent::Resubscribed`]).
-    pub async fn subscribe(&mut self, queue: &QueueName) -> Result<(), StoreError> {
+    /// Subscribes to `queue`'s wake-ups. Returns true when the subscription has taken
+    /// effect (Redis answered it: every PUBLISH it runs from now on reaches the listener).
+    /// On a cluster a failure is not an error but false: the subscription is tried again
+    /// shortly (and reported as [`WakeEvent::Resubscribed`] once in effect).
+    pub async fn subscribe(&mut self, queue: &QueueName) -> Result<bool, StoreError> {
         match &mut self.inner {
-            Inner::Direct { sink, .. } => Ok(sink.subscribe(wake_channel(queue)).await?),
+            Inner::Direct { sink, .. } => {
+                sink.subscribe(wake_channel(queue)).await?;
+                Ok(true)
+            }
             Inner::Cluster(s) => {
                 s.wanted.insert(queue.clone());
                 if let Err(e) = s.conn.ssubscribe(shard_wake_channel(queue)).await {
                     tracing::debug!(queue = %queue, error = %e, "ssubscribe failed; retrying");
                     s.pending.push((queue.clone(), true));
+                    return Ok(false);
                 }
-                Ok(())
+                Ok(true)
             }
         }
     }

@@ -97,3 +97,56 @@ async fn an_enqueue_after_script_flush_still_wakes_an_idle_worker() {
         assert_eq!(w.ack(&l).await.code, 0);
     }
 }
+
+/// Enqueues on a paused queue keep coming while a worker opens it, so some take their
+/// early wake-up after the queue's loop exists but before its pub/sub subscription has
+/// taken effect: their PUBLISH echoes never come back. Their echo credits must not be left
+/// to swallow a later wake-up, such as the resume's: the waiting jobs are leased at once.
+#[tokio::test]
+async fn echoes_lost_before_the_subscription_do_not_swallow_the_resume() {
+    let redis = TestRedis::start().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let admin = jobwire::pb::queue_service_client::QueueServiceClient::new(app.channel.clone());
+    for round in 0..6 {
+        let q = format!("opening-{round}");
+        admin
+            .clone()
+            .pause_queue(pb::PauseQueueRequest { queue: q.clone() })
+            .await
+            .expect("pause");
+        // Known to the store, so later enqueues take the early path.
+        enqueue(&app, spec(&q, "first")).await;
+        let feeder = {
+            let (app_channel, q) = (app.channel.clone(), q.clone());
+            tokio::spawn(async move {
+                let mut jobs = jobwire::pb::job_service_client::JobServiceClient::new(app_channel);
+                for i in 0..60 {
+                    jobs.enqueue(pb::EnqueueRequest {
+                        job: Some(spec(&q, &format!("j{i}"))),
+                    })
+                    .await
+                    .expect("enqueue");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let mut w = TestWorker::open(&app, &[&q], 1, "w").await;
+        feeder.await.expect("feeder");
+        assert!(
+            w.lease_within(Duration::from_millis(300)).await.is_none(),
+            "round {round}: nothing leased while paused"
+        );
+        admin
+            .clone()
+            .resume_queue(pb::ResumeQueueRequest { queue: q.clone() })
+            .await
+            .expect("resume");
+        let t = std::time::Instant::now();
+        assert!(
+            w.lease_within(PROMPT).await.is_some(),
+            "round {round}: the resume's wake-up was swallowed ({:?})",
+            t.elapsed()
+        );
+    }
+}
