@@ -18,6 +18,7 @@ mod abuse;
 mod auth;
 mod redact;
 mod replica;
+mod runtime;
 mod tls;
 mod ui;
 
@@ -25,6 +26,7 @@ pub use abuse::AbuseArgs;
 pub use auth::AuthArgs;
 pub use redact::redact_url;
 pub use replica::ReplicaArgs;
+pub use runtime::{RuntimeArgs, MAX_WORKER_THREADS};
 pub use tls::TlsArgs;
 pub use ui::UiArgs;
 
@@ -245,6 +247,9 @@ pub struct ServeArgs {
     /// The web dashboard (`--ui`).
     #[command(flatten)]
     pub ui: UiArgs,
+    /// The async runtime's threads (`--worker-threads`).
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 impl ServeArgs {
@@ -292,6 +297,7 @@ impl ServeArgs {
             abuse: AbuseArgs::default(),
             replica: ReplicaArgs::default(),
             ui: UiArgs::default(),
+            runtime: RuntimeArgs::default(),
         }
     }
 
@@ -479,6 +485,7 @@ impl ServeArgs {
             self.abuse.effective(),
             self.replica.effective(),
             self.ui.effective(),
+            self.runtime.effective(),
         ];
         let lines = lines.into_iter().chain(more.into_iter().flatten());
         let mut out = String::from(if self.redis_url.is_none() {

@@ -1,19 +1,31 @@
-//! The `jobwire` binary: parse flags, set up logging, bind, run until SIGTERM/SIGINT.
+//! The `jobwire` binary: parse flags, build the async runtime (`--worker-threads`), set up
+//! logging, bind, run until SIGTERM/SIGINT.
 
 use anyhow::Context;
 use clap::Parser;
-use jobwire::config::{Cli, Command};
+use jobwire::config::{Cli, Command, RuntimeArgs};
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     // Global operator flags may come before the command group (docs/cli.md).
     let cli = Cli::parse_from(jobwire::cli::hoist_global_flags(
         std::env::args_os().collect(),
     ));
-    match cli.command {
+    let runtime = match &cli.command {
+        Command::Serve(cfg) => cfg.runtime.clone(),
+        Command::Bench(args) => args.runtime.clone(),
+        Command::Operator(_) => RuntimeArgs::default(),
+    };
+    runtime
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(run(cli.command))
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(cfg) => {
             if cfg.print_config {
                 print!("{}", cfg.effective());

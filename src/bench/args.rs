@@ -166,6 +166,10 @@ pub struct BenchArgs {
     /// Bearer token sent as `authorization: Bearer <token>` on every call. Never printed.
     #[arg(long, env = "JOBWIRE_TOKEN", hide_env_values = true)]
     pub token: Option<Secret>,
+
+    /// The bench client's own async runtime (`--worker-threads`, as `serve` takes it).
+    #[command(flatten)]
+    pub runtime: crate::config::RuntimeArgs,
 }
 
 /// A secret flag value (a bearer token): `Debug` never shows it.

@@ -356,6 +356,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
             "label": a.label, "n": a.n, "runs": a.runs.max(1), "maxOther": a.max_other,
             "system": "jobwire", "version": env!("CARGO_PKG_VERSION"), "payload": a.payload,
             "queues": a.queues, "title": title,
+            "clientWorkerThreads": a.runtime.worker_threads,
         });
         let doc = document(meta, &results);
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;

@@ -39,6 +39,7 @@ impl fmt::Debug for ServeArgs {
             abuse,
             replica,
             ui,
+            runtime,
         } = self;
         f.debug_struct("ServeArgs")
             .field("grpc_addr", grpc_addr)
@@ -71,6 +72,7 @@ impl fmt::Debug for ServeArgs {
             .field("abuse", abuse)
             .field("replica", replica)
             .field("ui", ui)
+            .field("runtime", runtime)
             .finish()
     }
 }

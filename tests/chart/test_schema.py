@@ -56,6 +56,7 @@ BAD = {
     "payload above the server's cap": {"config": {"maxPayloadBytes": 5000000}},
     "checkpoint above the server's cap": {"config": {"maxCheckpointBytes": 1048577}},
     "result of zero bytes": {"config": {"maxResultBytes": 0}},
+    "zero worker threads": {"config": {"workerThreads": 0}},
     "duration without unit": {"config": {"leaseDuration": "30"}},
     "liveness of an unknown type": {"livenessProbe": {"type": "tcp"}},
     "alert override with an unknown field": {"prometheusRule": {"alerts": {"JobwireWaitingJobsNoWorkers": {"limit": 2}}}},
