@@ -34,7 +34,10 @@
 # Knobs (environment): BULLMQ_HARNESS (../shared/bench), RUNS (1), N (50000), FILL (100000), PORT (6390), GRPC_PORT (50151),
 # QUIET_WAIT (5 s before each measurement), RETRIES (0), E2E (jobwire worker configs), EXTRA (1),
 # RATES, RATE_SECS, DRAIN_JOBS, JW_GROUPS, JOBWIRE_BIN (a jobwire binary to use instead of
-# building the release one).
+# building the release one), JW_WORKER_THREADS (1: the async runtime threads of the jobwire
+# server and of `jobwire bench`, as JOBWIRE_WORKER_THREADS; empty: one per CPU). One thread
+# each is the like-for-like setting: BullMQ's harness runs its producers and workers in one
+# single-threaded Node process, and Redis shares the same cores.
 # The default finishes in about 15-20 minutes on a 2-core box (5-8 without the extras).
 set -euo pipefail
 
@@ -85,6 +88,14 @@ command -v node >/dev/null || { echo "node is missing" >&2; exit 1; }
 if [ -z "$MASTERS" ] && redis-cli -p "$PORT" ping >/dev/null 2>&1; then
   echo "something already answers on port $PORT; set PORT=..." >&2; exit 1
 fi
+
+JW_WORKER_THREADS="${JW_WORKER_THREADS-1}"
+if [ -n "$JW_WORKER_THREADS" ]; then
+  export JOBWIRE_WORKER_THREADS="$JW_WORKER_THREADS"
+else
+  unset JOBWIRE_WORKER_THREADS
+fi
+echo "jobwire worker threads (server and bench client): ${JW_WORKER_THREADS:-one per CPU}"
 
 SCRATCH="$(mktemp -d /tmp/jobwire-vs-bullmq.XXXXXX)"
 cp -r "$SRC" "$SCRATCH/bench"
