@@ -97,8 +97,9 @@ pub async fn run(
             }
             tracing::info!(path = %path.display(), queues = queues.len(), "queue config applied");
         }
+        let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
         tracing::info!(grpc = %grpc.local_addr()?, http = %http.local_addr()?,
-            redis = %config::redact_url(&url), "jobwire serving");
+            redis = %config::redact_url(&url), worker_threads, "jobwire serving");
         server::serve(&cfg, auth, store, grpc, http, shutdown).await
     }
     .await;

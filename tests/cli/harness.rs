@@ -69,6 +69,11 @@ impl Server {
         Server { inner }
     }
 
+    /// The server's log so far (its stderr).
+    pub fn log(&self) -> String {
+        self.inner.log_tail(usize::MAX)
+    }
+
     /// An SDK client (the check side of the tests).
     pub async fn client(&self) -> Client {
         self.inner.client().await.expect("sdk client")

@@ -14,6 +14,7 @@ mod jobs;
 mod lists;
 mod queues;
 mod readme;
+mod runtime;
 mod terminal;
 mod tls;
 mod typos;
