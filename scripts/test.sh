@@ -19,7 +19,7 @@ cargo test --locked --workspace
 # The integration suite's core again, each test on its own 3-master Redis Cluster.
 JOBWIRE_TEST_REDIS=cluster cargo test --locked --test it -- --skip message_limits:: \
   core_flow:: dead_letters:: replay_once:: retries:: limits:: retention_age:: model:: \
-  list_jobs:: list_workers:: functions::
+  list_jobs:: list_workers:: functions:: due_later::
 promtool check rules helm/jobwire/files/alerts.yaml
 (cd tests/alerts && promtool test rules alerts.test.yaml)
 cargo build --locked

@@ -191,7 +191,10 @@ impl Hub {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.config().reaper_interval) => {}
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => {
+                    self.flush_held_due().await;
+                    return;
+                }
             }
             if !seeded {
                 match self.store().seed_due_index().await {
@@ -224,6 +227,9 @@ impl Hub {
                     _ = stop.cancelled() => return,
                 }
             }
+            // The due-index updates this server held since the last tick go first, so this
+            // tick reads them (`store/due_later.rs`).
+            self.flush_held_due().await;
             let due = self.store().due_queues(DUE_BATCH).await;
             match due {
                 Ok(mut due) => {
@@ -265,8 +271,14 @@ impl Hub {
         }
     }
 
-    /// Reaps `queue` until no expired lease is left, then moves the due-index `entries` it
-    /// was reaped for (none for the sweep) to its next due time.
+    /// Writes the due-index updates held since the last tick; a failure is only logged (they
+    /// stay held for the next tick, and the intents written before them cover them).
+    async fn flush_held_due(&self) {
+        if let Err(e) = self.store().flush_held_due().await {
+            tracing::debug!(error = %e, "held due-index updates not written; held for the next tick");
+        }
+    }
+
     /// How long reaping waits after Redis takes writes again: two renewal periods (a
     /// lease duration / 3 each), so every live stream's leases are renewed and every
     /// retried hand-back (every 100-500 ms, `Hub::release`) has run, at least a reaper
@@ -275,7 +287,9 @@ impl Hub {
         (self.config().lease_duration * 2 / 3).max(self.config().reaper_interval)
     }
 
-    /// Returns false when Redis did not take the reap.
+    /// Reaps `queue` until no expired lease is left, then moves the due-index `entries` it
+    /// was reaped for (none for the sweep) to its next due time. Returns false when Redis
+    /// did not take the reap.
     async fn reap_queue(&self, queue: &QueueName, entries: &[DueEntry]) -> bool {
         loop {
             let report = match self.store().reap(queue, REAP_BATCH).await {

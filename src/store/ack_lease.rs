@@ -38,7 +38,7 @@ impl Store {
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
         args.extend(ack_args(items));
         // As for a lease: the intent and the script leave together, in this order.
-        let (_, reply) = tokio::join!(
+        let (intended, reply) = tokio::join!(
             self.intend_due(queue),
             self.run_script(&scripts::ACK_LEASE, &keys, args)
         );
@@ -52,8 +52,9 @@ impl Store {
         } else {
             None
         };
-        // One due-index update for both: the earliest of the retention (from the acks) and
-        // the first lease deadline.
+        // One due-index update for both, held for the next intent or reaper tick
+        // (`due_later.rs`): the earliest of the retention (from the acks) and the first
+        // lease deadline.
         let first_deadline = batch
             .as_ref()
             .and_then(|b| b.jobs.iter().map(|j| j.deadline_ms).min());
@@ -62,7 +63,7 @@ impl Store {
             (a, b) => a.or(b),
         };
         if let Some(due) = due {
-            self.mark_due_soon(queue, due);
+            self.due_after_write(queue, due, intended);
         }
         Ok((outcomes, batch))
     }

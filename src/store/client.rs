@@ -26,6 +26,9 @@ pub struct Store {
     pub(super) conn: Conn,
     /// Queues this store registered, and when (see `registry.rs`).
     pub(super) known_queues: Arc<Mutex<HashMap<QueueName, Instant>>>,
+    /// Due-index updates held for the next intent or reaper tick, the earliest per queue
+    /// (see `due_later.rs`).
+    pub(super) held_due: Arc<Mutex<HashMap<QueueName, u64>>>,
     /// The most queues the registry may hold.
     pub(super) max_queues: usize,
     /// Script calls that found their script missing (NOSCRIPT) and ran again after loading
@@ -93,6 +96,7 @@ impl Store {
         Ok(Store {
             conn,
             known_queues: Arc::default(),
+            held_due: Arc::default(),
             reloads: Arc::default(),
             functions: Arc::default(),
             max_queues: super::registry::DEFAULT_MAX_QUEUES,

@@ -38,13 +38,13 @@ impl Store {
         args.extend(worker_ids.iter().map(|w| w.as_bytes().to_vec()));
         // The intent and the script leave together (one round trip, in this order on the
         // connection), so the lease call stays right behind an Enqueue that woke it.
-        let (_, reply) = tokio::join!(
+        let (intended, reply) = tokio::join!(
             self.intend_due(queue),
             self.run_script(&scripts::LEASE, &keys, args)
         );
         let batch = lease_batch(queue, tokens, reply?)?;
         if let Some(first) = batch.jobs.iter().map(|j| j.deadline_ms).min() {
-            self.mark_due_soon(queue, first);
+            self.due_after_write(queue, first, intended);
         }
         Ok(batch)
     }
@@ -78,14 +78,14 @@ impl Store {
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let args = ack_args(items);
         let keys = Keys::new(queue);
-        let (_, reply) = tokio::join!(
+        let (intended, reply) = tokio::join!(
             self.intend_due(queue),
             self.run_script(&scripts::ACK, &keys, args)
         );
         let outcomes = ack_outcomes(items.len(), reply?)?;
         if let Some(now_ms) = acked_at(&outcomes) {
             // Retention: the reaper applies the age limit and counts what was trimmed.
-            self.mark_due_soon(queue, now_ms);
+            self.due_after_write(queue, now_ms, intended);
         }
         Ok(outcomes)
     }
@@ -317,8 +317,8 @@ impl Store {
 impl Store {
     /// [`Store::mark_due`] in a task of its own, off the caller's path: the leases and acks
     /// it follows reach their streams a round trip sooner. As for `mark_due`, a failure
-    /// (or its loss to a crash) is harmless: the intent written before the script covers
-    /// the work (`registry.rs`).
+    /// (or its loss to a crash) is harmless when the intent written before the script was
+    /// taken (`registry.rs`); when it was not, this is the only update (`due_later.rs`).
     pub(super) fn mark_due_soon(&self, queue: &QueueName, at_ms: u64) {
         let (store, queue) = (self.clone(), queue.clone());
         tokio::spawn(async move { store.mark_due(&queue, at_ms).await });

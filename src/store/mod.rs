@@ -15,6 +15,7 @@ mod client;
 mod codec;
 mod conn;
 mod dead;
+mod due_later;
 mod durability;
 mod enqueue;
 mod error;

@@ -12,7 +12,8 @@
 //! A write that may create reaper work (a lease, a delayed enqueue, a fail, an ack) first
 //! writes an intent, `+<queue>`, due at most [`INTENT_AHEAD`] later ([`Store::intend_due`],
 //! `scripts/intent.lua`), then runs its queue script, then lowers `<queue>` to the work's
-//! time. If the last step is lost (a crash, a timeout), the intent still makes the reaper
+//! time (at once, or, for a lease or an ack, held for the queue's next intent or the next
+//! reaper tick: `due_later.rs`). If the last step is lost (a crash, a timeout), the intent still makes the reaper
 //! look at the queue, after the script ran, and record its real next due time; the
 //! reaper's own update compares the score it read, so it never erases an intent written
 //! meanwhile (`scripts/due.lua`). The reaper's slow sweep is only a last resort (for an
@@ -91,7 +92,7 @@ impl Store {
     }
 
     /// The due-index key of `queue`'s shard.
-    fn due_key(&self, queue: &QueueName) -> &'static str {
+    pub(super) fn due_key(&self, queue: &QueueName) -> &'static str {
         DUE_KEYS[due_shard(queue, self.due_shards())]
     }
 
@@ -156,6 +157,7 @@ impl Store {
     /// Forgets `queue` here and removes it from the registry and the due index (after
     /// [`Store::delete_queue`] emptied it).
     pub(super) async fn unregister_queue(&self, queue: &QueueName) -> Result<(), StoreError> {
+        self.take_held_due(queue);
         if let Ok(mut k) = self.known_queues.lock() {
             k.remove(queue);
             if k.capacity() > 64 && k.len() < k.capacity() / 4 {
@@ -179,22 +181,36 @@ impl Store {
     }
 
     /// Before a script that may create reaper work on `queue`: writes its intent
-    /// (`+<queue>`, due between 100 ms and [`INTENT_AHEAD`] from now, `scripts/intent.lua`).
-    /// A failure is only logged and the caller goes on: a timed-out intent is still queued in
-    /// Redis ahead of the script (so it runs first if the script runs at all), and a refused
-    /// one means the script will most likely be refused too; the index update after the
-    /// script remains as a second chance.
-    pub(super) async fn intend_due(&self, queue: &QueueName) {
-        let args = [
+    /// (`+<queue>`, due between 100 ms and [`INTENT_AHEAD`] from now, `scripts/intent.lua`),
+    /// and with it the queue's due-index update held from an earlier call, if any
+    /// (`due_later.rs`). Returns whether Redis took it. A failure is only logged and the
+    /// caller goes on, sending its own index update after the script at once rather than
+    /// holding it: a timed-out intent is still queued in Redis ahead of the script (so it
+    /// runs first if the script runs at all), and a refused one means the script will most
+    /// likely be refused too. The held update it carried is held again.
+    pub(super) async fn intend_due(&self, queue: &QueueName) -> bool {
+        let held = self.take_held_due(queue);
+        let mut args = vec![
             format!("{INTENT_PREFIX}{queue}"),
             INTENT_AHEAD.as_millis().to_string(),
             INTENT_GUARD.as_millis().to_string(),
         ];
+        if let Some(at) = held {
+            args.push(queue.to_string());
+            args.push(at.to_string());
+        }
         let r = self
             .eval(&scripts::INTENT, &[self.due_key(queue)], &args)
             .await;
-        if let Err(e) = r {
-            tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
+        match r {
+            Ok(_) => true,
+            Err(e) => {
+                if let Some(at) = held {
+                    self.hold_due(queue, at);
+                }
+                tracing::debug!(queue = %queue, error = %e, "due-index intent not written");
+                false
+            }
         }
     }
 

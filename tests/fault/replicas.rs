@@ -207,3 +207,62 @@ async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
     assert_eq!(id_of(&again), "j");
     assert_eq!(on_b.ack(&again).await.code, 0);
 }
+
+/// A replica killed while it holds a lease's due-index update (held for its next reaper
+/// tick or the queue's next intent, `src/store/due_later.rs`; its reaper ticks only every
+/// 30 s here, so the update is surely still held): the intent written before the lease
+/// call sends the other replica's reaper to the queue, and the lease expires into it within
+/// seconds, with no safety sweep.
+#[tokio::test]
+async fn sigkill_while_a_lease_due_time_is_held_still_expires() {
+    let redis = RedisProc::start(RedisOpts::default()).await;
+    let no_sweep = |reaper: &str| {
+        let mut args = server_args(&redis.url);
+        let at = args
+            .iter()
+            .position(|a| a == "--reaper-interval")
+            .expect("reaper flag");
+        args[at + 1] = reaper.to_owned();
+        args.extend(["--reaper-sweep-rate", "0"].map(String::from));
+        args
+    };
+    let mut a = ServerProc::spawn(no_sweep("30s")).await;
+    let b = ServerProc::spawn(no_sweep("100ms")).await;
+    // B's reaper has started and seeded the (empty) index: seeding would repair by chance.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut on_a = TestWorker::open_on(a.channel.clone(), &["held-due"], 1, "on-a").await;
+    enqueue_on(&a, "held-due", "j").await;
+    let first = on_a.lease().await;
+    assert_eq!(first.attempt, 1);
+    let mut conn = redis.conn().await;
+    let due: Option<f64> = redis::cmd("ZSCORE")
+        .arg(jobwire::store::due_key(
+            &jobwire::jobs::QueueName::parse("held-due").expect("queue"),
+            1,
+        ))
+        .arg("held-due")
+        .query_async(&mut conn)
+        .await
+        .expect("ZSCORE");
+    assert_eq!(due, None, "A holds the lease's due time");
+    let killed = Instant::now();
+    a.sigkill().await;
+    drop(on_a);
+    let mut on_b = TestWorker::open_on(b.channel.clone(), &["held-due"], 1, "on-b").await;
+    // The intent comes due at most 5 s after the lease call; slack for a busy machine.
+    let again = on_b.lease_within(Duration::from_secs(10)).await;
+    println!(
+        "lease whose due time A held: back through the other replica after {:?} ({:?})",
+        killed.elapsed(),
+        again.as_ref().map(|l| l.attempt)
+    );
+    let again = again.unwrap_or_else(|| {
+        panic!(
+            "the expired lease is reaped without the held update\n{}",
+            b.log_tail()
+        )
+    });
+    assert_eq!(id_of(&again), "j");
+    assert_eq!(again.attempt, 2);
+    assert_eq!(on_b.ack(&again).await.code, 0);
+}

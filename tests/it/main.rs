@@ -25,6 +25,7 @@ mod coalesce;
 mod core_flow;
 mod dead_letters;
 mod declared_keys;
+mod due_later;
 mod due_spread;
 mod early_wake;
 mod enqueue_commit;

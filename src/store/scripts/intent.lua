@@ -3,7 +3,9 @@
 -- touches only the index; DESIGN.md section 10).
 -- KEYS: [1] the queue's due-index shard (zset: '<queue>' -> next due ms, '+<queue>' -> an intent).
 -- ARGV: [1] the intent member '+<queue>', [2] ahead: how far after now it comes due at the
---       latest, ms, [3] guard: how soon after now it may come due at the earliest, ms.
+--       latest, ms, [3] guard: how soon after now it may come due at the earliest, ms,
+--       optional: [4] the queue's own member '<queue>' and [5] a due time, ms, that an
+--       earlier write of this server held back (due_later.rs): set as a ZADD LT would.
 -- The intent comes due at most `ahead` after the first write not yet reaped (LT), so it is
 -- never put off by later writes; but never sooner than `guard` after this write (it is
 -- moved up to that if it would), so the reaper that acts on it runs its reap after this
@@ -20,4 +22,5 @@ if not cur or latest < cur then
 elseif cur < earliest then
   redis.call('ZADD', KEYS[1], earliest, ARGV[1])
 end
+if ARGV[5] then redis.call('ZADD', KEYS[1], 'LT', ARGV[5], ARGV[4]) end
 return 1
