@@ -25,7 +25,7 @@ impl Store {
         call: &str,
         confirm: &[String],
     ) -> Result<(Vec<Settle<AckOutcome>>, Option<LeaseBatch>), StoreError> {
-        let keys = Keys::new(queue);
+        let keys = Keys::shared(queue);
         let tokens: Vec<String> = (1..=worker_ids.len())
             .map(|i| format!("{call}-{i}"))
             .collect();

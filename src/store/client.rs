@@ -236,7 +236,7 @@ impl Store {
         args: Vec<Vec<u8>>,
         done: impl Fn(std::vec::IntoIter<Value>, bool) -> Result<T, StoreError>,
     ) -> Result<Vec<Settle<T>>, StoreError> {
-        let reply = array(self.run_script(script, &Keys::new(queue), args).await?)?;
+        let reply = array(self.run_script(script, &Keys::shared(queue), args).await?)?;
         reply
             .into_iter()
             .map(|item| settle_status(item, &done))

@@ -54,11 +54,6 @@ impl Store {
         self.held_due.lock().ok()?.remove(queue)
     }
 
-    /// How many queues have an update held.
-    pub fn held_due_count(&self) -> usize {
-        self.held_due.lock().map(|h| h.len()).unwrap_or(0)
-    }
-
     /// Writes every held update to the due index: one `ZADD LT` per due-index shard, with
     /// all of its queues (the reaper calls it at the start of each tick). Returns how many
     /// queues' updates were written. Errors: a command Redis did not take; its updates are

@@ -25,7 +25,7 @@ impl Store {
         call: &str,
         confirm: &[String],
     ) -> Result<LeaseBatch, StoreError> {
-        let keys = Keys::new(queue);
+        let keys = Keys::shared(queue);
         let tokens: Vec<String> = (1..=worker_ids.len())
             .map(|i| format!("{call}-{i}"))
             .collect();
@@ -77,7 +77,7 @@ impl Store {
         items: &[I],
     ) -> Result<Vec<Settle<AckOutcome>>, StoreError> {
         let args = ack_args(items);
-        let keys = Keys::new(queue);
+        let keys = Keys::shared(queue);
         let (intended, reply) = tokio::join!(
             self.intend_due(queue),
             self.run_script(&scripts::ACK, &keys, args)
@@ -219,7 +219,7 @@ impl Store {
             let mut args = vec![rest.len().to_string().into_bytes()];
             push_pairs(&mut args, rest);
             let reply = array(
-                self.run_script(&scripts::RELEASE, &Keys::new(queue), args)
+                self.run_script(&scripts::RELEASE, &Keys::shared(queue), args)
                     .await?,
             )?;
             if reply.is_empty() {
@@ -246,7 +246,7 @@ impl Store {
             return Ok(());
         }
         let args = calls.iter().map(|c| c.as_bytes().to_vec()).collect();
-        self.run_script(&scripts::CONFIRM_CALLS, &Keys::new(queue), args)
+        self.run_script(&scripts::CONFIRM_CALLS, &Keys::shared(queue), args)
             .await?;
         Ok(())
     }
