@@ -22,11 +22,9 @@ use futures::StreamExt;
 use redis::Value;
 
 use super::client::Store;
+use super::registry::SHARD_READS;
 use super::StoreError;
 use crate::jobs::QueueName;
-
-/// Most flush commands (one per due-index shard) in flight at once.
-const FLUSH_CALLS: usize = 4;
 
 impl Store {
     /// After a call that created reaper work at `at_ms` (Redis ms): holds the due-index update
@@ -55,13 +53,13 @@ impl Store {
     }
 
     /// Writes every held update to the due index: one `ZADD LT` per due-index shard, with
-    /// all of its queues (the reaper calls it at the start of each tick). Returns how many
-    /// queues' updates were written. Errors: a command Redis did not take; its updates are
-    /// held again for the next flush or intent (`ZADD LT` is safe to repeat).
-    pub async fn flush_held_due(&self) -> Result<usize, StoreError> {
+    /// all of its queues, [`SHARD_READS`] shards at a time (the reaper calls it at the start
+    /// of each tick). Errors: a command Redis did not take; its updates are held again for
+    /// the next flush or intent (`ZADD LT` is safe to repeat).
+    pub(crate) async fn flush_held_due(&self) -> Result<(), StoreError> {
         let held: Vec<(QueueName, u64)> = match self.held_due.lock() {
             Ok(mut h) if !h.is_empty() => h.drain().collect(),
-            _ => return Ok(0),
+            _ => return Ok(()),
         };
         let mut by_key: HashMap<&'static str, Vec<(QueueName, u64)>> = HashMap::new();
         for (queue, at) in held {
@@ -83,23 +81,19 @@ impl Store {
                 (updates, r)
             });
         }
-        let calls = futures::stream::iter(calls).buffer_unordered(FLUSH_CALLS);
-        let results: Vec<_> = calls.collect().await;
-        let (mut written, mut failed) = (0, None);
+        let results: Vec<_> = futures::stream::iter(calls)
+            .buffer_unordered(SHARD_READS)
+            .collect()
+            .await;
+        let mut failed = None;
         for (updates, r) in results {
-            match r {
-                Ok(_) => written += updates.len(),
-                Err(e) => {
-                    for (queue, at) in &updates {
-                        self.hold_due(queue, *at);
-                    }
-                    failed = Some(e);
+            if let Err(e) = r {
+                for (queue, at) in &updates {
+                    self.hold_due(queue, *at);
                 }
+                failed = Some(e);
             }
         }
-        match failed {
-            Some(e) => Err(e.into()),
-            None => Ok(written),
-        }
+        failed.map_or(Ok(()), |e| Err(e.into()))
     }
 }

@@ -13,11 +13,11 @@
 //! writes an intent, `+<queue>`, due at most [`INTENT_AHEAD`] later ([`Store::intend_due`],
 //! `scripts/intent.lua`), then runs its queue script, then lowers `<queue>` to the work's
 //! time (at once, or, for a lease or an ack, held for the queue's next intent or the next
-//! reaper tick: `due_later.rs`). If the last step is lost (a crash, a timeout), the intent still makes the reaper
-//! look at the queue, after the script ran, and record its real next due time; the
-//! reaper's own update compares the score it read, so it never erases an intent written
-//! meanwhile (`scripts/due.lua`). The reaper's slow sweep is only a last resort (for an
-//! index edited by hand, or a Redis that lost writes). A queue with no leased, delayed or
+//! reaper tick: `due_later.rs`). If the last step is lost (a crash, a timeout), the intent
+//! still makes the reaper look at the queue, after the script ran, and record its real next
+//! due time; the reaper's own update compares the score it read, so it never erases an intent
+//! written meanwhile (`scripts/due.lua`). The reaper's slow sweep is only a last resort (for
+//! an index edited by hand, or a Redis that lost writes). A queue with no leased, delayed or
 //! age-limited finished jobs has no entry in the due index, so it costs the reaper nothing.
 
 use std::time::{Duration, Instant};
@@ -51,9 +51,10 @@ const INTENT_GUARD: Duration = Duration::from_millis(100);
 /// Prefix of an intent member in the due index (not a queue-name character).
 const INTENT_PREFIX: &str = "+";
 
-/// Most due-index shards the reaper reads at once (each read is one ZRANGE on the shard's
-/// master): enough to reach every master of a typical cluster in one round trip.
-const SHARD_READS: usize = 4;
+/// Most due-index shards the reaper reads (one ZRANGE each), or writes held updates to
+/// (one ZADD each, `due_later.rs`), at once: enough to reach every master of a typical
+/// cluster in one round trip.
+pub(super) const SHARD_READS: usize = 4;
 
 /// One due entry of the index, as [`Store::due_queues`] read it.
 #[derive(Clone, Debug)]
