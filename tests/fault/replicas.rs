@@ -13,6 +13,24 @@ use crate::procs::{server_args, RedisOpts, RedisProc, ServerProc};
 
 const GRACE: Duration = Duration::from_secs(2);
 
+/// A replica's flags with the safety sweep off (it would repair a lost index entry by chance)
+/// and the reaper ticking every `reaper`.
+fn no_sweep(redis_url: &str, reaper: &str) -> Vec<String> {
+    let mut args = server_args(redis_url);
+    let at = args
+        .iter()
+        .position(|a| a == "--reaper-interval")
+        .expect("reaper flag");
+    args[at + 1] = reaper.to_owned();
+    args.extend(["--reaper-sweep-rate", "0"].map(String::from));
+    args
+}
+
+/// The due-index key of `queue` on one Redis (one shard).
+fn due_key(queue: &str) -> &'static str {
+    jobwire::store::due_key(&jobwire::jobs::QueueName::parse(queue).expect("queue"), 1)
+}
+
 async fn enqueue_on(server: &ServerProc, queue: &str, id: &str) {
     server
         .jobs()
@@ -161,13 +179,8 @@ async fn sigkill_of_a_replica_lets_its_leases_expire_into_the_other() {
 #[tokio::test]
 async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
     let redis = RedisProc::start(RedisOpts::default()).await;
-    let no_sweep = || {
-        let mut args = server_args(&redis.url);
-        args.extend(["--reaper-sweep-rate", "0"].map(String::from));
-        args
-    };
-    let mut a = ServerProc::spawn(no_sweep()).await;
-    let b = ServerProc::spawn(no_sweep()).await;
+    let mut a = ServerProc::spawn(no_sweep(&redis.url, "100ms")).await;
+    let b = ServerProc::spawn(no_sweep(&redis.url, "100ms")).await;
     // B's reaper has looked at the (missing) index once: it seeds an empty index with every
     // registered queue only at its start, which would repair the loss by chance.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -178,10 +191,7 @@ async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
     // The update after the reply is lost (as if A died just before it).
     let mut conn = redis.conn().await;
     let _: i64 = redis::cmd("ZREM")
-        .arg(jobwire::store::due_key(
-            &jobwire::jobs::QueueName::parse("lost-due").expect("queue"),
-            1,
-        ))
+        .arg(due_key("lost-due"))
         .arg("lost-due")
         .query_async(&mut conn)
         .await
@@ -216,18 +226,8 @@ async fn sigkill_after_a_lease_whose_due_index_update_was_lost_still_expires() {
 #[tokio::test]
 async fn sigkill_while_a_lease_due_time_is_held_still_expires() {
     let redis = RedisProc::start(RedisOpts::default()).await;
-    let no_sweep = |reaper: &str| {
-        let mut args = server_args(&redis.url);
-        let at = args
-            .iter()
-            .position(|a| a == "--reaper-interval")
-            .expect("reaper flag");
-        args[at + 1] = reaper.to_owned();
-        args.extend(["--reaper-sweep-rate", "0"].map(String::from));
-        args
-    };
-    let mut a = ServerProc::spawn(no_sweep("30s")).await;
-    let b = ServerProc::spawn(no_sweep("100ms")).await;
+    let mut a = ServerProc::spawn(no_sweep(&redis.url, "30s")).await;
+    let b = ServerProc::spawn(no_sweep(&redis.url, "100ms")).await;
     // B's reaper has started and seeded the (empty) index: seeding would repair by chance.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut on_a = TestWorker::open_on(a.channel.clone(), &["held-due"], 1, "on-a").await;
@@ -236,10 +236,7 @@ async fn sigkill_while_a_lease_due_time_is_held_still_expires() {
     assert_eq!(first.attempt, 1);
     let mut conn = redis.conn().await;
     let due: Option<f64> = redis::cmd("ZSCORE")
-        .arg(jobwire::store::due_key(
-            &jobwire::jobs::QueueName::parse("held-due").expect("queue"),
-            1,
-        ))
+        .arg(due_key("held-due"))
         .arg("held-due")
         .query_async(&mut conn)
         .await

@@ -71,9 +71,8 @@ async fn a_worker_taking_one_job_at_a_time_costs_redis_one_packet_per_job() {
         enqueue(&app, spec("one-by-one", &format!("j{i}"))).await;
     }
     let mut w = TestWorker::open(&app, &["one-by-one"], 1, "w").await;
-    let first = w.lease().await;
+    let mut lease = w.lease().await;
     let before = reads(&redis).await;
-    let mut lease = first;
     for _ in 1..JOBS {
         // The ack frees the stream's one credit: its ack and the next lease are one script
         // call, and the intent before it the only other command, in the same packet.
@@ -126,16 +125,20 @@ async fn a_held_due_time_leaves_with_the_queues_next_intent() {
     let mut w = TestWorker::open(&app, &["held-intent"], 1, "w").await;
     let leased_at = redis_ms(&redis).await;
     let a = w.lease().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A barrier, not a wait: an update sent on its own leaves on the server's Redis
+    // connection right after the lease's reply, so it is in Redis once a later call of the
+    // server (this GetJob) has been answered.
+    assert_eq!(get_job(&app, "held-intent", "b").await.job_id, "b");
     assert_eq!(
         due_score(&redis, "held-intent").await,
         None,
         "the lease's due time is held, not sent on its own"
     );
     // The ack (with the next lease) writes an intent first: it carries the held deadline.
+    // The server answers only once both the intent and the script were answered.
     assert_eq!(w.ack(&a).await.code, 0);
     let b = w.lease().await;
-    let score = due_score_within(&redis, "held-intent", Duration::from_secs(2))
+    let score = due_score(&redis, "held-intent")
         .await
         .expect("the held time arrived with the next intent");
     assert!(
