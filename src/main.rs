@@ -18,10 +18,19 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => args.runtime.clone(),
         Command::Operator(_) => RuntimeArgs::default(),
     };
-    runtime
+    // The command runs as a task of the runtime, not on the thread that started it: with
+    // `--worker-threads 1` every future of the process then shares the one worker thread. On
+    // the starting thread, `bench`'s one-at-a-time calls each waited for a wake-up from the
+    // worker that drives the connection, and woke it in turn (two thread hand-offs a call).
+    let task = runtime
         .build()
         .context("cannot start the async runtime")?
-        .block_on(run(cli.command))
+        .block_on(async { tokio::spawn(run(cli.command)).await });
+    match task {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(e).context("the command's task was cancelled"),
+    }
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {
