@@ -139,7 +139,22 @@ fn notes(s: &Scenario) -> String {
         );
     }
     if s.name.starts_with("e2e") {
-        return format!("refused settles {}", fmt(med(r, "refused")));
+        let left: Vec<String> = r
+            .iter()
+            .map(|run| run.get("leftInQueue").map_or("–".into(), Value::to_string))
+            .collect();
+        let mut note = format!(
+            "refused settles {}; left in queue {}",
+            fmt(med(r, "refused")),
+            left.join("/")
+        );
+        if r.iter().any(|run| run.get("usedMemoryMB").is_some()) {
+            note.push_str(&format!(
+                "; Redis used_memory {} MB",
+                fmt(med(r, "usedMemoryMB"))
+            ));
+        }
+        return note;
     }
     String::new()
 }

@@ -182,7 +182,7 @@ async fn run_one(
             } else {
                 o
             };
-            workers::end_to_end(ch, pids, a.n, (w, c), queues, &o).await
+            workers::end_to_end(ch, pids, a.n, (w, c), queues, &o, nodes).await
         }
         Plan::Latency => {
             let gap = Duration::from_millis(a.gap_ms);

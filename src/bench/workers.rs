@@ -115,7 +115,9 @@ fn patience(n: usize) -> Duration {
 
 /// Pre-fills `n` jobs on queues with keep_completed 0 (the harness's removeOnComplete),
 /// then `workers` streams with `credits` each lease and ack them.
-/// Window: first lease received to the n-th successful Settled.
+/// Window: first lease received to the n-th successful Settled. After the window, as the
+/// BullMQ harness does: `leftInQueue` (see [`drain_prefilled`]) and, with `nodes` (the
+/// bench's `--redis-url`), `usedMemoryMB`, Redis's `used_memory` summed over the masters.
 pub async fn end_to_end(
     ch: &Conn,
     pids: &Pids,
@@ -123,10 +125,17 @@ pub async fn end_to_end(
     (workers, credits): (usize, u32),
     queues: &[String],
     o: &SpecOpts,
+    nodes: Option<&mut super::nodes::Nodes>,
 ) -> anyhow::Result<Map<String, Value>> {
     remove_on_complete(ch, queues).await?;
     prefill(ch, queues, n, 1000, o).await?;
-    drain_prefilled(ch, pids, n, (workers, credits), queues).await
+    let mut m = drain_prefilled(ch, pids, n, (workers, credits), queues).await?;
+    // Redis memory after the drain, as the BullMQ harness reports it (MB, one decimal).
+    if let Some(nodes) = nodes {
+        let mb = nodes.used_memory().await / 1e6;
+        m.insert("usedMemoryMB".into(), json!((mb * 10.0).round() / 10.0));
+    }
+    Ok(m)
 }
 
 /// A drain of `n` jobs pre-filled on queues that keep no completed job (River's benchmark
@@ -187,12 +196,28 @@ async fn drain_prefilled(
     tasks.iter().for_each(JoinHandle::abort);
     let (a, b) = result?;
     let mut m = measure(&a, &b, n as f64);
-    m.insert("leftInQueue".into(), json!(0));
+    m.insert(
+        "leftInQueue".into(),
+        json!(left_in_queue(ch, queues).await?),
+    );
     m.insert(
         "refused".into(),
         json!(shared.refused.load(Ordering::Relaxed)),
     );
     Ok(m)
+}
+
+/// Jobs not yet finished on `queues` (each counted once): waiting, delayed and leased, from
+/// `GetQueueStats`. Read after a drain's window, so a run that ends with jobs still in the
+/// queue (a refused settle, a lost ack) says so in its `leftInQueue`.
+async fn left_in_queue(ch: &Conn, queues: &[String]) -> anyhow::Result<u64> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut left = 0;
+    for q in queues.iter().filter(|q| seen.insert(q.as_str())) {
+        let st = ch.get_queue_stats(q).await?;
+        left += st.waiting + st.delayed + st.active;
+    }
+    Ok(left)
 }
 
 /// `n` jobs with max_attempts 3 and a fixed zero backoff; `workers` streams with `credits`

@@ -249,6 +249,19 @@ async fn the_bench_reads_redis_cpu_per_master_from_info() {
     assert!(nodes[0]["cpuSec"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
     let jobs: u64 = nodes.iter().map(|n| n["jobs"].as_u64().unwrap_or(0)).sum();
     assert_eq!(jobs, 400, "{run}");
+    // As the BullMQ harness reports after a drain: jobs left (read from the server) and
+    // Redis's used_memory (read from INFO), in the JSON and in the table's notes.
+    assert_eq!(run["leftInQueue"].as_u64(), Some(0), "{run}");
+    let mb = run["usedMemoryMB"]
+        .as_f64()
+        .expect("usedMemoryMB in the run");
+    assert!(mb > 0.1 && mb < 100_000.0, "used_memory {mb} MB: {run}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| e2e: 2 workers x 8 credits"))
+        .unwrap_or_else(|| panic!("no e2e row in:\n{stdout}"));
+    assert!(row.contains("left in queue 0;"), "{row}");
+    assert!(row.contains("Redis used_memory"), "{row}");
 }
 
 /// `FCALL` + `EVALSHA` + `EVAL` calls a node has served so far (`INFO commandstats`).
