@@ -26,8 +26,7 @@ WORKDIR /src
 # Dependencies: the manifest, lock file, build script and protos, with stub sources. This layer
 # is rebuilt only when one of those files changes.
 COPY Cargo.toml Cargo.lock build.rs ./
-# jemalloc's settings (1 s decay, two arenas, a background purging thread) are read when
-# jemalloc itself is built.
+# jemalloc's settings (1 s decay, two arenas) are read when jemalloc itself is built.
 COPY .cargo ./.cargo
 COPY proto ./proto
 # The Rust client SDK: a member of the Cargo workspace, and `jobwire bench` runs on it.
