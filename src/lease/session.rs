@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::jobs::{LeasedJob, QueueName, WorkerStreamInfo, MAX_LISTED_LEASES};
 
@@ -24,6 +24,12 @@ mod book;
 
 pub use book::MAX_CREDITS;
 pub(crate) use book::{Book, Held, LeaseRef, OUTBOX_LEASES};
+
+/// How long a turn whose share is one credit may last (`Session::take_credit_for`): about
+/// ten one-job round trips of a worker of concurrency 1 on a quiet box
+/// (`docs/benchmark-results.md`), and the most a busy queue delays the others' next job
+/// beyond the job in hand.
+pub const TURN_SLICE: Duration = Duration::from_millis(2);
 
 /// What the server sends down a stream; the api layer turns it into protobuf.
 #[derive(Debug)]
@@ -98,6 +104,12 @@ pub struct Session {
     turn: AtomicUsize,
     /// Credits the queue whose turn it is may still take in this turn (0: a new turn).
     turn_left: AtomicI64,
+    /// When the current turn began, µs after `created`.
+    turn_began_us: AtomicU64,
+    /// The current turn's share was one credit: it may last up to [`TURN_SLICE`].
+    turn_sliced: AtomicBool,
+    /// When the session was made (the clock of `turn_began_us`).
+    created: Instant,
     /// Longest a lease waits in the outbox (shortened per lease by its job's timeout).
     outbox_wait: Duration,
 }
@@ -138,6 +150,9 @@ impl Session {
             draining: AtomicBool::new(false),
             turn: AtomicUsize::new(0),
             turn_left: AtomicI64::new(0),
+            turn_began_us: AtomicU64::new(0),
+            turn_sliced: AtomicBool::new(false),
+            created: Instant::now(),
             outbox_wait,
         }
     }
@@ -286,29 +301,62 @@ impl Session {
     /// several busy queues still leases in batches: with one credit a turn, every lease call
     /// took one job per stream, and a 2 x 256-credit worker on 3 queues ran at a quarter of
     /// the jobs/s it reaches on one queue (`jobwire bench --queues 3`).
+    ///
+    /// A turn whose share is one credit (a stream with fewer credits than busy queues, e.g.
+    /// a worker of concurrency 1) also lasts up to [`TURN_SLICE`] after it began, as a time
+    /// slice does in a round-robin scheduler: while its jobs are acked within the slice, the
+    /// ack that frees the credit leases the queue's next job in its own call
+    /// (`settle_lease.rs`); a job that takes longer ends the turn at its ack, so the other
+    /// queues wait at most a slice and one job.
     pub(crate) fn take_credit_for(
         &self,
         queue: &QueueName,
         backlog: impl Fn(&QueueName) -> bool,
     ) -> bool {
+        self.take_credit_at(queue, backlog, self.created.elapsed())
+    }
+
+    /// [`Session::take_credit_for`] at `now`, the time since the session was made.
+    fn take_credit_at(
+        &self,
+        queue: &QueueName,
+        backlog: impl Fn(&QueueName) -> bool,
+        now: Duration,
+    ) -> bool {
         let n = self.queues.len();
         if n <= 1 {
             return self.reserve();
         }
-        let t = self.turn.load(Ordering::Acquire);
+        let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
+        let mut t = self.turn.load(Ordering::Acquire);
+        if self.turn_sliced.load(Ordering::Acquire)
+            && self.turn_left.load(Ordering::Acquire) > 0
+            && now_us.saturating_sub(self.turn_began_us.load(Ordering::Acquire))
+                >= TURN_SLICE.as_micros() as u64
+        {
+            // The one-credit turn's slice is over: the turn passes on.
+            t = (t + 1) % n;
+            self.turn.store(t, Ordering::Release);
+            self.turn_left.store(0, Ordering::Release);
+        }
         for k in 0..n {
             let candidate = &self.queues[(t + k) % n];
             if candidate == queue {
-                let left = match self.turn_left.load(Ordering::Acquire) {
-                    left if k == 0 && left > 0 => left,
-                    _ => self.turn_share(queue, &backlog),
+                let (left, new_turn) = match self.turn_left.load(Ordering::Acquire) {
+                    left if k == 0 && left > 0 => (left, false),
+                    _ => (self.turn_share(queue, &backlog), true),
                 };
                 if !self.reserve() {
                     return false;
                 }
-                if left > 1 {
+                if new_turn {
+                    self.turn_sliced.store(left == 1, Ordering::Release);
+                    self.turn_began_us.store(now_us, Ordering::Release);
+                }
+                if left > 1 || self.turn_sliced.load(Ordering::Acquire) {
+                    // A sliced turn keeps its one credit until the slice is over.
                     self.turn.store((t + k) % n, Ordering::Release);
-                    self.turn_left.store(left - 1, Ordering::Release);
+                    self.turn_left.store((left - 1).max(1), Ordering::Release);
                 } else {
                     self.turn.store((t + k + 1) % n, Ordering::Release);
                     self.turn_left.store(0, Ordering::Release);
@@ -397,3 +445,6 @@ pub(crate) fn wall_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+#[cfg(test)]
+mod tests;

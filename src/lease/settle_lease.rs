@@ -7,7 +7,8 @@
 //! Fairness: a stream takes its next job in its ack only while no other stream of this
 //! replica on the queue has a free credit; a stream that waits makes every settling stream
 //! hand its credits to the loop, which spreads the jobs round-robin. A stream on several
-//! queues takes its credits queue by queue as the loop does (`Session::take_credit_for`).
+//! queues takes its credits queue by queue as the loop does (`Session::take_credit_for`;
+//! a one-credit turn lasts a time slice, so its acks can lease for it).
 //! The lease part is a lease call like the loop's, under the same rules (`lease_fn.lua`).
 //!
 //! Lost replies: the lease part has its own call id, confirmed like the loop's calls (by the
