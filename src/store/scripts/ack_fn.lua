@@ -15,7 +15,7 @@
 --                                           | 'LEASE_LOST', 0, state } (flat: no table a job)
 local function ack_jobs(n, base)
   local now = now_ms()
-  local keep, max_age_ms = completed_retention()
+  local keep, max_age_ms, limited = completed_retention()
   local out = { now }
   local done, finished, remembered = {}, {}, {}
   -- Named groups with leased jobs (groups.lua): then each job's group is read from its header.
@@ -73,7 +73,7 @@ local function ack_jobs(n, base)
   remember_settled(remembered, now)
   if #done > 0 then
     trim_completed(now, #done, keep, max_age_ms)
-    wake_if_concurrency_limited()
+    wake_if_concurrency_limited(limited)
   end
   return out
 end

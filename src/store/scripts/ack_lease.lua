@@ -14,4 +14,4 @@ local w = tonumber(ARGV[5 + c])
 local n = tonumber(ARGV[6 + c + w])
 local acked = ack_jobs(n, 7 + c + w)
 if #acked < 1 + 3 * n then return { acked, {} } end
-return { acked, lease_jobs(w, lease_ms, call, { unpack(ARGV, 6 + c, 5 + c + w) }) }
+return { acked, lease_jobs(w, lease_ms, call, { unpack(ARGV, 6 + c, 5 + c + w) }, acked[1]) }

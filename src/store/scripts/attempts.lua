@@ -244,9 +244,13 @@ local function scan_dead(cursor, want, budget, filter, visit, upto)
 end
 
 -- A concurrency-limited queue, or a group at its max_active (groups.lua, group_freed),
--- frees a slot: wake the lease loops of every replica.
-local function wake_if_concurrency_limited()
-  if group_freed or redis.call('HEXISTS', K_META, 'max_active') == 1 then
+-- frees a slot: wake the lease loops of every replica. `limited`: whether the queue has a
+-- max_active, when the caller read it already (completed_retention); nil: read here.
+local function wake_if_concurrency_limited(limited)
+  if limited == nil then
+    limited = not group_freed and redis.call('HEXISTS', K_META, 'max_active') == 1
+  end
+  if group_freed or limited then
     redis.call(WAKE_CMD, WAKE, '1')
   end
 end

@@ -448,10 +448,12 @@ local function trim(key, keep, max_age_ms, now, budget, scale)
   return removed
 end
 
--- Retention of completed jobs: {keep, max age ms} from the queue's meta.
+-- Retention of completed jobs: {keep, max age ms} from the queue's meta, and whether the
+-- queue has a concurrency limit (max_active: for wake_if_concurrency_limited, read in the
+-- same command).
 local function completed_retention()
-  local m = redis.call('HMGET', K_META, 'keep_completed', 'completed_age_ms')
-  return tonumber(m[1]) or 1000, tonumber(m[2]) or 0
+  local m = redis.call('HMGET', K_META, 'keep_completed', 'completed_age_ms', 'max_active')
+  return tonumber(m[1]) or 1000, tonumber(m[2]) or 0, m[3] ~= false
 end
 
 -- `added` jobs were just completed: the budget covers them, so the set cannot outgrow its

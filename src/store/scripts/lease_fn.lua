@@ -8,7 +8,7 @@
 -- '<call id>-<i>'. A call that leases jobs records them as unconfirmed until the server
 -- confirms it got the reply; a call released before it ran leases nothing (common.lua,
 -- "Lost lease replies"). `workers[i]` is the worker id of slot i. Shared by lease.lua and
--- ack_lease.lua (after the acks, in the same call).
+-- ack_lease.lua (after the acks, in the same call, with their `now`; lease.lua reads it).
 -- Returns: { now_ms, next delayed due ms or -1, paused 0|1,
 --          limited ('' | 'rate' | 'throttle' | 'concurrency' | 'group': jobs were left waiting
 --          because of that limit; 'group': every group with waiting jobs is at its
@@ -23,10 +23,15 @@
 --          saved, then the body); the i-th job leased has the i-th token (flat: no table
 --          a job), then one value per leased job, in the same order: its checkpoint (the
 --          data hash's 'c:<id>', common.lua; nil when none) }
-local function lease_jobs(n, lease_ms, call, workers)
-  local now = now_ms()
-  promote_due(now, 1000)
-  local out = { now, next_score(K_DELAYED), 0, '', -1, 0, 0 }
+local function lease_jobs(n, lease_ms, call, workers, now)
+  now = now or now_ms()
+  -- The first delayed job tells whether any is due: most calls find none and promote nothing.
+  local next_due = next_score(K_DELAYED)
+  if next_due ~= -1 and next_due <= now then
+    promote_due(now, 1000)
+    next_due = next_score(K_DELAYED)
+  end
+  local out = { now, next_due, 0, '', -1, 0, 0 }
   -- Released before it ran (its reply was given up on): lease nothing.
   if redis.call('HEXISTS', K_CALL_JOBS, call) == 1 then return out end
   local m = redis.call('HMGET', K_META, 'paused', 'throttle_until', 'max_active', 'rate_max', 'rate_ms')
