@@ -112,11 +112,13 @@ impl QueueLoop {
             let before = slots.len();
             for i in 0..sessions.len() {
                 let s = &sessions[(start + i) % sessions.len()];
-                if slots.len() < MAX_BATCH
-                    && s.wants_leases()
-                    && s.take_credit_for(&self.queue, |q| hub.has_backlog(q))
-                {
-                    slots.push(s.clone());
+                if slots.len() < MAX_BATCH && s.wants_leases() {
+                    if s.take_credit_for(&self.queue, |q| hub.has_backlog(q)) {
+                        slots.push(s.clone());
+                    } else if s.take_turn_passed() {
+                        // This take ended another queue's slice: the turn may be theirs now.
+                        hub.notify_sessions_queues(std::slice::from_ref(s), &self.queue);
+                    }
                 }
             }
             if slots.len() == before || slots.len() >= MAX_BATCH {
@@ -139,9 +141,20 @@ impl QueueLoop {
             if slots.is_empty() {
                 // About to wait: no lease call will carry the confirmations soon.
                 self.confirm_calls(&hub).await;
+                // A stream with a free credit refused it for another queue's slice: look
+                // again when the slice ends (the take then passes the turn on).
+                let poll = self
+                    .sessions()
+                    .iter()
+                    .filter(|s| s.wants_leases())
+                    .filter_map(|s| s.slice_left())
+                    .min()
+                    .map_or(SAFETY_POLL, |d| {
+                        (d + Duration::from_micros(100)).min(SAFETY_POLL)
+                    });
                 tokio::select! {
                     _ = self.notify.notified() => {}
-                    _ = tokio::time::sleep(SAFETY_POLL) => {}
+                    _ = tokio::time::sleep(poll) => {}
                     _ = stop.cancelled() => return,
                 }
                 continue;

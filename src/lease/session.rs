@@ -108,6 +108,8 @@ pub struct Session {
     turn_began_us: AtomicU64,
     /// The current turn's share was one credit: it may last up to [`TURN_SLICE`].
     turn_sliced: AtomicBool,
+    /// A take found a sliced turn over and passed it on (see [`Session::take_turn_passed`]).
+    turn_passed: AtomicBool,
     /// When the session was made (the clock of `turn_began_us`).
     created: Instant,
     /// Longest a lease waits in the outbox (shortened per lease by its job's timeout).
@@ -152,6 +154,7 @@ impl Session {
             turn_left: AtomicI64::new(0),
             turn_began_us: AtomicU64::new(0),
             turn_sliced: AtomicBool::new(false),
+            turn_passed: AtomicBool::new(false),
             created: Instant::now(),
             outbox_wait,
         }
@@ -302,12 +305,16 @@ impl Session {
     /// took one job per stream, and a 2 x 256-credit worker on 3 queues ran at a quarter of
     /// the jobs/s it reaches on one queue (`jobwire bench --queues 3`).
     ///
-    /// A turn whose share is one credit (a stream with fewer credits than busy queues, e.g.
-    /// a worker of concurrency 1) also lasts up to [`TURN_SLICE`] after it began, as a time
-    /// slice does in a round-robin scheduler: while its jobs are acked within the slice, the
-    /// ack that frees the credit leases the queue's next job in its own call
-    /// (`settle_lease.rs`); a job that takes longer ends the turn at its ack, so the other
-    /// queues wait at most a slice and one job.
+    /// A turn whose share is one credit (granted / busy queues rounds down to 1: e.g. a worker
+    /// of concurrency 1 on three queues) that took the stream's last free credit also lasts
+    /// up to [`TURN_SLICE`] after it began, as a time slice does in a round-robin scheduler:
+    /// while its jobs are acked within the slice, the ack that frees a credit leases the
+    /// queue's next job in its own call (`settle_lease.rs`); a job that takes longer ends the
+    /// turn at its ack. While credits are free the turn passes on after each credit, as
+    /// before, so the credits still spread over the queues. The take that finds a slice over
+    /// passes the turn on and says so ([`Session::take_turn_passed`]: its caller wakes the
+    /// other queues' loops), and a loop refused by a slice sleeps only until the slice ends
+    /// ([`Session::slice_left`]).
     pub(crate) fn take_credit_for(
         &self,
         queue: &QueueName,
@@ -338,6 +345,7 @@ impl Session {
             t = (t + 1) % n;
             self.turn.store(t, Ordering::Release);
             self.turn_left.store(0, Ordering::Release);
+            self.turn_passed.store(true, Ordering::Release);
         }
         for k in 0..n {
             let candidate = &self.queues[(t + k) % n];
@@ -353,8 +361,10 @@ impl Session {
                     self.turn_sliced.store(left == 1, Ordering::Release);
                     self.turn_began_us.store(now_us, Ordering::Release);
                 }
-                if left > 1 || self.turn_sliced.load(Ordering::Acquire) {
-                    // A sliced turn keeps its one credit until the slice is over.
+                let sliced = self.turn_sliced.load(Ordering::Acquire) && !self.book().can_reserve();
+                if left > 1 || sliced {
+                    // A sliced turn that holds the stream's last credit keeps it until the
+                    // slice is over.
                     self.turn.store((t + k) % n, Ordering::Release);
                     self.turn_left.store((left - 1).max(1), Ordering::Release);
                 } else {
@@ -368,6 +378,23 @@ impl Session {
             }
         }
         false
+    }
+
+    /// Whether a take passed a sliced turn on since the last call (then the other queues'
+    /// loops should look: the turn may now be theirs); clears it.
+    pub(crate) fn take_turn_passed(&self) -> bool {
+        self.turn_passed.swap(false, Ordering::AcqRel)
+    }
+
+    /// Time left in the current turn's slice, if it is a sliced turn (zero once over, until a
+    /// take passes it on).
+    pub(crate) fn slice_left(&self) -> Option<Duration> {
+        if !self.turn_sliced.load(Ordering::Acquire) || self.turn_left.load(Ordering::Acquire) <= 0
+        {
+            return None;
+        }
+        let began = Duration::from_micros(self.turn_began_us.load(Ordering::Acquire));
+        Some(TURN_SLICE.saturating_sub(self.created.elapsed().saturating_sub(began)))
     }
 
     /// The credits a turn of `queue` starts with: the stream's granted credits divided among

@@ -292,7 +292,9 @@ impl Hub {
         let n = parts.len();
         let reply = self.inner.acks.submit(queue, parts).await;
         if taken < freed {
-            // Credits the call did not lease into: the loops look, as for any settle.
+            // Credits the call did not lease into (or a take passed a sliced turn on): the
+            // loops look, as for any settle.
+            session.take_turn_passed();
             self.notify_queues(&session.queues);
         }
         let results = match per_item(n, reply) {

@@ -87,3 +87,31 @@ async fn a_one_credit_stream_alternates_its_queues_when_jobs_outlast_the_turn_sl
         assert_eq!(q, queues[i % 3], "job {i} of {order:?}");
     }
 }
+
+#[tokio::test]
+async fn a_one_credit_stream_moves_on_at_once_when_its_queue_runs_dry_within_the_slice() {
+    let redis = TestRedis::start().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let mut jobs = vec![spec("dry-a", "only")];
+    jobs.extend((0..5).map(|i| spec("dry-b", &format!("j{i}"))));
+    app.jobs()
+        .enqueue_batch(pb::EnqueueBatchRequest { jobs })
+        .await
+        .expect("batch");
+    let mut w = TestWorker::open(&app, &["dry-a", "dry-b"], 1, "w").await;
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        // No credit may sit idle for the loops' 2 s safety poll.
+        let l = w
+            .lease_within(Duration::from_millis(500))
+            .await
+            .unwrap_or_else(|| panic!("no lease within 500 ms after {order:?}"));
+        w.ack(&l).await;
+        order.push(l.job.expect("job").queue);
+    }
+    assert_eq!(
+        order.iter().filter(|q| *q == "dry-b").count(),
+        5,
+        "{order:?}"
+    );
+}

@@ -71,3 +71,38 @@ fn a_turn_of_several_credits_is_not_sliced() {
     assert!(!s.take_credit_at(&q("a"), busy, Duration::ZERO));
     assert!(s.take_credit_at(&q("b"), busy, Duration::ZERO));
 }
+
+#[test]
+fn free_credits_still_spread_over_the_queues_before_a_slice() {
+    // Two credits on three busy queues: a share of one credit, as with one credit; but the
+    // turn passes on while credits are free, so a and b each get one.
+    let s = session(2);
+    let busy = |_: &QueueName| true;
+    assert!(s.take_credit_at(&q("a"), busy, Duration::ZERO));
+    assert!(!s.take_credit_at(&q("a"), busy, Duration::ZERO), "b's turn");
+    assert!(s.take_credit_at(&q("b"), busy, Duration::ZERO));
+    // b took the last free credit: its turn lasts the slice.
+    s.unreserve();
+    assert!(!s.take_credit_at(&q("c"), busy, MS));
+    assert!(s.take_credit_at(&q("b"), busy, MS));
+}
+
+#[test]
+fn the_take_that_ends_a_slice_says_so_and_the_slice_left_is_known() {
+    let s = session(1);
+    let busy = |_: &QueueName| true;
+    assert_eq!(s.slice_left(), None, "no turn yet");
+    assert!(s.take_credit_at(&q("a"), busy, Duration::ZERO));
+    assert!(s.slice_left().is_some_and(|d| d <= TURN_SLICE));
+    s.unreserve();
+    assert!(!s.take_turn_passed());
+    // c's loop notices a's slice is over: the turn goes to b, who must be woken.
+    assert!(!s.take_credit_at(&q("c"), busy, TURN_SLICE));
+    assert!(
+        s.take_turn_passed(),
+        "the caller is told to wake the other queues"
+    );
+    assert!(!s.take_turn_passed(), "once");
+    assert_eq!(s.slice_left(), None, "b's turn has not begun");
+    assert!(s.take_credit_at(&q("b"), busy, TURN_SLICE));
+}

@@ -8,7 +8,9 @@
 -- '<call id>-<i>'. A call that leases jobs records them as unconfirmed until the server
 -- confirms it got the reply; a call released before it ran leases nothing (common.lua,
 -- "Lost lease replies"). `workers[i]` is the worker id of slot i. Shared by lease.lua and
--- ack_lease.lua (after the acks, in the same call, with their `now`; lease.lua reads it).
+-- ack_lease.lua (after the acks, in the same call, with the `now` the acks read: earlier by
+-- the acks' own run time, so deadlines and the rate window are that much earlier; lease.lua
+-- reads the time itself).
 -- Returns: { now_ms, next delayed due ms or -1, paused 0|1,
 --          limited ('' | 'rate' | 'throttle' | 'concurrency' | 'group': jobs were left waiting
 --          because of that limit; 'group': every group with waiting jobs is at its
