@@ -73,18 +73,17 @@ fn a_turn_of_several_credits_is_not_sliced() {
 }
 
 #[test]
-fn free_credits_still_spread_over_the_queues_before_a_slice() {
-    // Two credits on three busy queues: a share of one credit, as with one credit; but the
-    // turn passes on while credits are free, so a and b each get one.
+fn a_stream_of_two_credits_keeps_a_turn_per_credit() {
+    // Two credits on three busy queues: turns of one credit too, but not sliced.
     let s = session(2);
     let busy = |_: &QueueName| true;
     assert!(s.take_credit_at(&q("a"), busy, Duration::ZERO));
     assert!(!s.take_credit_at(&q("a"), busy, Duration::ZERO), "b's turn");
     assert!(s.take_credit_at(&q("b"), busy, Duration::ZERO));
-    // b took the last free credit: its turn lasts the slice.
     s.unreserve();
-    assert!(!s.take_credit_at(&q("c"), busy, MS));
-    assert!(s.take_credit_at(&q("b"), busy, MS));
+    assert!(!s.take_credit_at(&q("b"), busy, MS), "c's turn");
+    assert!(s.take_credit_at(&q("c"), busy, MS));
+    assert_eq!(s.slice_left(), None);
 }
 
 #[test]
