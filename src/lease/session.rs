@@ -25,7 +25,7 @@ mod book;
 pub use book::MAX_CREDITS;
 pub(crate) use book::{Book, Held, LeaseRef, OUTBOX_LEASES};
 
-/// How long a turn whose share is one credit may last (`Session::take_credit_for`): about
+/// How long a turn of a stream of one credit may last (`Session::take_credit_for`): about
 /// ten one-job round trips of a worker of concurrency 1 on a quiet box
 /// (`docs/benchmark-results.md`), and the most a busy queue delays the others' next job
 /// beyond the job in hand.
@@ -106,8 +106,6 @@ pub struct Session {
     turn_left: AtomicI64,
     /// When the current turn began, µs after `created`.
     turn_began_us: AtomicU64,
-    /// The current turn is of a one-credit stream: it may last up to [`TURN_SLICE`].
-    turn_sliced: AtomicBool,
     /// A take found a sliced turn over and passed it on (see [`Session::take_turn_passed`]).
     turn_passed: AtomicBool,
     /// When the session was made (the clock of `turn_began_us`).
@@ -153,7 +151,6 @@ impl Session {
             turn: AtomicUsize::new(0),
             turn_left: AtomicI64::new(0),
             turn_began_us: AtomicU64::new(0),
-            turn_sliced: AtomicBool::new(false),
             turn_passed: AtomicBool::new(false),
             created: Instant::now(),
             outbox_wait,
@@ -309,12 +306,12 @@ impl Session {
     /// [`TURN_SLICE`] after it began, as a time slice does in a round-robin scheduler: while
     /// its jobs are acked within the slice, the ack that frees the credit leases the queue's
     /// next job in its own call (`settle_lease.rs`); a job that takes longer ends the turn at
-    /// its ack. (Streams of 2-5 credits on three queues also have turns of one credit; slicing
-    /// them gave every free credit to one queue, or, passing the turn on while credits were
-    /// free, measured 20 % slower at 2 credits: they keep the turn per credit.) The take that finds a slice over
-    /// passes the turn on and says so ([`Session::take_turn_passed`]: its caller wakes the
-    /// other queues' loops), and a loop refused by a slice sleeps only until the slice ends
-    /// ([`Session::slice_left`]).
+    /// its ack. (Streams of 2-5 credits on three queues also have turns of one credit;
+    /// slicing them gave every free credit to one queue, or, passing the turn on while
+    /// credits were free, measured 20 % slower at 2 credits: they keep a turn per credit.)
+    /// The take that finds a slice over passes the turn on and says so
+    /// ([`Session::take_turn_passed`]: its caller wakes the other queues' loops), and a loop
+    /// refused by a slice sleeps only until the slice ends ([`Session::slice_left`]).
     pub(crate) fn take_credit_for(
         &self,
         queue: &QueueName,
@@ -336,7 +333,7 @@ impl Session {
         }
         let now_us = u64::try_from(now.as_micros()).unwrap_or(u64::MAX);
         let mut t = self.turn.load(Ordering::Acquire);
-        if self.turn_sliced.load(Ordering::Acquire)
+        if self.sliced()
             && self.turn_left.load(Ordering::Acquire) > 0
             && now_us.saturating_sub(self.turn_began_us.load(Ordering::Acquire))
                 >= TURN_SLICE.as_micros() as u64
@@ -358,14 +355,10 @@ impl Session {
                     return false;
                 }
                 if new_turn {
-                    let one = left == 1 && self.book().granted() == 1;
-                    self.turn_sliced.store(one, Ordering::Release);
                     self.turn_began_us.store(now_us, Ordering::Release);
                 }
-                let sliced = self.turn_sliced.load(Ordering::Acquire) && !self.book().can_reserve();
-                if left > 1 || sliced {
-                    // A sliced turn that holds the stream's last credit keeps it until the
-                    // slice is over.
+                if left > 1 || self.sliced() {
+                    // A one-credit stream keeps its turn until the slice is over.
                     self.turn.store((t + k) % n, Ordering::Release);
                     self.turn_left.store((left - 1).max(1), Ordering::Release);
                 } else {
@@ -381,6 +374,11 @@ impl Session {
         false
     }
 
+    /// Whether the stream's turns are sliced: it has one credit.
+    fn sliced(&self) -> bool {
+        self.book().granted() == 1
+    }
+
     /// Whether a take passed a sliced turn on since the last call (then the other queues'
     /// loops should look: the turn may now be theirs); clears it.
     pub(crate) fn take_turn_passed(&self) -> bool {
@@ -390,8 +388,7 @@ impl Session {
     /// Time left in the current turn's slice, if it is a sliced turn (zero once over, until a
     /// take passes it on).
     pub(crate) fn slice_left(&self) -> Option<Duration> {
-        if !self.turn_sliced.load(Ordering::Acquire) || self.turn_left.load(Ordering::Acquire) <= 0
-        {
+        if !self.sliced() || self.turn_left.load(Ordering::Acquire) <= 0 {
             return None;
         }
         let began = Duration::from_micros(self.turn_began_us.load(Ordering::Acquire));
