@@ -72,6 +72,8 @@ impl WorkerApi {
         principal: &Principal,
         batch: Vec<pb::SubscribeRequest>,
     ) -> Result<(), Error> {
+        // A drain ends the stream only after every reply of this batch is queued.
+        let _handling = session.handling();
         let mut acks: BTreeMap<QueueName, Vec<AckItem>> = BTreeMap::new();
         let mut fails: BTreeMap<QueueName, Vec<FailItem>> = BTreeMap::new();
         let mut reports: Vec<ProgressArgs> = Vec::new();

@@ -434,7 +434,8 @@ impl Hub {
     }
 
     /// Orderly shutdown: stop leasing, send `Draining` to every stream, wait up to `grace`
-    /// for the workers to settle what they hold, then hand the remaining leases back to
+    /// for the workers to settle what they hold (and for those settles' replies to be
+    /// queued: [`Session::settled_all`]), then hand the remaining leases back to
     /// waiting (no attempt consumed), close the streams and stop the background tasks.
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.draining.store(true, Ordering::Relaxed);
@@ -445,9 +446,7 @@ impl Hub {
         }
         let deadline = tokio::time::Instant::now() + grace;
         while tokio::time::Instant::now() < deadline
-            && sessions
-                .iter()
-                .any(|s| s.held_count() > 0 && !s.is_closed())
+            && sessions.iter().any(|s| !s.settled_all() && !s.is_closed())
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -23,7 +23,7 @@ pub use enqueue_commit::{EnqueueLanes, MAX_COMMIT_JOBS};
 pub use hub::{Hub, HubConfig};
 pub use outbound::OutboundStream;
 pub use report::REPORT_TTL_INTERVALS;
-pub use session::{CancelLease, Outbound, Session, Settled, MAX_CREDITS};
+pub use session::{CancelLease, Handling, Outbound, Session, Settled, MAX_CREDITS};
 pub use settle::{Settles, MAX_SETTLE_BATCH};
 pub use settle_lease::StreamAck;
 pub use wakeup::EchoCredit;

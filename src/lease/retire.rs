@@ -38,7 +38,7 @@ impl Hub {
         self.drain_session(&session);
         session.send(Outbound::Draining(grace));
         let end = Instant::now() + grace;
-        while Instant::now() < end && session.held_count() > 0 && !session.is_closed() {
+        while Instant::now() < end && !session.settled_all() && !session.is_closed() {
             tokio::time::sleep(GRACE_POLL.min(end - Instant::now())).await;
         }
         let why = Error::StreamClosed(

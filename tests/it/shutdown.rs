@@ -66,3 +66,41 @@ async fn shutdown_drains_streams_and_hands_unfinished_leases_back() {
     let done_state = redis.job("sd", "done").await.state;
     assert_eq!(done_state, jobwire::jobs::JobState::Completed);
 }
+
+/// An ack the worker sends during the grace period gets its Settled before the stream ends,
+/// even when Redis is slow to apply it: the drain waits for settles in flight, not only for
+/// the stream's book to empty (the book gives a lease's credit back when its ack is read,
+/// before the script runs). Redis is paused for writes while the ack is in flight; before
+/// the fix the shutdown saw an empty book, closed the stream and the reply was lost, so the
+/// worker had to repeat an ack that had been applied.
+#[tokio::test]
+async fn shutdown_answers_an_ack_still_in_flight_before_ending_the_stream() {
+    let (redis, app) = TestApp::with_redis().await;
+    enqueue(&app, spec("sd-slow", "slow-ack")).await;
+    let mut w = TestWorker::open(&app, &["sd-slow"], 1, "w").await;
+    let l = w.lease().await;
+
+    let stopping = tokio::spawn(app.stop());
+    let first = w.drain_messages(Duration::from_millis(500)).await;
+    assert!(
+        first.iter().any(|m| matches!(m, Out::Draining(_))),
+        "Draining sent: {first:?}"
+    );
+    // Writes wait 600 ms in Redis: the ack's script is in flight for that long, far longer
+    // than the shutdown's look at the streams (every 20 ms), and well within its grace (2 s).
+    let mut c = redis.conn().await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .query_async(&mut c)
+        .await
+        .expect("client pause");
+    let s = w.ack(&l).await;
+    assert_eq!(s.code, 0, "the ack in flight is answered: {}", s.message);
+    stopping.await.expect("join").expect("run returns Ok");
+    assert_eq!(
+        redis.job("sd-slow", "slow-ack").await.state,
+        jobwire::jobs::JobState::Completed
+    );
+}

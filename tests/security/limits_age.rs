@@ -90,3 +90,38 @@ async fn a_stream_past_its_connection_age_drains_then_hands_back_what_it_holds()
     want.retain(|i| *i != first.job.as_ref().expect("job").job_id);
     assert_eq!(ids, want);
 }
+
+/// An ack sent in the grace gets its Settled before the stream ends, even when Redis is
+/// slow to apply it: the stream ends once nothing is held and no settle is in flight (the
+/// book gives a lease's credit back when its ack is read, before the script runs).
+#[tokio::test]
+async fn an_ack_in_flight_at_the_age_is_answered_before_the_stream_ends() {
+    let redis = TestRedis::start().await;
+    let mut cfg = test_config(&redis.url);
+    cfg.abuse.max_connection_age = AGE;
+    cfg.abuse.max_connection_age_grace = GRACE;
+    let app = TestApp::spawn(cfg).await;
+    enqueue(&app, spec("aged-slow", "a")).await;
+    let mut w = TestWorker::open_on(new_channel(&app).await, &["aged-slow"], 1, "aging").await;
+    let held = w.lease().await;
+    loop {
+        match w.recv(AGE * 5).await {
+            Recv::Msg(Out::Draining(_)) => break,
+            Recv::Msg(_) => continue,
+            other => panic!("no Draining: {other:?}"),
+        }
+    }
+    // Writes wait 600 ms in Redis: the ack is in flight for 12 looks of the drain (every
+    // 50 ms), well within the grace.
+    let mut c = redis.conn().await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .query_async(&mut c)
+        .await
+        .expect("client pause");
+    assert_eq!(w.ack(&held).await.code, 0, "the ack in flight is answered");
+    let job = get_job(&app, "aged-slow", "a").await;
+    assert_eq!(job.state, pb::JobState::Completed as i32);
+}

@@ -1,5 +1,6 @@
 //! The turns of a stream on several queues (`Session::take_credit_for`), at given times.
 
+use super::turns::TURN_SLICE;
 use super::*;
 
 fn session(credits: u32) -> Session {
