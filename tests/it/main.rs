@@ -43,6 +43,7 @@ mod progress;
 mod queue_lifecycle;
 mod queue_turns;
 mod refusal;
+mod repeated_settles;
 mod replay_once;
 mod results;
 mod retention_age;

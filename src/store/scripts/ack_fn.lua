@@ -7,7 +7,8 @@
 -- acks carry a result, [base + 2n] m, then m pairs: the job's index in the list (0-based),
 -- result. Shared by ack.lua and ack_lease.lua.
 -- An ack repeated with the token of an ack already applied (its reply was lost) answers
--- 'DONE' and changes nothing (attempts.lua, "Repeated settles").
+-- 'DONE' and changes nothing (attempts.lua, "Repeated settles"), also when both are in
+-- this call.
 -- Returns: { now ms, then three values per job (for the first jobs only, when the call's byte
 --          budget ran out: common.lua): 'OK', lease ms, name
 --                                           | 'DONE', 0, ''
@@ -28,7 +29,10 @@ local function ack_jobs(n, base)
     -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
     if j > 0 and over_budget() then break end
     local id, token = ARGV[base + j * 2], ARGV[base + 1 + j * 2]
-    if finished[id] then
+    if finished[id] == token then
+      -- The same ack twice in this call (a retry coalesced with the one it repeats).
+      push3(out, 'DONE', 0, '')
+    elseif finished[id] then
       push3(out, 'LEASE_LOST', 0, 'completed')
     else
       -- Only the header is read (never the body).
@@ -44,7 +48,7 @@ local function ack_jobs(n, base)
       else
         remembered[#remembered + 1] = token
         remembered[#remembered + 1] = 'A'
-        finished[id] = true
+        finished[id] = token
         done[#done + 1] = id
         local h
         if keep > 0 or grouped then h = split_header(rec) end

@@ -7,7 +7,8 @@
 --       (RETRY|NO_RETRY|RATE_LIMITED), message, error type, details, retry_after ms (-1 =
 --       none), random in [0, 1) for jitter, pause flags (0-3: 1 the queue, 2 the group).
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
--- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles").
+-- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles"),
+-- also when both are in this call.
 -- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
 --        | { 'DONE', state, ready-or-dead ms, dead reason, 0, '', 0, now ms }
 --        | { 'NOT_FOUND' }
@@ -17,13 +18,16 @@ local n = tonumber(ARGV[2])
 local out = {}
 local any_waiting = false
 local remembered = {}
+-- This call's applied fails by token: a repeat within the call answers as one in a later
+-- call would (remember_settled writes the settle memory only at the end).
+local applied = {}
 for j = 0, n - 1 do
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
   local b = 3 + j * 9
   local id, token = ARGV[b], ARGV[b + 1]
   local rec, refusal = leased_record(id, token)
-  local earlier = not rec and settled_outcome(token)
+  local earlier = not rec and (applied[token] or settled_outcome(token))
   if earlier and string.sub(earlier, 1, 2) == 'F,' then
     local st, at, reason = string.match(earlier, '^F,(%a+),(%d+),([%u_]*)$')
     out[#out + 1] = { 'DONE', st, tonumber(at), reason, 0, '', 0, now }
@@ -45,8 +49,9 @@ for j = 0, n - 1 do
       pause_group(h[GRP], tonumber(r[2]))
     end
     if r[1] == 'waiting' then any_waiting = true end
+    applied[token] = 'F,' .. r[1] .. ',' .. int(r[2]) .. ',' .. r[3]
     remembered[#remembered + 1] = token
-    remembered[#remembered + 1] = 'F,' .. r[1] .. ',' .. int(r[2]) .. ',' .. r[3]
+    remembered[#remembered + 1] = applied[token]
     out[#out + 1] = { 'OK', r[1], r[2], r[3], lt, name, att, now }
   end
 end
