@@ -18,7 +18,8 @@ const GRACE_POLL: Duration = Duration::from_millis(50);
 
 impl Hub {
     /// At `at` (its connection's `--max-connection-age`), sends `session` `Draining(grace)`
-    /// and gives it no more leases; once it holds nothing, or after `grace`, hands back what
+    /// and gives it no more leases; once it holds nothing and no batch of its messages is
+    /// being handled ([`Session::settled_all`]), or after `grace`, hands back what
     /// it still holds (no attempt used) and ends it with UNAVAILABLE so the worker
     /// reconnects (its connection already had its GOAWAY, so a new call opens a new one).
     /// Returns early when the stream ends by itself.

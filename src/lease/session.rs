@@ -331,8 +331,8 @@ impl Session {
         Handling(self)
     }
 
-    /// It holds no lease and no batch of its messages is being handled: every settle it
-    /// sent has its reply queued, and a drain may end it.
+    /// It holds no lease and no batch of its messages is being handled: every settle of a
+    /// lease it held has its reply queued, and a drain may end it.
     pub fn settled_all(&self) -> bool {
         // The book first: a batch marks itself before it settles anything in the book.
         self.held_count() == 0 && self.handling.load(Ordering::SeqCst) == 0
