@@ -258,7 +258,7 @@ impl Hub {
         };
         for s in sessions.unwrap_or_default() {
             if let Some(held) = s.settle(queue, id, token) {
-                self.notify_queues(&s.queues);
+                self.credits_freed(&s.queues);
                 return held.span;
             }
         }
@@ -384,6 +384,23 @@ impl Hub {
                         if lp.backlog.load(Ordering::Relaxed) {
                             lp.notify.notify_one();
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A settle gave credits back to a stream on `queues`: wakes the loops that may use
+    /// them ([`QueueLoop::wants_freed_credits`]). A loop whose last call found its queue dry
+    /// with credits to spare is not woken: a wake-up for credits alone made it lease
+    /// nothing after every ack of a queue that keeps running dry (one empty lease call and
+    /// its intent a job at a fixed low rate).
+    pub(super) fn credits_freed(&self, queues: &[QueueName]) {
+        if let Ok(l) = self.inner.loops.lock() {
+            for q in queues {
+                if let Some(lp) = l.get(q) {
+                    if lp.wants_freed_credits() {
+                        lp.notify.notify_one();
                     }
                 }
             }

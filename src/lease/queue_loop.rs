@@ -34,6 +34,12 @@ pub(super) struct QueueLoop {
     /// wake-up said jobs became ready (true until a lease call finds fewer jobs than slots).
     /// Streams on several queues give this queue its turn only while this holds.
     pub(super) backlog: AtomicBool,
+    /// The loop may be waiting for a credit: set before each look for free credits, cleared
+    /// when it found some. While neither this nor `backlog` holds, the loop's last call
+    /// found the queue dry with credits to spare, so a credit a settle frees cannot get a
+    /// job, and the settle does not wake the loop ([`QueueLoop::wants_freed_credits`]): new
+    /// work wakes it on its own (an enqueue's or a release's wake-up, a due time).
+    short_of_credits: AtomicBool,
     /// Echoes of local enqueues' PUBLISHes still to come, which wake nothing (see
     /// `wakeup.rs`).
     pub(super) echoes: AtomicI64,
@@ -72,6 +78,7 @@ impl QueueLoop {
             sessions: Mutex::default(),
             turn: Default::default(),
             backlog: AtomicBool::new(true),
+            short_of_credits: AtomicBool::new(true),
             echoes: AtomicI64::new(0),
             listened: AtomicBool::new(false),
             unconfirmed: Mutex::default(),
@@ -82,6 +89,12 @@ impl QueueLoop {
         if let Ok(mut v) = self.sessions.lock() {
             v.push(s);
         }
+    }
+
+    /// Whether a credit a settle frees may let the loop lease: it may be waiting for a
+    /// credit, or its queue has backlog (see `short_of_credits`).
+    pub(super) fn wants_freed_credits(&self) -> bool {
+        self.short_of_credits.load(Ordering::SeqCst) || self.backlog.load(Ordering::Relaxed)
     }
 
     /// Removes stream `id`; true when no stream is left.
@@ -133,11 +146,16 @@ impl QueueLoop {
             if stop.is_cancelled() {
                 return;
             }
+            // Before the look: a settle that frees a credit the look misses sees it set.
+            self.short_of_credits.store(true, Ordering::SeqCst);
             let slots = if hub.is_draining() {
                 Vec::new()
             } else {
                 self.reserve(&hub)
             };
+            if !slots.is_empty() {
+                self.short_of_credits.store(false, Ordering::SeqCst);
+            }
             if slots.is_empty() {
                 // About to wait: no lease call will carry the confirmations soon.
                 self.confirm_calls(&hub).await;

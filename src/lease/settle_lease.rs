@@ -295,7 +295,7 @@ impl Hub {
             // Credits the call did not lease into (or a take passed a sliced turn on): the
             // loops look, as for any settle.
             session.take_turn_passed();
-            self.notify_queues(&session.queues);
+            self.credits_freed(&session.queues);
         }
         let results = match per_item(n, reply) {
             Ok(r) => r,

@@ -124,3 +124,48 @@ async fn loops_and_wake_up_subscriptions_end_with_their_last_stream() {
     enqueue(&app, spec("gone-0-0", "b")).await;
     assert_eq!(back.lease().await.job.expect("job").job_id, "b");
 }
+
+/// A queue that runs dry after every job (one enqueued at a time; two streams with credits to
+/// spare, so an ack does not lease in its own call, `settle_lease.rs`): an ack's freed credit
+/// does not wake the loop for a lease call that can only come back empty (the next job's
+/// enqueue wakes it). Per job that leaves the enqueue, the lease and its intent, the confirm
+/// of the lease call, and the ack and its intent: 6 script calls, where an empty lease call
+/// and its intent after each ack made 8.
+#[tokio::test]
+async fn an_ack_on_a_queue_that_ran_dry_makes_no_empty_lease_call() {
+    let redis = TestRedis::start().await;
+    let mut cfg = test_config(&redis.url);
+    // No reaper tick during the count: only the jobs' own calls are counted.
+    cfg.reaper_interval = Duration::from_secs(30);
+    let app = TestApp::spawn(cfg).await;
+    let mut a = TestWorker::open(&app, &["dry"], 16, "a").await;
+    let mut b = TestWorker::open(&app, &["dry"], 16, "b").await;
+    assert!(a.lease_within(Duration::from_millis(300)).await.is_none());
+    const JOBS: u64 = 20;
+    let before = script_calls(&redis).await;
+    for i in 0..JOBS {
+        enqueue(&app, spec("dry", &format!("j{i}"))).await;
+        // The loop turns between the streams after each call that leased (a, b, a, ...);
+        // should it not, the other stream has the job.
+        let (first, second) = if i % 2 == 0 {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
+        let (w, l) = match first.lease_within(Duration::from_millis(500)).await {
+            Some(l) => (first, l),
+            None => {
+                let l = second.lease().await;
+                (second, l)
+            }
+        };
+        assert_eq!(w.ack(&l).await.code, 0);
+        // The loop's confirm and anything an ack would wake run before the next job.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let calls = script_calls(&redis).await - before;
+    assert!(
+        calls <= JOBS * 6 + 6,
+        "{calls} script calls for {JOBS} jobs enqueued, leased and acked one at a time"
+    );
+}
