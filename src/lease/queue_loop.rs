@@ -1,8 +1,8 @@
 //! One lease loop per queue per replica. It gathers the free credits of every local stream
 //! on the queue, leases that many jobs in one script call, and spreads them across the
 //! streams round-robin. With nothing to lease it sleeps until a wake-up (an enqueue on any
-//! replica, a credit returned), the next delayed job's due time, or the safety poll. It ends
-//! with the last local stream on its queue (see `Hub::close_session`).
+//! replica, a credit returned while it may use one), the next delayed job's due time, or the
+//! safety poll. It ends with the last local stream on its queue (see `Hub::close_session`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,6 +40,9 @@ pub(super) struct QueueLoop {
     /// job, and the settle does not wake the loop ([`QueueLoop::wants_freed_credits`]): new
     /// work wakes it on its own (an enqueue's or a release's wake-up, a due time).
     short_of_credits: AtomicBool,
+    /// The last lease call was held back by the queue's max_active or a group's (a settle
+    /// may free a slot: it wakes the loop, [`QueueLoop::wants_freed_credits`]).
+    slot_limited: AtomicBool,
     /// Echoes of local enqueues' PUBLISHes still to come, which wake nothing (see
     /// `wakeup.rs`).
     pub(super) echoes: AtomicI64,
@@ -79,6 +82,7 @@ impl QueueLoop {
             turn: Default::default(),
             backlog: AtomicBool::new(true),
             short_of_credits: AtomicBool::new(true),
+            slot_limited: AtomicBool::new(false),
             echoes: AtomicI64::new(0),
             listened: AtomicBool::new(false),
             unconfirmed: Mutex::default(),
@@ -91,10 +95,14 @@ impl QueueLoop {
         }
     }
 
-    /// Whether a credit a settle frees may let the loop lease: it may be waiting for a
-    /// credit, or its queue has backlog (see `short_of_credits`).
+    /// Whether a settle may let the loop lease: it may be waiting for a credit, its queue
+    /// has backlog (see `short_of_credits`), or its last call was held back by a max_active
+    /// the settle may have freed (the ack's published wake-up says so too; this does not
+    /// wait for it).
     pub(super) fn wants_freed_credits(&self) -> bool {
-        self.short_of_credits.load(Ordering::SeqCst) || self.backlog.load(Ordering::Relaxed)
+        self.short_of_credits.load(Ordering::SeqCst)
+            || self.backlog.load(Ordering::Relaxed)
+            || self.slot_limited.load(Ordering::Relaxed)
     }
 
     /// Removes stream `id`; true when no stream is left.
@@ -284,6 +292,12 @@ impl QueueLoop {
         // A call whose byte budget ran out leased fewer than asked with jobs still waiting.
         let full = leased == slots.len() || batch.more;
         self.backlog.store(full, Ordering::Relaxed);
+        // A settle of this queue may free its max_active or a group's: the ack publishes a
+        // wake-up for that, and a local settle wakes the loop as well, as before.
+        self.slot_limited.store(
+            matches!(batch.limited, Some(Limit::Concurrency | Limit::Group)),
+            Ordering::Relaxed,
+        );
         for s in &slots[leased..] {
             s.unreserve();
         }

@@ -282,13 +282,25 @@ pub(super) fn per_item<I, O>(
 impl Hub {
     /// Fails attempts of `queue` in this replica's next fail call for the queue, together
     /// with whatever other streams fail meanwhile (see [`Hub::ack`]).
+    ///
+    /// A fail that delays its job (a retry with backoff, a rate-limited return) wakes the
+    /// queue's local loop: its next lease call learns the new due time (a settle's credit
+    /// alone does not wake a loop whose queue ran dry, [`Hub::credits_freed`], and no
+    /// wake-up is published for a delayed job).
     pub async fn fail(
         &self,
         queue: &QueueName,
         items: Vec<FailItem>,
     ) -> Result<Settles<FailItem, FailOutcome>, Error> {
         let n = items.len();
-        per_item(n, self.inner.fails.submit(queue, items).await)
+        let settles = per_item(n, self.inner.fails.submit(queue, items).await)?;
+        let delayed = settles.iter().any(|(_, r)| {
+            matches!(r, Ok(crate::store::Settle::Done(o)) if o.state == crate::jobs::JobState::Delayed)
+        });
+        if delayed {
+            self.notify_queues(std::slice::from_ref(queue));
+        }
+        Ok(settles)
     }
 }
 

@@ -169,3 +169,53 @@ async fn an_ack_on_a_queue_that_ran_dry_makes_no_empty_lease_call() {
         "{calls} script calls for {JOBS} jobs enqueued, leased and acked one at a time"
     );
 }
+
+/// A fail that delays its job on a queue that ran dry still wakes the loop, so its next
+/// lease call learns the retry's due time: the retry is leased when due, not at the loop's
+/// 2 s safety poll (nor at a reaper tick, which this test sets far apart).
+#[tokio::test]
+async fn a_retry_with_backoff_on_a_queue_that_ran_dry_is_leased_when_due() {
+    let redis = TestRedis::start().await;
+    let mut cfg = test_config(&redis.url);
+    cfg.reaper_interval = Duration::from_secs(30);
+    let app = TestApp::spawn(cfg).await;
+    let mut a = TestWorker::open(&app, &["dry-retry"], 16, "a").await;
+    let mut b = TestWorker::open(&app, &["dry-retry"], 16, "b").await;
+    enqueue(
+        &app,
+        jobwire::pb::JobSpec {
+            max_attempts: Some(3),
+            ..spec("dry-retry", "r")
+        },
+    )
+    .await;
+    let (w, l) = match a.lease_within(Duration::from_secs(2)).await {
+        Some(l) => (&mut a, l),
+        None => {
+            let l = b.lease().await;
+            (&mut b, l)
+        }
+    };
+    let s = w
+        .fail(
+            &l,
+            jobwire::pb::FailDisposition::Retry,
+            "again",
+            "test",
+            Some(Duration::from_millis(300)),
+        )
+        .await;
+    assert_eq!(s.code, 0, "{s:?}");
+    let failed = std::time::Instant::now();
+    let again = tokio::select! {
+        l = a.lease_within(Duration::from_secs(3)) => l,
+        l = b.lease_within(Duration::from_secs(3)) => l,
+    }
+    .expect("the retry is leased");
+    let waited = failed.elapsed();
+    assert_eq!(again.attempt, 2);
+    assert!(
+        waited < Duration::from_millis(1200),
+        "the retry due after 300 ms was leased after {waited:?}"
+    );
+}
