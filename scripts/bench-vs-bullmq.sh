@@ -172,8 +172,11 @@ for run in $(seq "$RUNS"); do
   cp "$B/results/bullmq-run$run.json" "$OUT/bullmq-run$run.json"
   echo "== run $run/$RUNS: jobwire" >&2
   if [ -z "$MASTERS" ]; then redis-cli -p "$PORT" -n 1 flushdb >/dev/null; else each_redis flushall >/dev/null; fi
+  # --redis-url: the e2e rows report Redis's used_memory after the drain (usedMemoryMB), as
+  # the harness's do (without it the BullMQ report prints NaN MB for jobwire).
   bench_jobwire --only enqueue,e2e,latency,failure --runs 1 -n "$N" --in-flight 50 \
-    --e2e "$E2E" --with-retry-policy --label "run$run" --json "$OUT/jobwire-run$run.json" >/dev/null
+    --e2e "$E2E" --with-retry-policy --redis-url "$JOBWIRE_URL" --label "run$run" \
+    --json "$OUT/jobwire-run$run.json" >/dev/null
 done
 
 # Merge the runs of each system into one document (runs side by side, as the harness does).
