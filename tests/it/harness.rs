@@ -209,6 +209,20 @@ impl TestRedis {
             .unwrap_or_else(|| panic!("no job {id:?} in {queue}"))
     }
 
+    /// Makes Redis hold every write command (scripts that write included) for `ms` ms
+    /// (`CLIENT PAUSE ms WRITE`): a write sent meanwhile is in flight that long. One Redis
+    /// only (a cluster's masters are paused one by one by the tests that need it).
+    pub async fn pause_writes(&self, ms: u64) {
+        let mut c = self.conn().await;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query_async(&mut c)
+            .await
+            .expect("client pause");
+    }
+
     /// Calls Redis ran of each of `cmds` (lower case, as `INFO commandstats` names them:
     /// `fcall`, `evalsha`), summed, and summed over the masters of a cluster.
     pub async fn command_calls(&self, cmds: &[&str]) -> u64 {

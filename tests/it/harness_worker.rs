@@ -89,6 +89,18 @@ impl TestWorker {
             .is_ok()
     }
 
+    /// Reads until `Draining` arrives, each message within `patience` (others are dropped);
+    /// panics when the stream ends or goes quiet first.
+    pub async fn until_draining(&mut self, patience: Duration) {
+        loop {
+            match self.recv(patience).await {
+                Recv::Msg(Out::Draining(_)) => return,
+                Recv::Msg(_) => continue,
+                other => panic!("no Draining: {other:?}"),
+            }
+        }
+    }
+
     /// The next message, without panicking on the end of the stream or an error status.
     pub async fn recv(&mut self, patience: Duration) -> Recv {
         match tokio::time::timeout(patience, self.rx.message()).await {

@@ -38,14 +38,7 @@ async fn settle_twice_in_one_call(
     } else {
         (b, a)
     };
-    let mut c = redis.conn().await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300)
-        .arg("WRITE")
-        .query_async(&mut c)
-        .await
-        .expect("client pause");
+    redis.pause_writes(300).await;
     let fj = first.job.as_ref().expect("job");
     w.send(In::Ack(pb::AckRequest {
         queue: fj.queue.clone(),

@@ -81,23 +81,10 @@ async fn shutdown_answers_an_ack_still_in_flight_before_ending_the_stream() {
     let l = w.lease().await;
 
     let stopping = tokio::spawn(app.stop());
-    loop {
-        match w.recv(Duration::from_secs(5)).await {
-            Recv::Msg(Out::Draining(_)) => break,
-            Recv::Msg(_) => continue,
-            other => panic!("no Draining: {other:?}"),
-        }
-    }
+    w.until_draining(Duration::from_secs(5)).await;
     // Writes wait 600 ms in Redis: the ack's script is in flight for that long, far longer
     // than the shutdown's look at the streams (every 20 ms), and well within its grace (2 s).
-    let mut c = redis.conn().await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(600)
-        .arg("WRITE")
-        .query_async(&mut c)
-        .await
-        .expect("client pause");
+    redis.pause_writes(600).await;
     let s = w.ack(&l).await;
     assert_eq!(s.code, 0, "the ack in flight is answered: {}", s.message);
     stopping.await.expect("join").expect("run returns Ok");

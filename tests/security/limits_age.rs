@@ -104,23 +104,10 @@ async fn an_ack_in_flight_at_the_age_is_answered_before_the_stream_ends() {
     enqueue(&app, spec("aged-slow", "a")).await;
     let mut w = TestWorker::open_on(new_channel(&app).await, &["aged-slow"], 1, "aging").await;
     let held = w.lease().await;
-    loop {
-        match w.recv(AGE * 5).await {
-            Recv::Msg(Out::Draining(_)) => break,
-            Recv::Msg(_) => continue,
-            other => panic!("no Draining: {other:?}"),
-        }
-    }
+    w.until_draining(AGE * 5).await;
     // Writes wait 600 ms in Redis: the ack is in flight for 12 looks of the drain (every
     // 50 ms), well within the grace.
-    let mut c = redis.conn().await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(600)
-        .arg("WRITE")
-        .query_async(&mut c)
-        .await
-        .expect("client pause");
+    redis.pause_writes(600).await;
     assert_eq!(w.ack(&held).await.code, 0, "the ack in flight is answered");
     let job = get_job(&app, "aged-slow", "a").await;
     assert_eq!(job.state, pb::JobState::Completed as i32);
