@@ -161,9 +161,6 @@ impl QueueLoop {
             } else {
                 self.reserve(&hub)
             };
-            if !slots.is_empty() {
-                self.short_of_credits.store(false, Ordering::SeqCst);
-            }
             if slots.is_empty() {
                 // About to wait: no lease call will carry the confirmations soon.
                 self.confirm_calls(&hub).await;
@@ -185,6 +182,7 @@ impl QueueLoop {
                 }
                 continue;
             }
+            self.short_of_credits.store(false, Ordering::SeqCst);
             let wait = self.lease_into(&hub, &slots).await;
             if !matches!(wait, Wait::No) {
                 self.confirm_calls(&hub).await;

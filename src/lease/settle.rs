@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::hub::Hub;
-use crate::jobs::QueueName;
+use crate::jobs::{JobState, QueueName};
 use crate::store::{FailItem, FailOutcome, Settle, Store, StoreError};
 use crate::Error;
 
@@ -294,11 +294,11 @@ impl Hub {
     ) -> Result<Settles<FailItem, FailOutcome>, Error> {
         let n = items.len();
         let settles = per_item(n, self.inner.fails.submit(queue, items).await)?;
-        let delayed = settles.iter().any(|(_, r)| {
-            matches!(r, Ok(crate::store::Settle::Done(o)) if o.state == crate::jobs::JobState::Delayed)
-        });
+        let delayed = settles
+            .iter()
+            .any(|(_, r)| matches!(r, Ok(Settle::Done(o)) if o.state == JobState::Delayed));
         if delayed {
-            self.notify_queues(std::slice::from_ref(queue));
+            self.wake_loop(queue);
         }
         Ok(settles)
     }

@@ -366,7 +366,7 @@ impl Hub {
     }
 
     /// Wakes `queue`'s local loop, if any.
-    fn wake_loop(&self, queue: &QueueName) {
+    pub(super) fn wake_loop(&self, queue: &QueueName) {
         if let Some(lp) = self.local_loop(queue) {
             lp.notify.notify_one();
         }
