@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +24,13 @@ const MAX_BATCH: usize = 256;
 const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// Pause after a failed lease call (Redis down), so the loop does not spin.
 const ERROR_PAUSE: Duration = Duration::from_millis(500);
+/// How long a delivered lease call may wait for the loop's next lease call (or an ack's,
+/// `settle_lease.rs`) to carry its confirmation before the loop sends it alone. Under a
+/// steady trickle (100 jobs/s or more) the next call comes sooner, so the confirmation costs
+/// no script call of its own. The price: a replica that dies within this time after handing
+/// out a job leaves that job's lease unconfirmed, released uncharged at its deadline
+/// (attempts.lua, "Lost lease replies") where it would have counted as a failed attempt.
+pub(super) const CONFIRM_DELAY: Duration = Duration::from_millis(20);
 
 pub(super) struct QueueLoop {
     queue: QueueName,
@@ -52,10 +61,22 @@ pub(super) struct QueueLoop {
     pub(super) listened: AtomicBool,
     /// Cancelled when the loop's last local stream ends (or the replica stops).
     pub(super) stop: CancellationToken,
-    /// Ids of this loop's lease calls whose replies arrived and whose jobs were handed to
-    /// streams, not yet confirmed to Redis (attempts.lua, "Lost lease replies"). The next
-    /// lease call carries them; a loop about to wait confirms them on its own.
-    unconfirmed: Mutex<Vec<String>>,
+    /// This loop's lease calls whose replies arrived and whose jobs were handed to streams,
+    /// not yet confirmed to Redis (attempts.lua, "Lost lease replies"). The next lease call
+    /// carries them; a waiting loop confirms them on its own [`CONFIRM_DELAY`] after the
+    /// oldest was kept, and a loop that stops confirms them first.
+    unconfirmed: Mutex<Unconfirmed>,
+    /// Woken when calls wait to be confirmed and none waited before (an ack-and-lease kept
+    /// one while the loop slept): the loop then times their confirmation.
+    confirm_wake: Notify,
+}
+
+/// Lease call ids to confirm, and since when the oldest has waited (after a failed
+/// confirmation: when the next try's wait starts).
+#[derive(Default)]
+struct Unconfirmed {
+    calls: Vec<String>,
+    since: Option<Instant>,
 }
 
 /// Most call ids one confirmation carries (a loop that cannot reach Redis keeps the rest).
@@ -86,6 +107,7 @@ impl QueueLoop {
             echoes: AtomicI64::new(0),
             listened: AtomicBool::new(false),
             unconfirmed: Mutex::default(),
+            confirm_wake: Notify::new(),
         }
     }
 
@@ -152,6 +174,7 @@ impl QueueLoop {
         let stop = self.stop.clone();
         loop {
             if stop.is_cancelled() {
+                self.confirm_before_stop(&hub).await;
                 return;
             }
             // Before the look: a settle that frees a credit the look misses sees it set.
@@ -162,8 +185,6 @@ impl QueueLoop {
                 self.reserve(&hub)
             };
             if slots.is_empty() {
-                // About to wait: no lease call will carry the confirmations soon.
-                self.confirm_calls(&hub).await;
                 // A stream with a free credit refused it for another queue's slice: look
                 // again when the slice ends (the take then passes the turn on).
                 let poll = self
@@ -175,35 +196,52 @@ impl QueueLoop {
                     .map_or(SAFETY_POLL, |d| {
                         (d + Duration::from_micros(100)).min(SAFETY_POLL)
                     });
-                tokio::select! {
-                    _ = self.notify.notified() => {}
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = stop.cancelled() => return,
+                if !self.wait(&hub, poll, true).await {
+                    return;
                 }
                 continue;
             }
             self.short_of_credits.store(false, Ordering::SeqCst);
-            let wait = self.lease_into(&hub, &slots).await;
-            if !matches!(wait, Wait::No) {
-                self.confirm_calls(&hub).await;
-            }
-            match wait {
-                Wait::No => {}
-                Wait::Soft(wait) => {
-                    tokio::select! {
-                        _ = self.notify.notified() => {}
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = stop.cancelled() => return,
-                    }
-                }
-                Wait::Hard(wait) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = stop.cancelled() => return,
-                    }
-                }
+            let go_on = match self.lease_into(&hub, &slots).await {
+                Wait::No => true,
+                Wait::Soft(wait) => self.wait(&hub, wait, true).await,
+                Wait::Hard(wait) => self.wait(&hub, wait, false).await,
+            };
+            if !go_on {
+                return;
             }
         }
+    }
+
+    /// Waits `wait`, or until a wake-up when `wakeable`, confirming the loop's delivered
+    /// lease calls once they have waited [`CONFIRM_DELAY`] (no lease call carried them).
+    /// Returns false when the loop is to stop; it confirms them first then.
+    async fn wait(&self, hub: &Hub, wait: Duration, wakeable: bool) -> bool {
+        let end = Instant::now() + wait;
+        loop {
+            let confirm_at = self.confirm_at();
+            tokio::select! {
+                _ = self.notify.notified(), if wakeable => return true,
+                _ = self.confirm_wake.notified() => continue,
+                _ = tokio::time::sleep_until(confirm_at.map_or(end, |at| at.min(end))) => {}
+                _ = self.stop.cancelled() => {
+                    self.confirm_before_stop(hub).await;
+                    return false;
+                }
+            }
+            if confirm_at.is_some_and(|at| at <= Instant::now()) {
+                self.confirm_calls(hub).await;
+            }
+            if end <= Instant::now() {
+                return true;
+            }
+        }
+    }
+
+    /// When the loop should confirm its delivered lease calls alone, if it has any.
+    fn confirm_at(&self) -> Option<Instant> {
+        let u = self.unconfirmed.lock().ok()?;
+        u.since.map(|since| since + CONFIRM_DELAY)
     }
 
     /// The unconfirmed lease call ids, taken to send (at most [`MAX_CONFIRM`]).
@@ -211,25 +249,46 @@ impl QueueLoop {
         self.unconfirmed
             .lock()
             .map(|mut u| {
-                let n = u.len().min(MAX_CONFIRM);
-                u.drain(..n).collect()
+                let n = u.calls.len().min(MAX_CONFIRM);
+                let taken = u.calls.drain(..n).collect();
+                if u.calls.is_empty() {
+                    u.since = None;
+                }
+                taken
             })
             .unwrap_or_default()
     }
 
-    /// Keeps lease call ids to confirm later.
+    /// Keeps lease call ids to confirm later (alone, [`CONFIRM_DELAY`] from now, unless a
+    /// lease call carries them sooner or older ones wait already).
     pub(super) fn keep_unconfirmed(&self, calls: Vec<String>) {
         if calls.is_empty() {
             return;
         }
-        if let Ok(mut u) = self.unconfirmed.lock() {
-            u.extend(calls);
+        let first = match self.unconfirmed.lock() {
+            Ok(mut u) => {
+                u.calls.extend(calls);
+                let first = u.since.is_none();
+                u.since.get_or_insert_with(Instant::now);
+                first
+            }
+            Err(_) => false,
+        };
+        if first {
+            self.confirm_wake.notify_one();
         }
     }
 
-    /// Confirms this loop's delivered lease calls before it waits (no lease call would
-    /// carry them soon). On failure they are kept for the next call; a renewal of their
-    /// leases confirms them too.
+    /// Confirms before the loop ends (its last stream closed, or the replica stops), for at
+    /// most [`ERROR_PAUSE`]: a Redis that does not answer must not hold up a shutdown (whose
+    /// hand-back of held leases has run by then).
+    async fn confirm_before_stop(&self, hub: &Hub) {
+        let _ = tokio::time::timeout(ERROR_PAUSE, self.confirm_calls(hub)).await;
+    }
+
+    /// Confirms this loop's delivered lease calls on their own (no lease call carried them
+    /// within [`CONFIRM_DELAY`], or the loop stops). On failure they are kept for the next
+    /// call or the next try; a renewal of their leases confirms them too.
     async fn confirm_calls(&self, hub: &Hub) {
         let calls = self.take_unconfirmed();
         if calls.is_empty() {
@@ -238,6 +297,10 @@ impl QueueLoop {
         if let Err(e) = hub.store().confirm_lease_calls(&self.queue, &calls).await {
             tracing::debug!(queue = %self.queue, error = %e, "could not confirm lease calls yet");
             self.keep_unconfirmed(calls);
+            // Alone, tried again after the error pause (a lease call may carry them sooner).
+            if let Ok(mut u) = self.unconfirmed.lock() {
+                u.since = Some(Instant::now() + ERROR_PAUSE);
+            }
         }
     }
 

@@ -235,6 +235,9 @@ async fn sigkill_while_a_lease_due_time_is_held_still_expires() {
     let first = on_a.lease().await;
     assert_eq!(first.attempt, 1);
     let mut conn = redis.conn().await;
+    // A confirms the lease call once no other call has carried the confirmation for
+    // `CONFIRM_DELAY`; killed before that, its job would come back uncharged (attempt 1).
+    wait_lease_calls_confirmed(&mut conn, "held-due").await;
     let due: Option<f64> = redis::cmd("ZSCORE")
         .arg(due_key("held-due"))
         .arg("held-due")

@@ -343,15 +343,18 @@ end
 -- Lost lease replies. A lease call may run in Redis after the server gave up waiting for
 -- its reply; its jobs then reached no worker. So every lease call carries a call id (its
 -- tokens are '<call id>-<slot>') and records the ids it leased in K_CALLS / K_CALL_JOBS as
--- unconfirmed. The server confirms the call once it has the reply (in its next lease call,
--- a confirm call, or implicitly by renewing any of its leases), which deletes the record.
+-- unconfirmed. The server confirms the call once it has the reply (in the queue's next lease
+-- call or ack-and-lease call when one comes within 20 ms, else a confirm call of its own:
+-- CONFIRM_DELAY in queue_loop.rs; before a queue's loop ends; or implicitly by renewing any
+-- of its leases), which deletes the record.
 -- When the reply is lost, the server releases the call by id (release_call.lua, retried
 -- until Redis answers): its jobs still active under its tokens go back to waiting with the
 -- attempt not charged, and a tombstone makes the call lease nothing should it run later.
 -- If that release cannot run in time, the reaper treats the leases of an unconfirmed call
 -- as released, never as failed: no attempt is charged and nothing is dead-lettered for a
 -- lease no worker received. The cost of that rule: a job whose worker got it but whose
--- server died before confirming is released uncharged when its lease expires.
+-- server died before confirming (within those 20 ms) is released uncharged when its lease
+-- expires.
 
 -- The lease call id of a lease token ('<call id>-<slot>'), or nil.
 local function call_of(token)
