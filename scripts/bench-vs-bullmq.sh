@@ -9,7 +9,10 @@
 #   - Redis bytes per waiting job (100-byte payload), from INFO memory before/after
 #     filling $FILL jobs, for both;
 #   - Redis CPU µs per job lifecycle (enqueue in batches + lease/fetch + ack/complete) and
-#     the server's (Node's) own CPU µs per job, for both.
+#     the server's (Node's) own CPU µs per job, for both;
+#   - the floors under jobwire's one-job rows against BullMQ's: a bare gRPC health check
+#     through the server (one at a time, 50 in flight) and a bare Redis PING, measured in
+#     jobwire's runs (`jobwire bench --only rtt`).
 #
 # With a Redis Cluster URL as the argument, both run on that cluster instead of a private Redis:
 #   bash scripts/bench-vs-bullmq.sh redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
@@ -174,7 +177,9 @@ for run in $(seq "$RUNS"); do
   if [ -z "$MASTERS" ]; then redis-cli -p "$PORT" -n 1 flushdb >/dev/null; else each_redis flushall >/dev/null; fi
   # --redis-url: the e2e rows report Redis's used_memory after the drain (usedMemoryMB), as
   # the harness's do (without it the BullMQ report prints NaN MB for jobwire).
-  bench_jobwire --only enqueue,e2e,latency,failure --runs 1 -n "$N" --in-flight 50 \
+  # rtt: the floors under a unary call per job (a bare health check one at a time and 50 in
+  # flight, a bare Redis PING), measured between the same BullMQ runs.
+  bench_jobwire --only enqueue,e2e,latency,failure,rtt --runs 1 -n "$N" --in-flight 50 \
     --e2e "$E2E" --with-retry-policy --redis-url "$JOBWIRE_URL" --label "run$run" \
     --json "$OUT/jobwire-run$run.json" >/dev/null
 done
@@ -232,6 +237,37 @@ echo "## jobwire (this run; node CPU = jobwire server CPU)"
 node "$B/report.mjs" "$OUT/jobwire.json"
 echo "## jobwire / BullMQ"
 node "$B/report.mjs" --compare "$OUT/bullmq.json" "$OUT/jobwire.json"
+echo
+echo "## Floors: jobwire's hop alone on this box, against BullMQ (medians of this run)"
+node --input-type=module -e "
+  import { readFileSync } from 'node:fs';
+  const load = (f) => JSON.parse(readFileSync(f, 'utf8'));
+  const med = (xs) => { const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
+    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+  const b = load('$OUT/bullmq.json'), j = load('$OUT/jobwire.json');
+  const val = (doc, name) => { const s = doc.scenarios.find((x) => x.name === name);
+    return s ? med(s.runs.map((r) => r.value)) : NaN; };
+  const h1 = val(j, 'rtt: grpc health check sequential');
+  const h50 = val(j, 'rtt: grpc health check x50 in flight');
+  const ping = val(j, 'rtt: redis PING sequential');
+  // A unary call one at a time waits for a round trip to the server and, inside it, one
+  // from the server to Redis: neither can cost less than its bare form.
+  const serial = 1 / (1 / h1 + 1 / ping);
+  const f = (x) => Math.round(x).toLocaleString('en-US');
+  const r = (x, y) => (x / y).toFixed(2) + 'x';
+  const rows = [
+    ['add() x50: bare health checks, 50 in flight (no Redis, no work)', h50,
+      val(b, 'enqueue: add() x50 concurrent producers')],
+    ['add() sequential: a bare health check + a bare PING, one after the other', serial,
+      val(b, 'enqueue: add() sequential')],
+    ['e2e concurrency 1: the same two bare round trips per job (no script; a stream message is lighter than a unary call)',
+      serial, val(b, 'e2e: worker concurrency 1')],
+  ];
+  console.log('| floor | jobwire floor, calls/s | BullMQ, jobs/s | floor/BullMQ |');
+  console.log('|---|---:|---:|---:|');
+  for (const [name, x, y] of rows) console.log('| ' + name + ' | ' + f(x) + ' | ' + f(y) + ' | ' + r(x, y) + ' |');
+  console.log('(bare round trips: health check one at a time ' + f(h1) + '/s, Redis PING one at a time ' + f(ping) + '/s)');
+"
 echo
 echo "## Server RSS"
 echo "$RSS_TABLE" | tail -n 1

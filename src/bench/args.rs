@@ -31,8 +31,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub redis_url: Option<String>,
 
-    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill, rtt (a bare gRPC
-    /// health check, one at a time: the floor of one-at-a-time Enqueue), and (not by
+    /// Scenario groups to run: enqueue, e2e, latency, failure, rss, fill, rtt (the floors
+    /// under unary Enqueue: a bare gRPC health check one at a time and `--in-flight` at a
+    /// time, and with `--redis-url` a bare Redis PING one at a time), and (not by
     /// default: they take minutes) rate (fixed-rate load, `--rates`) and drain (a drain
     /// of `--drain-jobs` pre-filled jobs).
     #[arg(

@@ -102,6 +102,16 @@ impl Nodes {
         out
     }
 
+    /// One `PING` to the first master (the bench's round-trip floor to Redis).
+    ///
+    /// Errors: the master does not answer, or answers something else than PONG.
+    pub async fn ping_first(&mut self) -> anyhow::Result<()> {
+        let m = self.masters.first_mut().context("no Redis master")?;
+        let pong: String = redis::cmd("PING").query_async(&mut m.conn).await?;
+        anyhow::ensure!(pong == "PONG", "PING answered {pong:?}");
+        Ok(())
+    }
+
     /// Bytes of memory every master uses now (`used_memory` of `INFO memory`), summed over
     /// the masters; NaN when one does not answer.
     pub async fn used_memory(&mut self) -> f64 {

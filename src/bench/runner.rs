@@ -27,8 +27,10 @@ enum Plan {
     Rate(u32, u64, (usize, u32)),
     /// A drain of pre-filled jobs: (workers, credits).
     Drain((usize, u32)),
-    /// A bare gRPC health check, one at a time.
-    HealthRtt,
+    /// Bare gRPC health checks, this many in flight.
+    HealthRtt(usize),
+    /// A bare Redis PING, one at a time (needs `--redis-url`).
+    RedisRtt,
 }
 
 /// A scenario to run: its name, its unit and what it runs.
@@ -104,8 +106,21 @@ fn plan(a: &BenchArgs) -> Result<(Vec<Step>, Vec<String>), String> {
         p.push((
             "rtt: grpc health check sequential".into(),
             "calls/s",
-            Plan::HealthRtt,
+            Plan::HealthRtt(1),
         ));
+        if a.in_flight > 1 {
+            let name = format!("rtt: grpc health check x{} in flight", a.in_flight);
+            p.push((name, "calls/s", Plan::HealthRtt(a.in_flight)));
+        }
+        if a.redis_url.is_some() {
+            p.push((
+                "rtt: redis PING sequential".into(),
+                "calls/s",
+                Plan::RedisRtt,
+            ));
+        } else {
+            skipped.push("rtt: the Redis round trip needs --redis-url".to_owned());
+        }
     }
     if a.wants("fill") {
         let name = format!("fill: {} waiting jobs, {}-byte payload", a.n, a.payload);
@@ -204,7 +219,11 @@ async fn run_one(
         }
         Plan::Rate(rate, secs, w) => rate::fixed_rate(ch, pids, (rate, secs), w, queues, &o).await,
         Plan::Drain(w) => workers::drain(ch, pids, a.drain_jobs, w, queues, &o, nodes).await,
-        Plan::HealthRtt => enqueue::health_checks(ch, pids, a.n).await,
+        Plan::HealthRtt(k) => enqueue::health_checks(ch, pids, a.n, k).await,
+        Plan::RedisRtt => match nodes {
+            Some(nodes) => enqueue::redis_pings(nodes, pids, a.n).await,
+            None => anyhow::bail!("the Redis round trip needs --redis-url"),
+        },
         Plan::Fill => {
             // Waiting jobs left in place, for measuring Redis memory per waiting job.
             let s = pids.snap();

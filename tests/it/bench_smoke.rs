@@ -324,3 +324,59 @@ async fn the_bench_spreads_queues_over_cluster_masters_and_reads_each_ones_cpu()
         );
     }
 }
+
+/// The rtt group measures the floors under unary Enqueue: a bare health check one at a time
+/// and `--in-flight` at a time, and with `--redis-url` a bare Redis PING one at a time; each
+/// row reports a rate, and without `--redis-url` the PING row is left out with a note.
+#[tokio::test]
+async fn the_rtt_group_reports_the_grpc_and_redis_round_trip_floors() {
+    let (redis, app) = TestApp::with_redis().await;
+    let server = format!("http://{}", app.grpc);
+    let rate_of = |stdout: &str, row: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("{row} missing from:\n{stdout}"));
+        line.split('|')
+            .nth(2)
+            .expect("median column")
+            .trim()
+            .replace(',', "")
+            .parse()
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    let args = [
+        "--server",
+        &server,
+        "--only",
+        "rtt",
+        "-n",
+        "200",
+        "--in-flight",
+        "8",
+    ];
+    let out = run_bench(&[&args[..], &["--redis-url", &redis.url]].concat()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "rtt: grpc health check sequential",
+        "rtt: grpc health check x8 in flight",
+        "rtt: redis PING sequential",
+    ] {
+        assert!(rate_of(&stdout, row) > 0.0, "{row}: {stdout}");
+    }
+
+    let out = run_bench(&args).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed:\n{stdout}");
+    assert!(rate_of(&stdout, "rtt: grpc health check x8 in flight") > 0.0);
+    assert!(!stdout.contains("| rtt: redis PING"), "{stdout}");
+    assert!(
+        stdout.contains("rtt: the Redis round trip needs --redis-url"),
+        "{stdout}"
+    );
+}
