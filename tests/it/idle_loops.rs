@@ -125,26 +125,21 @@ async fn loops_and_wake_up_subscriptions_end_with_their_last_stream() {
     assert_eq!(back.lease().await.job.expect("job").job_id, "b");
 }
 
-/// A queue that runs dry after every job (one enqueued at a time; two streams with credits to
-/// spare, so an ack does not lease in its own call, `settle_lease.rs`): an ack's freed credit
-/// does not wake the loop for a lease call that can only come back empty (the next job's
-/// enqueue wakes it). Per job that leaves the enqueue, the lease and its intent, the confirm
-/// of the lease call, and the ack and its intent: 6 script calls, where an empty lease call
-/// and its intent after each ack made 8.
-#[tokio::test]
-async fn an_ack_on_a_queue_that_ran_dry_makes_no_empty_lease_call() {
+/// Script calls Redis runs for `jobs` jobs on `queue` enqueued, leased and acked one at a
+/// time, with `gap` after each ack, by two streams of 16 credits (credits to spare, so an ack
+/// does not lease in its own call, `settle_lease.rs`), with no reaper tick during the count;
+/// counted once every lease call of the queue is confirmed.
+async fn one_at_a_time_calls(queue: &str, jobs: u64, gap: Duration) -> u64 {
     let redis = TestRedis::start().await;
     let mut cfg = test_config(&redis.url);
-    // No reaper tick during the count: only the jobs' own calls are counted.
     cfg.reaper_interval = Duration::from_secs(30);
     let app = TestApp::spawn(cfg).await;
-    let mut a = TestWorker::open(&app, &["dry"], 16, "a").await;
-    let mut b = TestWorker::open(&app, &["dry"], 16, "b").await;
+    let mut a = TestWorker::open(&app, &[queue], 16, "a").await;
+    let mut b = TestWorker::open(&app, &[queue], 16, "b").await;
     assert!(a.lease_within(Duration::from_millis(300)).await.is_none());
-    const JOBS: u64 = 20;
     let before = script_calls(&redis).await;
-    for i in 0..JOBS {
-        enqueue(&app, spec("dry", &format!("j{i}"))).await;
+    for i in 0..jobs {
+        enqueue(&app, spec(queue, &format!("j{i}"))).await;
         // The loop turns between the streams after each call that leased (a, b, a, ...);
         // should it not, the other stream has the job.
         let (first, second) = if i % 2 == 0 {
@@ -160,10 +155,23 @@ async fn an_ack_on_a_queue_that_ran_dry_makes_no_empty_lease_call() {
             }
         };
         assert_eq!(w.ack(&l).await.code, 0);
-        // The loop's confirm and anything an ack would wake run before the next job.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(gap).await;
     }
-    let calls = script_calls(&redis).await - before;
+    wait_lease_calls_confirmed(&mut redis.conn().await, queue).await;
+    script_calls(&redis).await - before
+}
+
+/// A queue that runs dry after every job (one enqueued at a time; two streams with credits to
+/// spare, so an ack does not lease in its own call, `settle_lease.rs`): an ack's freed credit
+/// does not wake the loop for a lease call that can only come back empty (the next job's
+/// enqueue wakes it). Per job that leaves the enqueue, the lease and its intent, the confirm
+/// of the lease call, and the ack and its intent: 6 script calls, where an empty lease call
+/// and its intent after each ack made 8.
+#[tokio::test]
+async fn an_ack_on_a_queue_that_ran_dry_makes_no_empty_lease_call() {
+    const JOBS: u64 = 20;
+    // 30 ms: the loop's confirm and anything an ack would wake run before the next job.
+    let calls = one_at_a_time_calls("dry", JOBS, Duration::from_millis(30)).await;
     assert!(
         calls <= JOBS * 6 + 6,
         "{calls} script calls for {JOBS} jobs enqueued, leased and acked one at a time"
@@ -217,5 +225,24 @@ async fn a_retry_with_backoff_on_a_queue_that_ran_dry_is_leased_when_due() {
     assert!(
         waited < Duration::from_millis(1200),
         "the retry due after 300 ms was leased after {waited:?}"
+    );
+}
+
+/// Under a steady trickle (one job at a time, the next enqueued a few ms after the last
+/// ack) the next lease call carries the previous call's confirmation (`CONFIRM_DELAY`):
+/// per job the enqueue, the lease and its intent, and the ack and its intent, 5 script
+/// calls, where a confirm call of its own after each lease made 6. The last call's
+/// confirmation still goes alone, soon after.
+#[tokio::test]
+async fn under_a_steady_trickle_the_next_lease_call_carries_the_confirmation() {
+    if single_only("counts one redis-server's script calls") {
+        return;
+    }
+    const JOBS: u64 = 40;
+    let calls = one_at_a_time_calls("trickle", JOBS, Duration::from_millis(2)).await;
+    // A loaded box may stretch a few gaps past the delay (each then confirms alone).
+    assert!(
+        calls <= JOBS * 5 + JOBS / 2,
+        "{calls} script calls for {JOBS} jobs enqueued, leased and acked one after another"
     );
 }
