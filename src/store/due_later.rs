@@ -3,7 +3,7 @@
 //! A lease or an ack whose intent was written before its script no longer sends the
 //! queue's new due time (the first lease deadline, or now for retention) as a command of its
 //! own after the reply. That command travelled alone, one more packet for Redis per job at
-//! low concurrency (about 30 µs of Redis CPU, `docs/benchmark-results.md`). It is held here
+//! low concurrency (about 30 µs of Redis CPU, `docs/benchmark-history.md`). It is held here
 //! instead, the earliest per queue, and leaves with whichever comes first:
 //! - the next intent written for the queue by this store (`intent.lua` takes it: the same
 //!   key, no extra packet), or

@@ -9,8 +9,8 @@ use crate::jobs::QueueName;
 
 /// How long a turn of a stream of one credit may last (`Session::take_credit_for`): about
 /// ten one-job round trips of a worker of concurrency 1 on a quiet box
-/// (`docs/benchmark-results.md`), and the most a busy queue delays the others' next job
-/// beyond the job in hand.
+/// (`docs/benchmark-results.md`; the turns' A/B: `docs/benchmark-history.md`), and the most
+/// a busy queue delays the others' next job beyond the job in hand.
 pub const TURN_SLICE: Duration = Duration::from_millis(2);
 
 impl Session {
