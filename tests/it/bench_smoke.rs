@@ -20,6 +20,17 @@ async fn run_bench(args: &[&str]) -> std::process::Output {
     .expect("join")
 }
 
+/// The stdout of a bench run that must have succeeded (else fails with stdout and stderr).
+fn succeeded(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[tokio::test]
 async fn the_bench_command_runs_every_scenario_and_writes_json() {
     let (_redis, app) = TestApp::with_redis().await;
@@ -53,12 +64,7 @@ async fn the_bench_command_runs_every_scenario_and_writes_json() {
         &json.to_string_lossy(),
     ])
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for scenario in [
         "enqueue: addBulk",
         "e2e: worker concurrency 1",
@@ -100,12 +106,7 @@ async fn the_fixed_rate_and_drain_scenarios_report_latencies_and_redis_memory() 
         &std::process::id().to_string(),
     ])
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for row in [
         "fixed rate: 40 jobs/s for 1 s",
         "fixed rate: 80 jobs/s for 1 s",
@@ -194,12 +195,7 @@ async fn bench_e2e(
         &json.to_string_lossy(),
     ])
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let v =
         serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("valid JSON");
     (stdout, v)
@@ -356,12 +352,7 @@ async fn the_rtt_group_reports_the_grpc_and_redis_round_trip_floors() {
         "8",
     ];
     let out = run_bench(&[&args[..], &["--redis-url", &redis.url]].concat()).await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for row in [
         "rtt: grpc health check sequential",
         "rtt: grpc health check x8 in flight",
@@ -371,8 +362,7 @@ async fn the_rtt_group_reports_the_grpc_and_redis_round_trip_floors() {
     }
 
     let out = run_bench(&args).await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "bench failed:\n{stdout}");
+    let stdout = succeeded(&out);
     assert!(rate_of(&stdout, "rtt: grpc health check x8 in flight") > 0.0);
     assert!(!stdout.contains("| rtt: redis PING"), "{stdout}");
     assert!(
