@@ -297,7 +297,8 @@ impl QueueLoop {
         if let Err(e) = hub.store().confirm_lease_calls(&self.queue, &calls).await {
             tracing::debug!(queue = %self.queue, error = %e, "could not confirm lease calls yet");
             self.keep_unconfirmed(calls);
-            // Alone, tried again after the error pause (a lease call may carry them sooner).
+            // Alone, tried again the error pause plus `CONFIRM_DELAY` later (a lease call
+            // may carry them sooner).
             if let Ok(mut u) = self.unconfirmed.lock() {
                 u.since = Some(Instant::now() + ERROR_PAUSE);
             }

@@ -12,7 +12,8 @@
 //! The lease part is a lease call like the loop's, under the same rules (`lease_fn.lua`).
 //!
 //! Lost replies: the lease part has its own call id, confirmed like the loop's calls (by the
-//! loop's next call or its confirm before waiting, the next combined call, or a renewal);
+//! loop's next call, the next combined call, a renewal, or the loop's own confirm call when
+//! none carried it within `CONFIRM_DELAY` or before the loop stops);
 //! a call that fails is released by id (`Hub::release_lost_lease_call`). Reserved credits
 //! and leased jobs ride the lane as guards: a credit dropped unused is free again, a job
 //! dropped undelivered goes back to waiting uncharged.
