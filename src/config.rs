@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod abuse;
 mod auth;
+pub mod conn;
 mod redact;
 mod replica;
 mod runtime;
@@ -24,6 +25,7 @@ mod ui;
 
 pub use abuse::AbuseArgs;
 pub use auth::AuthArgs;
+pub use conn::ConnArgs;
 pub use redact::redact_url;
 pub use replica::ReplicaArgs;
 pub use runtime::{RuntimeArgs, MAX_WORKER_THREADS};
@@ -240,6 +242,9 @@ pub struct ServeArgs {
     /// Abuse limits of the gRPC port.
     #[command(flatten)]
     pub abuse: AbuseArgs,
+    /// Connection deadlines and caps of both ports.
+    #[command(flatten)]
+    pub conn: ConnArgs,
 
     /// This replica's id and worker-stream reports (ListWorkers).
     #[command(flatten)]
@@ -295,6 +300,7 @@ impl ServeArgs {
             tls: TlsArgs::default(),
             auth: AuthArgs::default(),
             abuse: AbuseArgs::default(),
+            conn: ConnArgs::default(),
             replica: ReplicaArgs::default(),
             ui: UiArgs::default(),
             runtime: RuntimeArgs::default(),
@@ -393,6 +399,7 @@ impl ServeArgs {
         self.auth.validate()?;
         self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
+        self.conn.validate()?;
         self.replica.validate()?;
         self.ui.validate()?;
         self.ui.check_bind(
@@ -483,6 +490,7 @@ impl ServeArgs {
             self.tls.effective(),
             self.auth.effective(),
             self.abuse.effective(),
+            self.conn.effective(),
             self.replica.effective(),
             self.ui.effective(),
             self.runtime.effective(),

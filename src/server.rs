@@ -24,6 +24,7 @@ use crate::http::{self, HttpState, MetricsToken};
 use crate::lease::{Hub, HubConfig};
 use crate::metrics::{GrpcMetricsLayer, Scraper};
 use crate::store::{Store, StoreError};
+use crate::transport::{ConnCaps, ConnLimits, Port};
 
 /// gRPC service names whose health is reported (plus "" for the whole server).
 const SERVICES: [&str; 5] = [
@@ -171,6 +172,34 @@ async fn metrics_setup(
     Ok((token, listener))
 }
 
+/// Raises the descriptor limit and sizes the gRPC port's connection caps to leave
+/// `--fd-reserve` descriptors and the HTTP listeners' caps free (`--max-connections`).
+fn connection_limits(cfg: &ServeArgs, metrics_listener: bool) -> anyhow::Result<ConnLimits> {
+    let nofile = crate::transport::fds::raise_nofile();
+    let http_listeners = 1 + u64::from(metrics_listener);
+    let cap = cfg
+        .conn
+        .grpc_connection_cap(nofile, http_listeners)
+        .map_err(anyhow::Error::msg)?;
+    let fds_needed = cap + http_listeners * u64::from(cfg.conn.http_max_connections);
+    if fds_needed.saturating_add(cfg.conn.fd_reserve) > nofile {
+        tracing::warn!(nofile, max_connections = cap, fd_reserve = cfg.conn.fd_reserve,
+            "--max-connections and --http-max-connections leave less than --fd-reserve of the descriptor limit: at the caps, reloads and Redis reconnects may fail with \"Too many open files\"");
+    }
+    tracing::info!(
+        nofile,
+        grpc_max_connections = cap,
+        http_max_connections = cfg.conn.http_max_connections,
+        max_connections_per_ip = cfg.conn.max_connections_per_ip,
+        fd_reserve = cfg.conn.fd_reserve,
+        "connection caps"
+    );
+    Ok(ConnLimits {
+        caps: ConnCaps::new(Port::Grpc, cap, cfg.conn.max_connections_per_ip),
+        preface_timeout: cfg.conn.grpc_preface_timeout,
+    })
+}
+
 /// The five jobwire services, each behind the authentication interceptor of `auth`, as tonic
 /// [`Routes`]: the gRPC listener serves them (with health and reflection beside them), and
 /// the dashboard calls them in process (`crate::ui`), so both get the same authentication,
@@ -239,6 +268,7 @@ pub async fn serve(
     let stop_token_watch = CancellationToken::new();
     let _stop_token_watch = stop_token_watch.clone().drop_guard();
     let (metrics_token, metrics_listener) = metrics_setup(cfg, stop_token_watch).await?;
+    let grpc_limits = connection_limits(cfg, metrics_listener.is_some())?;
     if metrics_token.is_none() {
         let metrics_at = match &metrics_listener {
             Some(l) => l.local_addr()?,
@@ -305,8 +335,8 @@ pub async fn serve(
         .timeout(cfg.request_timeout)
         .layer(GrpcMetricsLayer)
         .layer(MessageSizeLayer { limit: max_message })
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+        .http2_keepalive_interval(Some(cfg.conn.grpc_keepalive_interval))
+        .http2_keepalive_timeout(Some(cfg.conn.grpc_keepalive_timeout));
     let router = crate::abuse::http2_limits(router, &cfg.abuse).add_routes(
         api.clone()
             .add_service(health_service)
@@ -320,7 +350,7 @@ pub async fn serve(
     if let Some(tls) = &tls {
         tls.watch(stop_reload);
     }
-    let incoming = crate::transport::incoming(grpc, tls);
+    let incoming = crate::transport::incoming(grpc, tls, grpc_limits);
     let grpc_stop = stop_grpc.clone();
     let grpc_task = tokio::spawn(async move {
         router
@@ -350,17 +380,27 @@ pub async fn serve(
     } else {
         axum::Router::new()
     };
+    let limits = http::HttpLimits::from_args(&cfg.conn);
     let http_task = match metrics_listener {
         Some(l) => {
             let stop = stop_http.clone();
             let routes = http::metrics_router(http_state.clone());
-            tokio::spawn(async move { http::serve_router(l, routes, stop).await });
+            let metrics_limits = limits.clone();
+            tokio::spawn(async move {
+                http::serve_with_limits(l, routes, &metrics_limits, Port::Metrics, stop).await
+            });
             let routes = http::health_router(http_state).merge(ui);
-            tokio::spawn(http::serve_router(http_listener, routes, stop_http.clone()))
+            let stop = stop_http.clone();
+            tokio::spawn(async move {
+                http::serve_with_limits(http_listener, routes, &limits, Port::Http, stop).await
+            })
         }
         None => {
             let routes = http::router(http_state).merge(ui);
-            tokio::spawn(http::serve_router(http_listener, routes, stop_http.clone()))
+            let stop = stop_http.clone();
+            tokio::spawn(async move {
+                http::serve_with_limits(http_listener, routes, &limits, Port::Http, stop).await
+            })
         }
     };
 

@@ -37,6 +37,7 @@ impl fmt::Debug for ServeArgs {
             tls,
             auth,
             abuse,
+            conn,
             replica,
             ui,
             runtime,
@@ -70,6 +71,7 @@ impl fmt::Debug for ServeArgs {
             .field("tls", tls)
             .field("auth", auth)
             .field("abuse", abuse)
+            .field("conn", conn)
             .field("replica", replica)
             .field("ui", ui)
             .field("runtime", runtime)

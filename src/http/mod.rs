@@ -11,9 +11,14 @@
 //! bearer token ([`MetricsToken`], `--metrics-token-file`: 401 with `WWW-Authenticate: Bearer`
 //! without it) and may be served on its own listener (`--metrics-addr`, [`metrics_router`]),
 //! which then leaves [`health_router`] alone on the main port.
+//!
+//! Both listeners serve HTTP/1.1 under deadlines, a body limit and connection caps
+//! ([`HttpLimits`], [`serve_with_limits`]).
 
+mod serve;
 mod token;
 
+pub use serve::{serve_with_limits, HttpLimits};
 pub use token::MetricsToken;
 
 use std::fmt;
@@ -101,7 +106,8 @@ pub fn metrics_router(state: HttpState) -> Router {
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` is cancelled, then lets open requests finish.
+/// Serves [`router`] on `listener` under the default [`HttpLimits`] until `shutdown` is
+/// cancelled, then lets open requests finish.
 ///
 /// The drain after cancellation has no time limit of its own; the caller bounds it with the
 /// shutdown grace, as it does for the gRPC server.
@@ -110,18 +116,15 @@ pub async fn serve(
     state: HttpState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    serve_router(listener, router(state), shutdown).await
-}
-
-/// Serves `routes` on `listener` as [`serve`] does.
-pub async fn serve_router(
-    listener: tokio::net::TcpListener,
-    routes: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, routes)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    let limits = HttpLimits::default();
+    serve_with_limits(
+        listener,
+        router(state),
+        &limits,
+        crate::transport::Port::Http,
+        shutdown,
+    )
+    .await
 }
 
 async fn healthz() -> &'static str {

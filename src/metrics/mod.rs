@@ -264,6 +264,16 @@ pub fn describe_all() {
         Unit::Seconds,
         "notAfter of the gRPC port's TLS certificate in force, Unix seconds (only with --tls-cert)."
     );
+    describe_counter!(
+        crate::transport::caps::CONNECTIONS_REFUSED,
+        Unit::Count,
+        "Connections closed at accept or before their first request, by port (grpc, http, metrics) and reason (per_ip_limit: --max-connections-per-ip; preface_timeout: no HTTP/2 preface within --grpc-preface-timeout)."
+    );
+    describe_gauge!(
+        crate::transport::caps::CONNECTIONS_OPEN,
+        Unit::Count,
+        "Connections open now, by port (grpc, http, metrics); a port at its cap (--max-connections, --http-max-connections) accepts no more until one closes."
+    );
     describe_gauge!(
         BUILD_INFO,
         Unit::Count,

@@ -1,6 +1,9 @@
-//! The gRPC port's accept loop: TCP connections (TCP_NODELAY), TLS handshakes each in their
-//! own task under [`HANDSHAKE_TIMEOUT`] (a slow or silent client never holds up the others),
-//! and the ready connections handed to tonic as [`Conn`]s, each carrying its [`ConnInfo`].
+//! The gRPC port's accept loop: TCP connections (TCP_NODELAY) under the port's [`ConnCaps`]
+//! (the loop waits for room under the total cap before it accepts; a peer past its per-IP cap
+//! is closed at once), TLS handshakes each in their own task under [`HANDSHAKE_TIMEOUT`] (a
+//! slow or silent client never holds up the others), and the ready connections handed to
+//! tonic as [`Conn`]s, each carrying its [`ConnInfo`], its place under the caps and the
+//! deadline of its HTTP/2 preface ([`super::preface`]).
 
 use std::io;
 use std::pin::Pin;
@@ -18,6 +21,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
+use super::caps::{ConnCaps, Port, Slot};
+use super::preface::PrefaceDeadline;
 use super::tls::ServerTls;
 use super::ConnInfo;
 
@@ -34,6 +39,36 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Conn {
     io: Io,
     info: ConnInfo,
+    /// Until the client's preface and first frame arrived.
+    preface: Option<PrefaceDeadline>,
+    /// Its place under the port's caps, freed when the connection is dropped.
+    _slot: Slot,
+}
+
+/// What the gRPC accept loop enforces.
+#[derive(Clone, Debug)]
+pub struct ConnLimits {
+    /// The caps on connections (total and per peer IP).
+    pub caps: ConnCaps,
+    /// `--grpc-preface-timeout`: from accept (after the TLS handshake with TLS) to the end
+    /// of the client's first HTTP/2 frame.
+    pub preface_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    /// The flags' defaults, with the auto connection cap's ceiling
+    /// ([`crate::config::conn::AUTO_MAX_CONNECTIONS`]) as the total.
+    fn default() -> Self {
+        use crate::config::conn;
+        Self {
+            caps: ConnCaps::new(
+                Port::Grpc,
+                conn::AUTO_MAX_CONNECTIONS,
+                conn::DEFAULT_MAX_CONNECTIONS_PER_IP,
+            ),
+            preface_timeout: conn::DEFAULT_PREFACE_TIMEOUT,
+        }
+    }
 }
 
 enum Io {
@@ -62,10 +97,31 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        let Some(preface) = &mut this.preface else {
+            return read;
+        };
+        match &read {
+            Poll::Ready(Ok(())) if preface.saw(&buf.filled()[before..]) => {
+                this.preface = None;
+            }
+            Poll::Pending if preface.poll_expired(cx) => {
+                this.preface = None;
+                Port::Grpc.refused("preface_timeout");
+                tracing::debug!(conn = this.info.id, remote = ?this.info.remote_addr, "no http/2 preface in time; connection closed");
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no HTTP/2 preface within --grpc-preface-timeout",
+                )));
+            }
+            _ => {}
         }
+        read
     }
 }
 
@@ -116,23 +172,30 @@ impl AsyncWrite for Conn {
 
 /// The connections of `listener` for tonic's `serve_with_incoming_shutdown`: plaintext when
 /// `tls` is `None`, else each after a TLS handshake with the configuration in force when it
-/// was accepted. Accepting stops (and the port closes) when the stream is dropped.
+/// was accepted, all under `limits`. Accepting stops (and the port closes) when the stream is
+/// dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<Arc<ServerTls>>,
+    limits: ConnLimits,
 ) -> impl Stream<Item = Result<Conn, io::Error>> {
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, tls, tx));
+    tokio::spawn(accept_loop(listener, tls, limits, tx));
     ReceiverStream::new(rx)
 }
 
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<Arc<ServerTls>>,
+    limits: ConnLimits,
     tx: mpsc::Sender<Result<Conn, io::Error>>,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     loop {
+        let room = tokio::select! {
+            _ = tx.closed() => return,
+            p = limits.caps.room() => p,
+        };
         let (tcp, remote) = tokio::select! {
             _ = tx.closed() => return,
             r = listener.accept() => match r {
@@ -144,6 +207,9 @@ async fn accept_loop(
                 }
             },
         };
+        let Some(slot) = limits.caps.admit(room, remote.ip()) else {
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let info = ConnInfo {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -154,6 +220,8 @@ async fn accept_loop(
             let conn = Conn {
                 io: Io::Plain(tcp),
                 info,
+                preface: Some(PrefaceDeadline::new(limits.preface_timeout)),
+                _slot: slot,
             };
             if tx.send(Ok(conn)).await.is_err() {
                 return;
@@ -166,6 +234,7 @@ async fn accept_loop(
         };
         let acceptor = TlsAcceptor::from(tls.current());
         let tx = tx.clone();
+        let preface_timeout = limits.preface_timeout;
         tokio::spawn(async move {
             let _permit = permit;
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -187,6 +256,8 @@ async fn accept_loop(
             let conn = Conn {
                 io: Io::Tls(Box::new(stream)),
                 info: ConnInfo { peer_certs, ..info },
+                preface: Some(PrefaceDeadline::new(preface_timeout)),
+                _slot: slot,
             };
             let _ = tx.send(Ok(conn)).await;
         });

@@ -3,11 +3,18 @@
 //!
 //! - [`listener`]: the accept loop ([`incoming`]) and the connection type ([`Conn`]).
 //! - [`tls`]: the TLS configuration from the `--tls-*` files and its reload ([`ServerTls`]).
+//! - [`preface`]: the deadline of a new connection's HTTP/2 preface.
+//! - [`caps`]: the caps on connections of a port, in total and per peer IP (both ports).
+//! - [`fds`]: the descriptor limit, raised at start.
 
+pub mod caps;
+pub mod fds;
 pub mod listener;
+mod preface;
 pub mod tls;
 
-pub use listener::{incoming, Conn};
+pub use caps::{ConnCaps, Port};
+pub use listener::{incoming, Conn, ConnLimits};
 pub use tls::ServerTls;
 
 use std::net::SocketAddr;

@@ -46,7 +46,10 @@ async fn recording_server(
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(svc)
-            .serve_with_incoming_shutdown(transport::incoming(listener, tls), signal),
+            .serve_with_incoming_shutdown(
+                transport::incoming(listener, tls, Default::default()),
+                signal,
+            ),
     );
     (addr, seen, stop)
 }
