@@ -28,9 +28,14 @@ mod secured;
 mod audit;
 mod auth_startup;
 mod cert_principals;
+mod conn_deadlines;
+#[allow(dead_code)] // the child-process server of the connection tests
+mod conn_harness;
+mod conn_idle;
 mod dashboard;
 #[allow(dead_code)] // each abuse test uses part of it
 mod h2raw;
+mod http_limits;
 mod limits_age;
 mod limits_h2;
 mod limits_idle;
