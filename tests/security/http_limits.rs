@@ -98,7 +98,7 @@ async fn a_login_flood_with_2_mb_bodies_gets_413_and_memory_stays_flat() {
     write_atomically(&auth_file, &auth_yaml(&[&viewer]));
     let redis = TestRedis::start().await;
     let auth_arg = auth_file.to_str().expect("utf-8 path");
-    let server = Server::start(4096, &redis.url, &["--ui", "--auth-file", auth_arg]).await;
+    let server = Server::start(1024, &redis.url, &["--ui", "--auth-file", auth_arg]).await;
     let before = server.vm_kib("VmRSS");
 
     let peak = Arc::new(AtomicU64::new(before));
@@ -175,7 +175,7 @@ async fn a_slow_body_gets_408_and_an_idle_keep_alive_connection_is_closed() {
     write_atomically(&auth_file, &auth_yaml(&[&viewer]));
     let auth_arg = auth_file.to_str().expect("utf-8 path");
     let server = Server::start(
-        4096,
+        1024,
         &redis.url,
         &[
             "--ui",
