@@ -83,8 +83,9 @@ pub struct ConnArgs {
     #[arg(long, env = "JOBWIRE_HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub http_header_read_timeout: Duration,
 
-    /// Longest the HTTP port spends on one request after its headers (100ms..=10m): reading
-    /// the body and answering (408 past it); also how long writing a response may stall.
+    /// Longest the HTTP port waits, after a request's headers, for the whole body (100ms..=10m;
+    /// 408 past it); also how long writing a response may stall. The handler's own work is
+    /// not cut off (a dashboard purge runs to its end and its audit line).
     #[arg(long, env = "JOBWIRE_HTTP_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub http_request_timeout: Duration,
 

@@ -1,6 +1,6 @@
 //! The HTTP port's server: an accept loop under the port's connection caps, hyper's HTTP/1
 //! server with a timer (so its header-read timeout runs: axum's `serve` has none), a body
-//! limit and a request timeout on every route, and a stall limit on writes.
+//! limit and a body-read deadline on every route, and a stall limit on writes.
 //!
 //! HTTP/1.1 only: probes, Prometheus and browsers (which speak HTTP/2 only over TLS) need
 //! nothing else, and a cleartext HTTP/2 (h2c) connection would multiplex many bodies at once
@@ -9,8 +9,10 @@
 //! Deadlines of a connection ([`HttpLimits`]):
 //! - headers: from accept, or from the end of the previous response (the keep-alive idle
 //!   time), the next request's headers must arrive within `header_read_timeout` (hyper);
-//! - body and answer: `request_timeout` after the headers the response must be ready (408,
-//!   tower-http), and a body over `max_body_bytes` gets 413 without being read further;
+//! - body: `request_timeout` after the headers the whole body must be in (408), and a body
+//!   over `max_body_bytes` gets 413 without being read further (tower-http); the handler then
+//!   gets it whole. The handler itself is not cut off: a dashboard purge or replay runs its
+//!   batches to the end and writes its audit line (each Redis call has `--redis-timeout`);
 //! - writes: a response the client does not read for `request_timeout` ends the connection.
 
 use std::future::Future;
@@ -19,8 +21,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::extract::Request;
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use http_body_util::{BodyExt, LengthLimitError};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -29,7 +36,6 @@ use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::config::ConnArgs;
 use crate::transport::{ConnCaps, Port};
@@ -42,7 +48,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 pub struct HttpLimits {
     /// Longest wait for a request's headers, from accept or the previous response.
     pub header_read_timeout: Duration,
-    /// Longest time from the headers to the response, and longest write stall.
+    /// Longest time from the headers to the end of the body, and longest write stall.
     pub request_timeout: Duration,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
@@ -82,12 +88,14 @@ pub async fn serve_with_limits(
     port: Port,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
+    let body_deadline = limits.request_timeout;
+    // Layers run outside in: the limit (413 on a too long Content-Length at once) wraps the
+    // deadline, which reads the limited body.
     let routes = routes
-        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
-        ));
+        .layer(axum::middleware::from_fn(move |req, next| {
+            read_body_within(body_deadline, req, next)
+        }))
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
     let caps = ConnCaps::new(
         port,
         limits.max_connections.into(),
@@ -132,6 +140,39 @@ pub async fn serve_with_limits(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Reads the request's whole body within `deadline` (408 past it; 413 past the body limit
+/// the layer outside set) and hands the request on with the body in memory.
+async fn read_body_within(deadline: Duration, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(deadline, body.collect()).await {
+        Ok(Ok(collected)) => {
+            next.run(Request::from_parts(parts, Body::from(collected.to_bytes())))
+                .await
+        }
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than --http-max-body-bytes",
+                )
+                    .into_response()
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
+                )
+                    .into_response()
+            }
+        }
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive within --http-request-timeout",
+        )
+            .into_response(),
+    }
 }
 
 /// A connection whose writes may not stall longer than a limit: a pending write (or flush)
