@@ -268,7 +268,6 @@ pub async fn serve(
     let stop_token_watch = CancellationToken::new();
     let _stop_token_watch = stop_token_watch.clone().drop_guard();
     let (metrics_token, metrics_listener) = metrics_setup(cfg, stop_token_watch).await?;
-    let grpc_limits = connection_limits(cfg, metrics_listener.is_some())?;
     if metrics_token.is_none() {
         let metrics_at = match &metrics_listener {
             Some(l) => l.local_addr()?,
@@ -279,6 +278,8 @@ pub async fn serve(
         }
     }
     let handle = crate::metrics::install();
+    // After the recorder: the caps start their metrics at 0.
+    let grpc_limits = connection_limits(cfg, metrics_listener.is_some())?;
     crate::metrics::labels::set_max_job_names(cfg.metrics_max_job_names);
     crate::metrics::labels::set_max_queues(cfg.metrics_max_queues);
     let replica_id = cfg.replica.resolve_id();

@@ -307,4 +307,19 @@ async fn silent_and_half_open_connections_are_closed_and_the_server_keeps_servin
         &[("port", "grpc"), ("reason", "preface_timeout")],
     );
     assert!(refused.is_some_and(|n| n > 0.0), "preface timeouts counted");
+    // The HTTP attack came from one address: past its cap at once. (The gRPC one, spread
+    // over 12 addresses, met the total cap first; its series is there, at 0 or more.)
+    let per_ip = |port| {
+        crate::harness::metric_value(
+            &metrics,
+            "jobwire_connections_refused_total",
+            &[("port", port), ("reason", "per_ip_limit")],
+        )
+    };
+    assert!(
+        per_ip("http").is_some_and(|n| n > 0.0),
+        "connections past --max-connections-per-ip counted: {:?}",
+        per_ip("http")
+    );
+    assert!(per_ip("grpc").is_some(), "the gRPC series starts at 0");
 }
