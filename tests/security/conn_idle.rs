@@ -2,8 +2,8 @@
 //! (`--grpc-preface-timeout` 500ms, keepalive PING after 1 s of silence, answer due in 1 s):
 //! a worker stream waiting quietly for work and an idle connection whose HTTP/2 stack answers
 //! PINGs live on well past them; a connection that sent its preface and then falls silent
-//! (answers no PING) is closed by the keepalive; one that sends nothing by the preface
-//! deadline.
+//! (answers no PING) is closed by the keepalive; one that sends nothing (after its TLS
+//! handshake, with TLS) by the preface deadline.
 
 use std::time::Duration;
 
@@ -69,5 +69,54 @@ async fn connections_silent_before_or_after_their_preface_are_closed() {
     assert!(
         took >= Duration::from_millis(1500) && took <= Duration::from_secs(8),
         "closed by the keepalive (PING after 1 s, 1 s to answer), not the preface deadline: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_connection_silent_after_its_handshake_is_closed() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+
+    let redis = TestRedis::start().await;
+    let pki = crate::certs::TestPki::new("jobwire preface test CA");
+    let server = pki.server("server", 1);
+    let mut cfg = crate::tls_harness::tls_config(&redis.url, &server, None);
+    cfg.conn.grpc_preface_timeout = Duration::from_millis(500);
+    let app = crate::tls_harness::start_server_with(cfg, &pki.ca_path(), None).await;
+
+    let ca = std::fs::read_to_string(pki.ca_path()).expect("ca");
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).expect("ca pem"))
+        .expect("ca");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(app.grpc).await.expect("connect");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("the tls handshake completes");
+    // The handshake is done; the client sends no preface.
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), tls.read(&mut buf)).await {
+            Err(_) => panic!("a tls connection without a preface is kept past 20 s"),
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(_)) => {}
+        }
+    }
+    assert!(
+        start.elapsed() <= Duration::from_secs(5),
+        "closed after {:?}",
+        start.elapsed()
     );
 }
