@@ -18,6 +18,7 @@ mod abuse;
 mod auth;
 mod redact;
 mod replica;
+mod request_memory;
 mod runtime;
 mod tls;
 mod ui;
@@ -26,6 +27,7 @@ pub use abuse::AbuseArgs;
 pub use auth::AuthArgs;
 pub use redact::redact_url;
 pub use replica::ReplicaArgs;
+pub use request_memory::RequestMemoryArgs;
 pub use runtime::{RuntimeArgs, MAX_WORKER_THREADS};
 pub use tls::TlsArgs;
 pub use ui::UiArgs;
@@ -240,6 +242,9 @@ pub struct ServeArgs {
     /// Abuse limits of the gRPC port.
     #[command(flatten)]
     pub abuse: AbuseArgs,
+    /// The gRPC port's budget of buffered request bytes.
+    #[command(flatten)]
+    pub request_memory: RequestMemoryArgs,
 
     /// This replica's id and worker-stream reports (ListWorkers).
     #[command(flatten)]
@@ -295,6 +300,7 @@ impl ServeArgs {
             tls: TlsArgs::default(),
             auth: AuthArgs::default(),
             abuse: AbuseArgs::default(),
+            request_memory: RequestMemoryArgs::default(),
             replica: ReplicaArgs::default(),
             ui: UiArgs::default(),
             runtime: RuntimeArgs::default(),
@@ -393,6 +399,7 @@ impl ServeArgs {
         self.auth.validate()?;
         self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
+        self.request_memory.validate(self.max_payload_bytes)?;
         self.replica.validate()?;
         self.ui.validate()?;
         self.ui.check_bind(
@@ -483,6 +490,7 @@ impl ServeArgs {
             self.tls.effective(),
             self.auth.effective(),
             self.abuse.effective(),
+            self.request_memory.effective(),
             self.replica.effective(),
             self.ui.effective(),
             self.runtime.effective(),

@@ -37,6 +37,7 @@ impl fmt::Debug for ServeArgs {
             tls,
             auth,
             abuse,
+            request_memory,
             replica,
             ui,
             runtime,
@@ -70,6 +71,7 @@ impl fmt::Debug for ServeArgs {
             .field("tls", tls)
             .field("auth", auth)
             .field("abuse", abuse)
+            .field("request_memory", request_memory)
             .field("replica", replica)
             .field("ui", ui)
             .field("runtime", runtime)
