@@ -2,10 +2,14 @@
 //! runs: tonic hands an interceptor the metadata and extensions but not the URI, and the
 //! early refusal of [`super::AuthInterceptor`] needs to know what is called.
 //!
-//! [`Guarded`] wraps a service behind the interceptor: it reads the RPC from the request
-//! path (`/jobwire.v1.JobService/Enqueue`), inserts it as an [`Rpc`] extension and calls the
+//! [`Guarded`] wraps a service behind the interceptor: for a request that came over a
+//! connection (a [`crate::transport::ConnInfo`] or tonic's `TcpConnectInfo` in its
+//! extensions: its body is still to arrive), it reads the RPC from the request path
+//! (`/jobwire.v1.JobService/Enqueue`), inserts it as an [`Rpc`] extension and calls the
 //! intercepted service. A path that names no RPC of [`Rpc::ALL`] gets no extension, and the
-//! handler's own check decides.
+//! handler's own check decides. The dashboard's in-process calls (`crate::ui`) carry neither
+//! connection extension: their bodies are already in memory, so nothing is saved by refusing
+//! them early, and the handler's refusal names the queue in the message and the audit line.
 
 use std::task::{Context, Poll};
 
@@ -60,8 +64,15 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        if let Some(rpc) = rpc_of_path(req.uri().path()) {
-            req.extensions_mut().insert(rpc);
+        let ext = req.extensions();
+        let over_network = ext.get::<crate::transport::ConnInfo>().is_some()
+            || ext
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .is_some();
+        if over_network {
+            if let Some(rpc) = rpc_of_path(req.uri().path()) {
+                req.extensions_mut().insert(rpc);
+            }
         }
         self.inner.call(req)
     }
