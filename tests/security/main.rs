@@ -34,6 +34,7 @@ mod h2raw;
 mod limits_age;
 mod limits_h2;
 mod limits_idle;
+mod limits_memory;
 mod limits_streams;
 mod metrics_port;
 mod patterns;
