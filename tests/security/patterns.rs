@@ -52,7 +52,9 @@ fn denied_everywhere(st: &tonic::Status, who: &str, role: &str) {
     assert_eq!(st.code(), Code::PermissionDenied, "{}", st.message());
     assert!(
         st.message().contains(&format!("principal {who:?}"))
-            && st.message().contains(&format!("{role} on at least one queue")),
+            && st
+                .message()
+                .contains(&format!("{role} on at least one queue")),
         "names {who} and {role}: {}",
         st.message()
     );

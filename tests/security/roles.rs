@@ -337,7 +337,8 @@ pub async fn denied(
     );
     if !anywhere {
         assert!(
-            st.message().contains(&format!("principal {who:?} may not call {rpc}:"))
+            st.message()
+                .contains(&format!("principal {who:?} may not call {rpc}:"))
                 && st.message().contains("on at least one queue"),
             "{who} {rpc}: refused for holding the role nowhere: {}",
             st.message()
