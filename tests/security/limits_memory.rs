@@ -290,6 +290,9 @@ fn p99(lat: &[Duration]) -> Duration {
     v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
+/// The attacker's message bytes, shared by every stream.
+static ZEROS: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+
 /// An attacking HTTP/2 connection.
 async fn h2_connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -304,14 +307,14 @@ async fn h2_connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
 /// What became of one attacking stream.
 #[derive(Debug, Default)]
 struct Outcome {
-    /// Request bytes the server took (flow control let through).
-    sent: usize,
+    /// The message was handed to h2 (which sends what the server's windows let through).
+    queued: bool,
     /// The grpc-status the server answered with, if it answered.
     status: Option<String>,
 }
 
 /// Opens a stream to `path` (with `token`, if any), sends the header of a `len`-byte message
-/// and all of it but its last byte, as fast as flow control allows, and holds the stream
+/// and all of it but its last byte, as fast as flow control allows (for 6 s), and holds the stream
 /// open (until the task is aborted), reporting what became of it to `report`. `None` when
 /// the connection has no stream left to give within 1 s (its SETTINGS_MAX_CONCURRENT_STREAMS
 /// is reached).
@@ -356,36 +359,20 @@ async fn hold_message(
                 _ => None,
             }
         });
-        let chunk = Bytes::from(vec![0x5a; MIB]);
-        let mut left = len + 5 - 1;
-        let mut first = Some(Bytes::from(header));
-        while left > 0 {
-            send.reserve_capacity(left.min(MIB));
-            let cap =
-                tokio::time::timeout(Duration::from_secs(5), poll_fn(|cx| send.poll_capacity(cx)))
-                    .await;
-            let cap = match cap {
-                Ok(Some(Ok(c))) if c > 0 => c.min(left),
-                Ok(Some(Ok(_))) => continue,
-                // Reset by the server, or flow control stopped (nothing more is taken).
-                _ => break,
-            };
-            let data = match first.take() {
-                Some(h) if cap >= h.len() => h,
-                Some(h) => {
-                    first = Some(h);
-                    continue;
-                }
-                None => chunk.slice(..cap.min(chunk.len())),
-            };
-            let n = data.len();
-            if send.send_data(data, false).is_err() {
-                break;
-            }
-            out.sent += n;
-            left -= n;
+        // All of it but the last byte, handed to h2 at once (one shared buffer, sliced): h2
+        // sends it as the server's flow-control windows open, and drops it if the server
+        // resets the stream.
+        let body = ZEROS
+            .get_or_init(|| Bytes::from(vec![0x5a; 64 * MIB]))
+            .slice(..len - 1);
+        if send.send_data(Bytes::from(header), false).is_ok() && send.send_data(body, false).is_ok()
+        {
+            out.queued = true;
         }
-        out.status = tokio::time::timeout(Duration::from_secs(2), status)
+        // Let it flow (or be refused) for 6 s.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(6), poll_fn(|cx| send.poll_reset(cx))).await;
+        out.status = tokio::time::timeout(Duration::from_secs(1), status)
             .await
             .ok()
             .and_then(Result::ok)
@@ -415,18 +402,16 @@ async fn under_attack<F, Fut>(
     honest.go();
     let t = Instant::now();
     let streams = attack(report).await;
-    // Let every stream push what flow control lets through (each stops within 5 s of the
-    // server taking no more), then keep holding for two more seconds.
+    // Let every stream push what flow control lets through (6 s), then keep holding.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let (lat, failed) = honest.stop().await;
     let quiet = &honest.quiet;
     let peak = sampler.stop().await;
     let (_, hwm) = server.memory();
     let mut statuses = std::collections::BTreeMap::<String, usize>::new();
-    let (mut sent, mut reported) = (0, 0);
+    let mut reported = 0;
     while let Ok(o) = outcomes.try_recv() {
         reported += 1;
-        sent += o.sent;
         *statuses
             .entry(o.status.unwrap_or_else(|| "(no answer)".into()))
             .or_default() += 1;
@@ -446,13 +431,12 @@ async fn under_attack<F, Fut>(
     };
     eprintln!(
         "{name}: server RSS {} MiB before, peak rise {} MiB (VmHWM rise {} MiB) over {:.1} s; \
-         {opened} streams ({reported} done pushing) sent {} MiB, grpc-status {statuses:?}; \
+         {opened} streams ({reported} done pushing) grpc-status {statuses:?}; \
          honest cycles: {} quiet p99 {:?}, {} under attack p99 {:?}, {} failed",
         base_rss / MIB,
         rise / MIB,
         hwm_rise / MIB,
         t.elapsed().as_secs_f64(),
-        sent / MIB,
         quiet.len(),
         quiet_p99,
         lat.len(),
