@@ -290,6 +290,10 @@ fn p99(lat: &[Duration]) -> Duration {
     v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
+/// grpc-status values as the answers carry them.
+const PERMISSION_DENIED: &str = "7";
+const RESOURCE_EXHAUSTED: &str = "8";
+
 /// The attacker's message bytes, shared by every stream.
 static ZEROS: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
 
@@ -392,7 +396,8 @@ async fn under_attack<F, Fut>(
     mut honest: HonestThread,
     rss_bound: usize,
     attack: F,
-) where
+) -> std::collections::BTreeMap<String, usize>
+where
     F: FnOnce(mpsc::UnboundedSender<Outcome>) -> Fut,
     Fut: std::future::Future<Output = Vec<JoinHandle<()>>>,
 {
@@ -460,6 +465,7 @@ async fn under_attack<F, Fut>(
         rise / MIB,
         rss_bound / MIB
     );
+    statuses
 }
 
 fn principals() -> (Who, Who, Who) {
@@ -516,7 +522,7 @@ async fn a_principal_without_grants_is_refused_before_its_body() {
     let addr = server.grpc;
     let token = nobody.token.reveal();
     // Refused before a byte is buffered: only HTTP/2 windows (1 MiB a connection) and noise.
-    under_attack(
+    let statuses = under_attack(
         "no grants, 16 x 50 MiB",
         &server,
         h,
@@ -541,6 +547,11 @@ async fn a_principal_without_grants_is_refused_before_its_body() {
         },
     )
     .await;
+    assert_eq!(
+        statuses.get(PERMISSION_DENIED),
+        Some(&16),
+        "every call refused for the role: {statuses:?}"
+    );
 }
 
 /// (c) An authorized producer: 10 connections, each holding all but the last byte of a
@@ -552,7 +563,7 @@ async fn an_authorized_principal_is_bounded_by_the_process_budget() {
     let h = HonestThread::start(server.grpc, &honest).await;
     let addr = server.grpc;
     let token = big.token.reveal();
-    under_attack(
+    let statuses = under_attack(
         "authorized, 10 connections x 60 MiB",
         &server,
         h,
@@ -577,4 +588,9 @@ async fn an_authorized_principal_is_bounded_by_the_process_budget() {
         },
     )
     .await;
+    // 256 MiB hold at most four unfinished 60 MiB messages: the others are refused.
+    assert!(
+        statuses.get(RESOURCE_EXHAUSTED).copied().unwrap_or(0) >= 6,
+        "refused past the budget: {statuses:?}"
+    );
 }
