@@ -55,7 +55,7 @@ const BIG: u32 = 1 << 20;
 async fn an_incomplete_message_is_charged_until_it_completes() {
     let budget = RequestBudget::new(10 << 20, 20 << 20);
     let half = message(BIG, 1 << 19);
-    let rest = vec![7; (1 << 19) as usize];
+    let rest = vec![7; 1 << 19];
     let mut body = charged(&budget, 1, vec![half, rest]);
     assert!(next(&mut body).await.expect("first half"));
     assert_eq!(budget.used(), 5 + (1 << 19), "header and half the message");
@@ -133,7 +133,7 @@ async fn small_messages_go_on_when_the_budget_is_spent() {
     // 64 KiB in two frames, on the same connection and on another one.
     for conn in [1, 2] {
         let small = SMALL_MESSAGE_BYTES as u32;
-        let half = (SMALL_MESSAGE_BYTES / 2) as usize;
+        let half = SMALL_MESSAGE_BYTES / 2;
         let mut body = charged(
             &budget,
             conn,
