@@ -25,6 +25,10 @@
 //! that lets through is bounded by SMALL_MESSAGE_BYTES per stream, times
 //! `--max-concurrent-streams` per connection.
 //!
+//! The budget counts bytes received, not the process's RSS: jemalloc keeps the freed pages of
+//! allocations under 8 MiB for up to its decay time (10 s), so refused and freed messages
+//! can lift RSS to about twice the budget for a while (`docs/security.md` has the figures).
+//!
 //! The connection is the [`crate::transport::ConnInfo`] id jobwire's listener puts into the
 //! request's extensions, else the peer address tonic's listener records; a request with
 //! neither is charged to the process budget only.
