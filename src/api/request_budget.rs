@@ -17,7 +17,8 @@
 //! dropped (the call ended, was refused or reset). A message that arrives whole within one
 //! frame is never charged. When a charge would pass a budget, the body fails with
 //! RESOURCE_EXHAUSTED naming the flag and the limit ([`crate::Error::RequestMemory`]); tonic
-//! answers the call with it and the stream's bytes are freed.
+//! answers the call with it and drops the body, which frees the stream's bytes and gives the
+//! charge back.
 //!
 //! Small messages are exempt from refusal: a message whose announced length is at most
 //! [`SMALL_MESSAGE_BYTES`] is charged (so it counts against big ones) but never refused, so
@@ -327,9 +328,9 @@ impl http_body::Body for Charged {
             if let Some(data) = frame.data_ref() {
                 let data = data.clone();
                 if let Err(e) = self.account(&data) {
+                    // The charge stays until the body is dropped: tonic frees the bytes it
+                    // holds then, not when it sees the error.
                     self.failed = true;
-                    let charged = std::mem::take(&mut self.charged);
-                    self.budget.release(self.conn.as_ref(), charged);
                     return Poll::Ready(Some(Err(e.into())));
                 }
             }

@@ -9,9 +9,12 @@ use crate::api::max_message_bytes;
 /// Default of `--max-buffered-request-bytes-per-connection`: 80 MiB, one full-size message
 /// (65 MiB with the default `--max-payload-bytes`) plus room for the small calls beside it.
 pub const DEFAULT_PER_CONNECTION: u64 = 80 << 20;
-/// Default of `--max-buffered-request-bytes`: 256 MiB, three full-size messages in flight at
-/// once; with the server's own ~50 MiB and the allocator's slack it keeps a 512 MiB pod alive.
-pub const DEFAULT_PROCESS: u64 = 256 << 20;
+/// Default of `--max-buffered-request-bytes`: 160 MiB, two full-size messages in flight at
+/// once and room beside them. The allocator keeps freed pages of messages under 8 MiB for up
+/// to its 10 s decay, so an attack whose messages are refused and freed can lift RSS past the
+/// budget (measured: up to 1.6 times): with the server's own ~40 MiB that stays inside a
+/// 512 MiB pod with room for the honest traffic.
+pub const DEFAULT_PROCESS: u64 = 160 << 20;
 /// The largest value either flag takes: 1 TiB.
 const MAX_BYTES: u64 = 1 << 40;
 

@@ -100,12 +100,28 @@ async fn passing_the_connection_budget_fails_the_body_naming_the_flag() {
     assert_eq!(
         budget.used(),
         2 * (5 + (600 << 10)),
-        "the refused one gave back"
+        "the refused one charged nothing"
     );
     drop(a);
     drop(other);
     assert_eq!(budget.used(), 0, "a dropped body gives its charge back");
     assert!(budget.lock().conns.is_empty(), "no entry left behind");
+}
+
+#[tokio::test]
+async fn a_refused_body_keeps_its_charge_until_dropped() {
+    // tonic frees the bytes it holds when it drops the body, not when it sees the error.
+    let budget = RequestBudget::new(1 << 20, 4 << 20);
+    let mut body = charged(
+        &budget,
+        1,
+        vec![message(BIG * 2, 600 << 10), vec![7; 600 << 10]],
+    );
+    assert!(next(&mut body).await.expect("600 KiB"));
+    next(&mut body).await.expect_err("1.2 MiB");
+    assert_eq!(budget.used(), 5 + (600 << 10), "still held by tonic");
+    drop(body);
+    assert_eq!(budget.used(), 0);
 }
 
 #[tokio::test]
