@@ -19,6 +19,7 @@ mod auth;
 pub mod conn;
 mod redact;
 mod replica;
+mod request_memory;
 mod runtime;
 mod tls;
 mod ui;
@@ -28,6 +29,7 @@ pub use auth::AuthArgs;
 pub use conn::ConnArgs;
 pub use redact::redact_url;
 pub use replica::ReplicaArgs;
+pub use request_memory::RequestMemoryArgs;
 pub use runtime::{RuntimeArgs, MAX_WORKER_THREADS};
 pub use tls::TlsArgs;
 pub use ui::UiArgs;
@@ -245,6 +247,9 @@ pub struct ServeArgs {
     /// Connection deadlines and caps of both ports.
     #[command(flatten)]
     pub conn: ConnArgs,
+    /// The gRPC port's budget of buffered request bytes.
+    #[command(flatten)]
+    pub request_memory: RequestMemoryArgs,
 
     /// This replica's id and worker-stream reports (ListWorkers).
     #[command(flatten)]
@@ -301,6 +306,7 @@ impl ServeArgs {
             auth: AuthArgs::default(),
             abuse: AbuseArgs::default(),
             conn: ConnArgs::default(),
+            request_memory: RequestMemoryArgs::default(),
             replica: ReplicaArgs::default(),
             ui: UiArgs::default(),
             runtime: RuntimeArgs::default(),
@@ -400,6 +406,7 @@ impl ServeArgs {
         self.auth.check_bind(self.grpc_addr)?;
         self.abuse.validate()?;
         self.conn.validate()?;
+        self.request_memory.validate(self.max_payload_bytes)?;
         self.replica.validate()?;
         self.ui.validate()?;
         self.ui.check_bind(
@@ -491,6 +498,7 @@ impl ServeArgs {
             self.auth.effective(),
             self.abuse.effective(),
             self.conn.effective(),
+            self.request_memory.effective(),
             self.replica.effective(),
             self.ui.effective(),
             self.runtime.effective(),

@@ -112,6 +112,20 @@ pub enum Error {
         /// The flag that sets the limit.
         flag: &'static str,
     },
+    /// A request message's unfinished bytes would pass the budget of buffered request bytes
+    /// (`flag`: at most `limit` bytes per `scope`, "connection" or "server"):
+    /// RESOURCE_EXHAUSTED with a quota violation and a retry delay. The call was not run.
+    #[error(
+        "the server holds at most {limit} bytes of unfinished request messages per {scope} (--{flag}); retry later or send smaller messages"
+    )]
+    RequestMemory {
+        /// The limit, bytes.
+        limit: u64,
+        /// What is counted: "connection" or "server".
+        scope: &'static str,
+        /// The flag that sets the limit.
+        flag: &'static str,
+    },
     /// The server ended a worker stream (idle past `--heartbeat-timeout`, or its connection
     /// past `--max-connection-age` and its grace): UNAVAILABLE, reconnect.
     #[error("the server closed the stream: {0}")]

@@ -9,14 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::{
     max_message_bytes, pb, ApiLimits, DeadLetterApi, GroupApi, JobApi, MessageSizeLayer, QueueApi,
-    WorkerApi, WorkerService,
+    RequestBudget, RequestBudgetLayer, WorkerApi, WorkerService,
 };
 use crate::auth::Auth;
 use crate::config::ServeArgs;
@@ -34,6 +33,12 @@ const SERVICES: [&str; 5] = [
     "jobwire.v1.QueueService",
     "jobwire.v1.GroupService",
 ];
+/// The largest request message of the health service: a `HealthCheckRequest` is one service
+/// name (tens of bytes). Without it tonic's 4 MiB default lets anyone, unauthenticated, make
+/// the server buffer nearly 4 MiB per stream.
+const HEALTH_MAX_MESSAGE: usize = 4 << 10;
+/// The largest request message of server reflection: a host and one file or symbol name.
+const REFLECTION_MAX_MESSAGE: usize = 16 << 10;
 /// How often the health watch writes to Redis and reads its `maxmemory-policy`.
 const HEALTH_PERIOD: Duration = Duration::from_millis(500);
 /// Longest wait for connections to close after the grace period.
@@ -200,7 +205,9 @@ fn connection_limits(cfg: &ServeArgs, metrics_listener: bool) -> anyhow::Result<
     })
 }
 
-/// The five jobwire services, each behind the authentication interceptor of `auth`, as tonic
+/// The five jobwire services, each behind the authentication interceptor of `auth`
+/// ([`Auth::guard`]: it also refuses, before the body is read, a principal that may call the
+/// RPC on no queue), as tonic
 /// [`Routes`]: the gRPC listener serves them (with health and reflection beside them), and
 /// the dashboard calls them in process (`crate::ui`), so both get the same authentication,
 /// authorization, validation and audit.
@@ -212,43 +219,53 @@ pub fn api_routes(cfg: &ServeArgs, hub: &Hub, store: &Store, auth: &Auth) -> Rou
         max_result_bytes: cfg.max_result_bytes,
     };
     let max_message = max_message_bytes(cfg.max_payload_bytes);
-    let authn = auth.interceptor();
-    Routes::new(InterceptedService::new(
-        pb::job_service_server::JobServiceServer::new(JobApi::new(
-            hub.clone(),
-            limits.clone(),
-            auth.clone(),
-        ))
-        .max_decoding_message_size(max_message),
-        authn.clone(),
-    ))
-    .add_service(InterceptedService::new(
-        pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
-            WorkerApi::new(hub.clone(), auth.clone())
-                .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse))
-                .with_limits(limits),
-        )))
-        .max_decoding_message_size(max_message),
-        authn.clone(),
-    ))
-    .add_service(InterceptedService::new(
-        pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
-            store.clone(),
-            auth.clone(),
-        ))
-        .max_decoding_message_size(max_message),
-        authn.clone(),
-    ))
-    .add_service(InterceptedService::new(
-        pb::queue_service_server::QueueServiceServer::new(QueueApi::new(hub.clone(), auth.clone()))
+    Routes::new(
+        auth.guard(
+            pb::job_service_server::JobServiceServer::new(JobApi::new(
+                hub.clone(),
+                limits.clone(),
+                auth.clone(),
+            ))
             .max_decoding_message_size(max_message),
-        authn.clone(),
-    ))
-    .add_service(InterceptedService::new(
-        pb::group_service_server::GroupServiceServer::new(GroupApi::new(hub.clone(), auth.clone()))
+        ),
+    )
+    .add_service(
+        auth.guard(
+            pb::worker_service_server::WorkerServiceServer::new(WorkerService(Arc::new(
+                WorkerApi::new(hub.clone(), auth.clone())
+                    .with_stream_limits(crate::abuse::StreamLimits::new(&cfg.abuse))
+                    .with_limits(limits),
+            )))
             .max_decoding_message_size(max_message),
-        authn,
-    ))
+        ),
+    )
+    .add_service(
+        auth.guard(
+            pb::dead_letter_service_server::DeadLetterServiceServer::new(DeadLetterApi::new(
+                store.clone(),
+                auth.clone(),
+            ))
+            .max_decoding_message_size(max_message),
+        ),
+    )
+    .add_service(
+        auth.guard(
+            pb::queue_service_server::QueueServiceServer::new(QueueApi::new(
+                hub.clone(),
+                auth.clone(),
+            ))
+            .max_decoding_message_size(max_message),
+        ),
+    )
+    .add_service(
+        auth.guard(
+            pb::group_service_server::GroupServiceServer::new(GroupApi::new(
+                hub.clone(),
+                auth.clone(),
+            ))
+            .max_decoding_message_size(max_message),
+        ),
+    )
 }
 
 /// Serves gRPC on `grpc` and HTTP on `http` over `store` until `shutdown` resolves, then
@@ -316,8 +333,15 @@ pub async fn serve(
             // google.rpc.ErrorInfo, BadRequest, ...: lets grpcurl decode the error details.
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection().build_v1().context("reflection v1")?;
-    let reflection_v1alpha = reflection().build_v1alpha().context("reflection v1alpha")?;
+    let reflection_v1 = reflection()
+        .build_v1()
+        .context("reflection v1")?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE);
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .context("reflection v1alpha")?
+        .max_decoding_message_size(REFLECTION_MAX_MESSAGE);
+    let health_service = health_service.max_decoding_message_size(HEALTH_MAX_MESSAGE);
 
     // Requests up to a full batch of max payloads; replies (a lease, GetJob, a page of dead
     // letters) are not capped by the server: clients size their own receive limit.
@@ -336,6 +360,9 @@ pub async fn serve(
         .timeout(cfg.request_timeout)
         .layer(GrpcMetricsLayer)
         .layer(MessageSizeLayer { limit: max_message })
+        .layer(RequestBudgetLayer {
+            budget: RequestBudget::from_args(&cfg.request_memory),
+        })
         .http2_keepalive_interval(Some(cfg.conn.grpc_keepalive_interval))
         .http2_keepalive_timeout(Some(cfg.conn.grpc_keepalive_timeout));
     let router = crate::abuse::http2_limits(router, &cfg.abuse).add_routes(

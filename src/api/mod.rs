@@ -14,6 +14,7 @@ mod list_workers;
 pub mod message_size;
 mod progress;
 mod queue_service;
+pub mod request_budget;
 mod status;
 mod worker_args;
 mod worker_service;
@@ -24,6 +25,7 @@ pub use group_service::GroupApi;
 pub use job_service::JobApi;
 pub use message_size::{max_message_bytes, MessageSizeLayer};
 pub use queue_service::QueueApi;
+pub use request_budget::{RequestBudget, RequestBudgetLayer};
 pub use status::ERROR_DOMAIN;
 pub use worker_service::{WorkerApi, WorkerService};
 

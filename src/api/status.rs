@@ -103,6 +103,14 @@ impl From<Error> for Status {
                 );
                 (Code::ResourceExhausted, "TOO_MANY_STREAMS", e.to_string())
             }
+            Error::RequestMemory { limit, scope, flag } => {
+                d.add_quota_failure_violation(
+                    (*flag).to_owned(),
+                    format!("at most {limit} bytes of unfinished request messages per {scope}"),
+                );
+                d.set_retry_info(Some(Duration::from_secs(1)));
+                (Code::ResourceExhausted, "REQUEST_MEMORY", e.to_string())
+            }
             Error::StreamClosed(_) => {
                 d.set_retry_info(Some(Duration::from_secs(1)));
                 (Code::Unavailable, "STREAM_CLOSED", e.to_string())
@@ -215,6 +223,15 @@ mod tests {
                 },
                 Code::ResourceExhausted,
                 "TOO_MANY_STREAMS",
+            ),
+            (
+                Error::RequestMemory {
+                    limit: 1,
+                    scope: "connection",
+                    flag: "max-buffered-request-bytes-per-connection",
+                },
+                Code::ResourceExhausted,
+                "REQUEST_MEMORY",
             ),
             (
                 Error::StreamClosed("idle".into()),

@@ -3,7 +3,9 @@
 //! carried out writes one structured log line
 //! (tracing target `jobwire::audit`: principal, action, queue, filter, count) and increments
 //! `jobwire_admin_actions_total{action}`. An admin call refused for want of a role writes a
-//! line too (`outcome = "denied"`), and is not counted.
+//! line too (`outcome = "denied"`), and is not counted; when the principal holds the role on
+//! no queue at all, the call is refused before its request is read and the line's `queue` is
+//! empty.
 //!
 //! Select the lines with `RUST_LOG=...,jobwire::audit=info` (on by default) and
 //! `--log-format json` for a log pipeline.
@@ -112,6 +114,14 @@ pub(crate) fn denied(principal: &Principal, rpc: Rpc, queue: &str) {
     let action = AdminAction::of(rpc).map(AdminAction::as_str).unwrap_or("");
     tracing::warn!(target: TARGET, principal = %principal.name, via = %principal.via(),
         action, queue, outcome = "denied", "admin action denied");
+}
+
+/// Records an admin call refused before its request was read, because no grant of
+/// `principal` allows it on any queue: the queue is not known, so `queue` is empty.
+pub(crate) fn denied_everywhere(principal: &Principal, rpc: Rpc) {
+    let action = AdminAction::of(rpc).map(AdminAction::as_str).unwrap_or("");
+    tracing::warn!(target: TARGET, principal = %principal.name, via = %principal.via(),
+        action, queue = "", outcome = "denied", "admin action denied");
 }
 
 /// Starts `jobwire_admin_actions_total` at 0 for every action, so that `rate()` and

@@ -171,6 +171,34 @@ impl Auth {
         AuthInterceptor(self.clone())
     }
 
+    /// `svc` behind [`Auth::interceptor`], told which RPC each request calls so that the
+    /// interceptor can refuse early (see [`AuthInterceptor`]).
+    pub fn guard<S>(&self, svc: S) -> super::Guarded<S> {
+        super::Guarded::new(svc, self.interceptor())
+    }
+
+    /// May `p` call `rpc` on some queue at all? PERMISSION_DENIED naming the principal and
+    /// the RPC (no queue: it is not known yet) when no grant of `p` allows it anywhere, with
+    /// a `denied` audit line for an admin action; UNAUTHENTICATED when `p`'s credential was
+    /// revoked meanwhile. The interceptor asks this before the request body is read.
+    pub fn authorize_somewhere(&self, p: &Principal, rpc: Rpc) -> Result<(), Error> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        if self.with_entry(p, |e| e.allows_somewhere(rpc))? {
+            return Ok(());
+        }
+        if super::audit::AdminAction::of(rpc).is_some() {
+            super::audit::denied_everywhere(p, rpc);
+        }
+        Err(Error::PermissionDenied {
+            principal: p.name.clone(),
+            rpc: rpc.name(),
+            queue: None,
+            roles: rpc.roles_text(),
+        })
+    }
+
     /// The policy's entry for `p`'s credential, if it is still valid under the policy in
     /// force and still names the same principal.
     fn with_entry<R>(&self, p: &Principal, f: impl FnOnce(&Entry) -> R) -> Result<R, Error> {
@@ -306,6 +334,11 @@ impl Auth {
 
 /// Authenticates each call (see [`Auth::authenticate`]) and puts the [`Principal`] into the
 /// request's extensions. Health and reflection are served without it.
+///
+/// When the request carries its [`Rpc`] (services built with [`Auth::guard`]), a principal
+/// no grant of which allows that RPC on any queue is refused here, with PERMISSION_DENIED
+/// ([`Auth::authorize_somewhere`]): before the request body is read, so such a caller cannot
+/// make the server buffer a message. The handlers still check the exact queues.
 #[derive(Clone, Debug)]
 pub struct AuthInterceptor(Auth);
 
@@ -315,6 +348,9 @@ impl tonic::service::Interceptor for AuthInterceptor {
         let principal = self
             .0
             .authenticate(req.metadata(), certs.as_deref().map(Vec::as_slice))?;
+        if let Some(rpc) = req.extensions().get::<Rpc>() {
+            self.0.authorize_somewhere(&principal, *rpc)?;
+        }
         req.extensions_mut().insert(principal);
         Ok(req)
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 
 /// Default of `--max-concurrent-streams`: HTTP/2 streams one connection may have open at once.
-pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
 /// Default of `--max-streams-per-connection`: Subscribe streams on one connection.
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 100;
 /// Default of `--max-streams-per-principal`: Subscribe streams of one authenticated principal
@@ -30,8 +30,10 @@ pub const DEFAULT_MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(300);
 pub struct AbuseArgs {
     /// HTTP/2 streams one gRPC connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,
     /// 1..=100000). Clients queue calls past it; a stream opened anyway is refused
-    /// (REFUSED_STREAM). Each stream costs a task and buffers on the server; 1024 leaves room
-    /// for a busy producer's concurrent unary calls and a worker's streams on one channel.
+    /// (REFUSED_STREAM). Each stream costs a task, up to a message of buffered request bytes
+    /// (bounded by --max-buffered-request-bytes-per-connection) and header memory. 100 is the
+    /// least RFC 9113 recommends advertising (Apache httpd's default; nginx uses 128): a
+    /// client multiplexes 100 calls per connection and queues or opens a connection past it.
     #[arg(long, env = "JOBWIRE_MAX_CONCURRENT_STREAMS", default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
 

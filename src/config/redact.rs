@@ -38,6 +38,7 @@ impl fmt::Debug for ServeArgs {
             auth,
             abuse,
             conn,
+            request_memory,
             replica,
             ui,
             runtime,
@@ -72,6 +73,7 @@ impl fmt::Debug for ServeArgs {
             .field("auth", auth)
             .field("abuse", abuse)
             .field("conn", conn)
+            .field("request_memory", request_memory)
             .field("replica", replica)
             .field("ui", ui)
             .field("runtime", runtime)

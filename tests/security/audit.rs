@@ -280,7 +280,8 @@ async fn every_admin_action_is_logged_and_counted() {
     assert_eq!(line["action"], "resume_group");
     assert_eq!(line["count"], 1);
 
-    // Denied: the viewer tries a delete. One line, not counted.
+    // Denied: the viewer tries a delete. One line, not counted. The viewer is admin of no
+    // queue, so the call is refused before its request is read: the queue is not known.
     let mut v = Clients::new(&channel, viewer.bearer());
     let st = v
         .queues
@@ -295,7 +296,22 @@ async fn every_admin_action_is_logged_and_counted() {
     assert_eq!(line["outcome"], "denied");
     assert_eq!(line["principal"], "dashboard");
     assert_eq!(line["action"], "delete_queue");
-    assert_eq!(line["queue"], "audit-q");
+    assert_eq!(line["queue"], "");
+    // An admin of other queues is refused by the handler, which names the queue.
+    let st = c
+        .queues
+        .delete_queue(pb::DeleteQueueRequest {
+            queue: "elsewhere".into(),
+            force: true,
+        })
+        .await
+        .expect_err("not an admin of elsewhere");
+    assert_eq!(st.code(), tonic::Code::PermissionDenied);
+    let line = next_audit(&mut lines).await;
+    assert_eq!(line["outcome"], "denied");
+    assert_eq!(line["principal"], "ops-oncall");
+    assert_eq!(line["action"], "delete_queue");
+    assert_eq!(line["queue"], "elsewhere");
 
     c.queues
         .delete_queue(pb::DeleteQueueRequest {

@@ -80,7 +80,7 @@ async fn the_default_stream_limit_is_advertised() {
     let c = RawH2::connect(app.grpc).await;
     assert_eq!(
         c.max_concurrent_streams,
-        Some(1024),
+        Some(100),
         "tonic alone would advertise no limit"
     );
 }

@@ -39,6 +39,7 @@ mod http_limits;
 mod limits_age;
 mod limits_h2;
 mod limits_idle;
+mod limits_memory;
 mod limits_streams;
 mod metrics_port;
 mod patterns;

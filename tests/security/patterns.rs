@@ -47,6 +47,19 @@ fn denied(st: &tonic::Status, queue: &str, role: &str) {
     );
 }
 
+/// Refused before the request was read: `who` holds `role` on no queue at all.
+fn denied_everywhere(st: &tonic::Status, who: &str, role: &str) {
+    assert_eq!(st.code(), Code::PermissionDenied, "{}", st.message());
+    assert!(
+        st.message().contains(&format!("principal {who:?}"))
+            && st
+                .message()
+                .contains(&format!("{role} on at least one queue")),
+        "names {who} and {role}: {}",
+        st.message()
+    );
+}
+
 #[tokio::test]
 async fn prefix_exact_and_star_patterns() {
     let billing = Who::new(
@@ -82,7 +95,7 @@ async fn prefix_exact_and_star_patterns() {
         .get_queue_stats(pb::GetQueueStatsRequest { queue: "x".into() })
         .await
         .expect_err("producer only");
-    denied(&st, "x", "viewer or admin");
+    denied_everywhere(&st, "any-producer", "viewer or admin");
 
     // A batch with one queue outside the grants is refused whole: nothing written.
     let before = snapshot(&s.redis).await;
