@@ -29,6 +29,7 @@ mod audit;
 mod auth_startup;
 mod cert_principals;
 mod dashboard;
+mod forged_log;
 #[allow(dead_code)] // each abuse test uses part of it
 mod h2raw;
 mod limits_age;
