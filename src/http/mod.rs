@@ -12,8 +12,10 @@
 //! without it) and may be served on its own listener (`--metrics-addr`, [`metrics_router`]),
 //! which then leaves [`health_router`] alone on the main port.
 
+mod host;
 mod token;
 
+pub use host::{host_checked, AllowedHosts, ANY_HOST};
 pub use token::MetricsToken;
 
 use std::fmt;

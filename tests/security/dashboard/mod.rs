@@ -7,6 +7,7 @@ mod actions;
 mod audit;
 mod browser;
 mod dead_filter;
+mod hosts;
 mod pages;
 mod readings;
 mod urls;
