@@ -121,9 +121,13 @@ pub async fn serve_router(
     routes: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, routes)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    // The peer's address in each request (`ConnectInfo`): the dashboard's login rate limit.
+    axum::serve(
+        listener,
+        routes.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
 }
 
 async fn healthz() -> &'static str {

@@ -10,6 +10,7 @@ mod dead_filter;
 mod hosts;
 mod pages;
 mod readings;
+mod sessions;
 mod urls;
 
 use std::time::Duration;
