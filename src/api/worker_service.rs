@@ -221,7 +221,7 @@ impl WorkerApi {
             .await
             .map_err(Error::from)?;
         let saved = settle_error(queue, id, r)?;
-        tracing::debug!(queue = %queue, job_id = %Untrusted(&id), progress = ?report.progress,
+        tracing::debug!(queue = %queue, job_id = %Untrusted(id), progress = ?report.progress,
             checkpoint_bytes = report.checkpoint.as_ref().map(Vec::len), "progress saved");
         Ok(saved)
     }
@@ -307,11 +307,13 @@ fn inbound_refusal(s: Status) -> Option<Error> {
 fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span) {
     if o.repeated {
         // Counted when it was applied; the worker only lost the reply.
-        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&id), "repeated ack answered OK"));
+        span.in_scope(
+            || tracing::debug!(queue = %queue, job_id = %Untrusted(id), "repeated ack answered OK"),
+        );
         return;
     }
     crate::metrics::completed(queue.as_str(), &o.name, o.now_ms.saturating_sub(o.lease_ms));
-    span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&id), name = %Untrusted(&o.name), "acked"));
+    span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(id), name = %Untrusted(&o.name), "acked"));
 }
 
 /// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome).
@@ -323,7 +325,7 @@ fn record_failure(
     span: &tracing::Span,
 ) {
     if o.repeated {
-        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&item.id), worker_id = %Untrusted(&worker), "repeated fail answered OK"));
+        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&item.id), worker_id = %Untrusted(worker), "repeated fail answered OK"));
         return;
     }
     let disposition = match item.disposition {
@@ -342,7 +344,7 @@ fn record_failure(
     );
     span.in_scope(|| {
         tracing::info!(queue = %queue, job_id = %Untrusted(&item.id), name = %Untrusted(&o.name), attempt = o.attempt,
-            worker_id = %Untrusted(&worker), disposition, error_type = %Untrusted(&item.error_type),
+            worker_id = %Untrusted(worker), disposition, error_type = %Untrusted(&item.error_type),
             error = %Untrusted(&item.message), state = o.state.as_str(),
             dead_reason = o.dead_reason.map(|d| d.as_str()).unwrap_or(""), "attempt failed")
     });

@@ -290,8 +290,8 @@ impl Hub {
         };
         for s in sessions.unwrap_or_default() {
             if s.cancel(&notice) {
-                tracing::info!(queue = %queue, job_id = %Untrusted(&id), worker_id = %Untrusted(&s.worker_id),
-                    reason = %Untrusted(&reason), revoke_ms, "told the lease holder its job was cancelled");
+                tracing::info!(queue = %queue, job_id = %Untrusted(id), worker_id = %Untrusted(&s.worker_id),
+                    reason = %Untrusted(reason), revoke_ms, "told the lease holder its job was cancelled");
                 return true;
             }
         }

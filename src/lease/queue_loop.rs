@@ -448,6 +448,6 @@ fn attempt_span(queue: &QueueName, lj: &crate::jobs::LeasedJob, worker_id: &str)
         .and_then(|tp| crate::jobs::trace_id(tp))
         .unwrap_or_default();
     tracing::info_span!("job_attempt", queue = %queue, job_id = %Untrusted(&lj.job.id), name = %Untrusted(&lj.job.name),
-        attempt = lj.attempt, worker_id = %Untrusted(&worker_id),
+        attempt = lj.attempt, worker_id = %Untrusted(worker_id),
         lease = &lj.token[..8.min(lj.token.len())], trace_id = %trace_id)
 }
