@@ -81,24 +81,6 @@ pub(crate) fn group_key(field: &str, g: &str, allow_empty: bool) -> Result<Strin
     Ok(g.to_owned())
 }
 
-/// Refuses a name (job name, worker id, error type) holding a control character or another
-/// character a log line escapes (`telemetry::needs_escape`: line and paragraph separators,
-/// bidi controls): a name is matched, shown and logged, and such a character is never part of
-/// an honest one.
-pub(crate) fn printable(field: &str, s: &str) -> Result<(), Error> {
-    match s.chars().find(|c| crate::telemetry::needs_escape(*c)) {
-        None => Ok(()),
-        Some(c) => Err(Error::invalid(
-            field,
-            format!(
-                "holds the character {:?}; control, line-breaking and bidi-format characters \
-                 are not allowed",
-                c
-            ),
-        )),
-    }
-}
-
 pub(crate) fn token(field: &str, t: &str) -> Result<String, Error> {
     if t.is_empty() {
         return Err(Error::invalid(field, "must not be empty"));
@@ -209,7 +191,7 @@ pub(crate) fn new_job(
     if spec.name.len() > MAX_NAME_BYTES {
         bounded(&f("name"), &spec.name, MAX_NAME_BYTES)?;
     }
-    printable(&f("name"), &spec.name)?;
+    super::limits::printable(&f("name"), &spec.name)?;
     if spec.payload.len() > limits.max_payload_bytes {
         return Err(Error::TooLarge {
             field: f("payload"),
@@ -339,7 +321,7 @@ pub(crate) fn job_error(
         &e.error_type,
         MAX_ERROR_TYPE_BYTES,
     )?;
-    printable(&format!("{field}.error_type"), &e.error_type)?;
+    super::limits::printable(&format!("{field}.error_type"), &e.error_type)?;
     Ok((
         truncated(&e.message, MAX_ERROR_MESSAGE_BYTES),
         e.error_type.clone(),
