@@ -77,16 +77,21 @@ async fn spawn(
     (child, lines, grpc)
 }
 
-/// Reads lines until one contains `marker` (within 10 s); returns every line read.
-async fn until(lines: &mut mpsc::UnboundedReceiver<String>, marker: &str, seen: &mut Vec<String>) {
+/// Reads lines until one passes `done` (within 10 s); keeps every line read in `seen`.
+async fn until(
+    lines: &mut mpsc::UnboundedReceiver<String>,
+    seen: &mut Vec<String>,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) {
     loop {
         let line = tokio::time::timeout(Duration::from_secs(10), lines.recv())
             .await
-            .unwrap_or_else(|_| panic!("a line with {marker:?} within 10 s; got {seen:#?}"))
+            .unwrap_or_else(|_| panic!("{what} within 10 s; got {seen:#?}"))
             .expect("jobwire is running");
-        let done = line.contains(marker);
+        let stop = done(&line);
         seen.push(line);
-        if done {
+        if stop {
             return;
         }
     }
@@ -193,7 +198,10 @@ async fn client_strings_cannot_forge_audit_lines_in_either_log_format() {
                 Ok(Some(Out::Settled(_))) => {}
                 other => panic!("expected the fail to settle, got {other:?}"),
             }
-            until(&mut lines, "attempt failed", &mut seen).await;
+            until(&mut lines, &mut seen, "the failed attempt", |l| {
+                l.contains("attempt failed") && l.contains(&format!("fail-{i}"))
+            })
+            .await;
 
             let id = format!("cancel-{i}");
             put(&mut c, job(&queue, &id)).await;
@@ -205,7 +213,10 @@ async fn client_strings_cannot_forge_audit_lines_in_either_log_format() {
                 })
                 .await
                 .expect("cancel");
-            until(&mut lines, "job cancelled", &mut seen).await;
+            until(&mut lines, &mut seen, "the cancel", |l| {
+                l.contains("job cancelled") && l.contains(&format!("cancel-{i}"))
+            })
+            .await;
         }
 
         // One real admin action.
@@ -215,7 +226,15 @@ async fn client_strings_cannot_forge_audit_lines_in_either_log_format() {
             })
             .await
             .expect("pause");
-        until(&mut lines, "admin action", &mut seen).await;
+        until(&mut lines, &mut seen, "the audit line", |l| {
+            is_audit(format, l)
+        })
+        .await;
+        // Whatever else was logged meanwhile (a late line of the cancels).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        while let Ok(l) = lines.try_recv() {
+            seen.push(l);
+        }
 
         let audit: Vec<&String> = seen.iter().filter(|l| is_audit(format, l)).collect();
         assert_eq!(audit.len(), 1, "{format}: only the real action: {audit:#?}");
