@@ -88,3 +88,31 @@ impl AuthArgs {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::identity::CnIdentity;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        auth: AuthArgs,
+    }
+
+    #[test]
+    fn the_cn_of_a_certificate_with_sans_is_an_identity_only_when_opted_in() {
+        let off = Cli::try_parse_from(["jobwire"]).expect("parses").auth;
+        assert!(!off.tls_client_identity_cn);
+        assert_eq!(off.cert_cn(), CnIdentity::WithoutSans);
+        assert_eq!(AuthArgs::default().cert_cn(), CnIdentity::WithoutSans);
+        let on = Cli::try_parse_from(["jobwire", "--tls-client-identity-cn"])
+            .expect("parses")
+            .auth;
+        assert_eq!(on.cert_cn(), CnIdentity::Always);
+        assert!(on
+            .effective()
+            .contains(&("JOBWIRE_TLS_CLIENT_IDENTITY_CN", "true".into())));
+    }
+}
