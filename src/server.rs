@@ -393,6 +393,13 @@ pub async fn serve(
             Box::pin(async move { scraper.render().await })
         }))
         .with_metrics_token(metrics_token);
+    // The DNS-rebinding guard (`http::host`): on /ui, and on /metrics unless a token
+    // protects it (a rebinding page cannot send the token).
+    let hosts = http::AllowedHosts::new(&cfg.ui.http_allowed_hosts);
+    let metrics_routes = match &http_state.metrics_token {
+        Some(_) => http::metrics_router(http_state.clone()),
+        None => http::host_checked(http::metrics_router(http_state.clone()), hosts.clone()),
+    };
     // The dashboard, on the main HTTP port only (never on --metrics-addr's listener).
     let ui = if cfg.ui.enabled {
         let http_local = http_listener.local_addr()?;
@@ -400,11 +407,12 @@ pub async fn serve(
             tracing::warn!(http = %http_local, "INSECURE: --ui without --auth-file on a non-loopback address (--insecure): anyone who can reach it may pause, purge, replay and delete through the dashboard");
         }
         tracing::info!(read_only = cfg.ui.read_only, "serving the dashboard at /ui");
-        crate::ui::router(crate::ui::UiState::new(
+        let ui = crate::ui::router(crate::ui::UiState::new(
             crate::ui::Api::new(api, max_message),
             auth.clone(),
             &cfg.ui,
-        ))
+        ));
+        http::host_checked(ui, hosts)
     } else {
         axum::Router::new()
     };
@@ -412,7 +420,7 @@ pub async fn serve(
     let http_task = match metrics_listener {
         Some(l) => {
             let stop = stop_http.clone();
-            let routes = http::metrics_router(http_state.clone());
+            let routes = metrics_routes;
             let metrics_limits = limits.clone();
             tokio::spawn(async move {
                 http::serve_with_limits(l, routes, &metrics_limits, Port::Metrics, stop).await
@@ -424,7 +432,9 @@ pub async fn serve(
             })
         }
         None => {
-            let routes = http::router(http_state).merge(ui);
+            let routes = http::health_router(http_state)
+                .merge(metrics_routes)
+                .merge(ui);
             let stop = stop_http.clone();
             tokio::spawn(async move {
                 http::serve_with_limits(http_listener, routes, &limits, Port::Http, stop).await

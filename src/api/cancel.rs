@@ -7,6 +7,7 @@ use super::pb;
 use crate::jobs::{Job, JobState, QueueName};
 use crate::lease::Hub;
 use crate::store::{CancelFilter, CancelOutcome, DeletedJob, Store};
+use crate::telemetry::Untrusted;
 use crate::Error;
 
 /// Longest cancel reason, bytes.
@@ -55,7 +56,7 @@ pub(crate) async fn one(
         } => {
             if cancelled {
                 crate::metrics::cancelled(queue.as_str(), 1);
-                tracing::info!(queue = %queue, job_id = %id, reason = %reason,
+                tracing::info!(queue = %queue, job_id = %Untrusted(id), reason = %Untrusted(reason),
                     state = job.state.as_str(), "job cancelled");
                 if job.state == JobState::Active {
                     // A holder on this replica is told now; one elsewhere hears the notice.
@@ -184,10 +185,10 @@ pub(crate) async fn bulk(
             .cancel_jobs(queue, &plan.filter, &plan.reason, left, cursor.as_ref())
             .await?;
         for id in &page.cancelled {
-            tracing::info!(queue = %queue, job_id = %id, reason = %plan.reason, "job cancelled");
+            tracing::info!(queue = %queue, job_id = %Untrusted(id), reason = %Untrusted(&plan.reason), "job cancelled");
         }
         for id in &page.signalled {
-            tracing::info!(queue = %queue, job_id = %id, reason = %plan.reason,
+            tracing::info!(queue = %queue, job_id = %Untrusted(id), reason = %Untrusted(&plan.reason),
                 state = "active", "job cancelled; its holder is told");
         }
         cancelled += page.cancelled.len() as u64;
@@ -217,7 +218,7 @@ pub(crate) async fn delete(store: &Store, queue: &QueueName, id: &str) -> Result
             id: id.to_owned(),
         }),
         DeletedJob::Deleted(state) => {
-            tracing::info!(queue = %queue, job_id = %id, state = state.as_str(), "job deleted");
+            tracing::info!(queue = %queue, job_id = %Untrusted(id), state = state.as_str(), "job deleted");
             Ok(state)
         }
     }

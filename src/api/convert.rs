@@ -191,6 +191,7 @@ pub(crate) fn new_job(
     if spec.name.len() > MAX_NAME_BYTES {
         bounded(&f("name"), &spec.name, MAX_NAME_BYTES)?;
     }
+    super::limits::printable(&f("name"), &spec.name)?;
     if spec.payload.len() > limits.max_payload_bytes {
         return Err(Error::TooLarge {
             field: f("payload"),
@@ -320,6 +321,7 @@ pub(crate) fn job_error(
         &e.error_type,
         MAX_ERROR_TYPE_BYTES,
     )?;
+    super::limits::printable(&format!("{field}.error_type"), &e.error_type)?;
     Ok((
         truncated(&e.message, MAX_ERROR_MESSAGE_BYTES),
         e.error_type.clone(),

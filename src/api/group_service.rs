@@ -12,6 +12,7 @@ use crate::auth::{Auth, Rpc};
 use crate::jobs::{GroupConfig, GroupField};
 use crate::lease::Hub;
 use crate::store::GroupInfo;
+use crate::telemetry::Untrusted;
 use crate::Error;
 
 /// Longest PauseGroup duration: 365 days, ms.
@@ -173,7 +174,7 @@ impl pb::group_service_server::GroupService for GroupApi {
             .set_group_config(&q, &key, &config, &fields)
             .await
             .map_err(Error::from)?;
-        tracing::info!(queue = %q, group = %key, fields = ?fields, "group config updated");
+        tracing::info!(queue = %q, group = %Untrusted(&key), fields = ?fields, "group config updated");
         let names: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
         audit::record(
             &who,
@@ -206,7 +207,7 @@ impl pb::group_service_server::GroupService for GroupApi {
             .pause_group(&q, &key, duration)
             .await
             .map_err(Error::from)?;
-        tracing::info!(queue = %q, group = %key, until_ms = until, "group paused");
+        tracing::info!(queue = %q, group = %Untrusted(&key), until_ms = until, "group paused");
         audit::record(
             &who,
             AdminAction::PauseGroup,
@@ -233,7 +234,7 @@ impl pb::group_service_server::GroupService for GroupApi {
             .resume_group(&q, &key)
             .await
             .map_err(Error::from)?;
-        tracing::info!(queue = %q, group = %key, was_paused = was, "group resumed");
+        tracing::info!(queue = %q, group = %Untrusted(&key), was_paused = was, "group resumed");
         audit::record(
             &who,
             AdminAction::ResumeGroup,

@@ -1,4 +1,7 @@
-//! Input limits of the API, in one place (the proto comments quote them).
+//! Input limits of the API, in one place (the proto comments quote them), and the characters
+//! a name may hold ([`printable`]).
+
+use crate::Error;
 
 /// Longest job id, bytes.
 pub const MAX_JOB_ID_BYTES: usize = 256;
@@ -48,3 +51,64 @@ pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 256;
 pub const MAX_PROGRESS: u32 = 100;
 /// Default of `--max-checkpoint-bytes` and `--max-result-bytes` (64 KiB).
 pub const DEFAULT_MAX_DATA_BYTES: usize = 64 * 1024;
+
+/// Refuses a name (job name, worker id, error type) holding a control character or another
+/// character a log line escapes (`telemetry::needs_escape`: line and paragraph separators,
+/// bidi controls): a name is matched, shown and logged, and such a character is never part of
+/// an honest one.
+pub(crate) fn printable(field: &str, s: &str) -> Result<(), Error> {
+    match s.chars().find(|c| crate::telemetry::needs_escape(*c)) {
+        None => Ok(()),
+        Some(c) => Err(Error::invalid(
+            field,
+            format!(
+                "holds the character {:?}; control, line-breaking and bidi-format characters \
+                 are not allowed",
+                c
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+    use crate::api::convert::job_error;
+    use crate::api::pb;
+
+    #[test]
+    fn names_refuse_control_line_breaking_and_bidi_characters_and_free_text_keeps_them() {
+        for bad in [
+            "a\nb",
+            "a\rb",
+            "\u{1b}[2K",
+            "a\u{2028}b",
+            "\u{202e}x",
+            "tab\t",
+        ] {
+            let e = printable("open.worker_id", bad).expect_err(bad);
+            assert!(e.to_string().contains("open.worker_id"), "{e}");
+        }
+        printable("open.worker_id", "wörker-1 (eu/west)").expect("printable");
+        let e = job_error(
+            "error",
+            Some(&pb::JobError {
+                message: "kept\nas sent".into(),
+                error_type: "Bad\nType".into(),
+                details: String::new(),
+            }),
+        )
+        .expect_err("an error type with a newline");
+        assert!(e.to_string().contains("error.error_type"), "{e}");
+        let (message, ..) = job_error(
+            "error",
+            Some(&pb::JobError {
+                message: "kept\nas sent".into(),
+                error_type: "Boom".into(),
+                details: String::new(),
+            }),
+        )
+        .expect("a message may hold anything");
+        assert_eq!(message, "kept\nas sent");
+    }
+}

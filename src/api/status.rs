@@ -119,9 +119,11 @@ impl From<Error> for Status {
         };
         match (code, &e) {
             (Code::Internal | Code::Unavailable, _) | (_, Error::StoreFull(_)) => {
-                tracing::error!(error = %e, "request failed")
+                tracing::error!(error = %crate::telemetry::Untrusted(&e.to_string()), "request failed")
             }
-            _ => tracing::debug!(error = %e, "request refused"),
+            _ => {
+                tracing::debug!(error = %crate::telemetry::Untrusted(&e.to_string()), "request refused")
+            }
         }
         d.set_error_info(reason, ERROR_DOMAIN, info);
         Status::with_error_details(code, message, d)

@@ -44,6 +44,7 @@ pub(super) fn open_args(o: pb::OpenStream) -> Result<(Vec<QueueName>, u32, Strin
             ),
         ));
     }
+    super::limits::printable("open.worker_id", &o.worker_id)?;
     let worker = if o.worker_id.is_empty() {
         format!("worker-{}", uuid::Uuid::new_v4().simple())
     } else {

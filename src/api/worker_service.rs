@@ -21,6 +21,7 @@ use crate::auth::{Auth, Principal, Rpc};
 use crate::jobs::{Disposition, JobState, QueueName};
 use crate::lease::{Hub, Outbound, Session, Settled};
 use crate::store::{AckItem, AckOutcome, FailItem, FailOutcome};
+use crate::telemetry::Untrusted;
 use crate::Error;
 
 /// How long a new stream may take to send its `open` message.
@@ -220,7 +221,7 @@ impl WorkerApi {
             .await
             .map_err(Error::from)?;
         let saved = settle_error(queue, id, r)?;
-        tracing::debug!(queue = %queue, job_id = %id, progress = ?report.progress,
+        tracing::debug!(queue = %queue, job_id = %Untrusted(id), progress = ?report.progress,
             checkpoint_bytes = report.checkpoint.as_ref().map(Vec::len), "progress saved");
         Ok(saved)
     }
@@ -250,7 +251,7 @@ impl WorkerApi {
             let next = tokio::select! {
                 next = next => next,
                 e = &mut revoked => {
-                    tracing::info!(worker_id = %session.worker_id, principal = %principal.name, error = %e, "stream ended: its principal's access was revoked");
+                    tracing::info!(worker_id = %Untrusted(&session.worker_id), principal = %principal.name, error = %Untrusted(&e.to_string()), "stream ended: its principal's access was revoked");
                     session.send(Outbound::Fatal(e));
                     break;
                 }
@@ -279,7 +280,7 @@ impl WorkerApi {
             // the refusal.
             let handled = self.handle_batch(&session, &principal, batch).await;
             if let Err(e) = handled.and(refused.map_or(Ok(()), Err)) {
-                tracing::debug!(worker_id = %session.worker_id, error = %e, "stream ended by a protocol error");
+                tracing::debug!(worker_id = %Untrusted(&session.worker_id), error = %Untrusted(&e.to_string()), "stream ended by a protocol error");
                 session.send(Outbound::Fatal(e));
                 break;
             }
@@ -306,11 +307,13 @@ fn inbound_refusal(s: Status) -> Option<Error> {
 fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span) {
     if o.repeated {
         // Counted when it was applied; the worker only lost the reply.
-        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %id, "repeated ack answered OK"));
+        span.in_scope(
+            || tracing::debug!(queue = %queue, job_id = %Untrusted(id), "repeated ack answered OK"),
+        );
         return;
     }
     crate::metrics::completed(queue.as_str(), &o.name, o.now_ms.saturating_sub(o.lease_ms));
-    span.in_scope(|| tracing::debug!(queue = %queue, job_id = %id, name = %o.name, "acked"));
+    span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(id), name = %Untrusted(&o.name), "acked"));
 }
 
 /// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome).
@@ -322,7 +325,7 @@ fn record_failure(
     span: &tracing::Span,
 ) {
     if o.repeated {
-        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %item.id, worker_id = %worker, "repeated fail answered OK"));
+        span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&item.id), worker_id = %Untrusted(worker), "repeated fail answered OK"));
         return;
     }
     let disposition = match item.disposition {
@@ -340,9 +343,9 @@ fn record_failure(
         Some(run_ms),
     );
     span.in_scope(|| {
-        tracing::info!(queue = %queue, job_id = %item.id, name = %o.name, attempt = o.attempt,
-            worker_id = %worker, disposition, error_type = %item.error_type,
-            error = %item.message, state = o.state.as_str(),
+        tracing::info!(queue = %queue, job_id = %Untrusted(&item.id), name = %Untrusted(&o.name), attempt = o.attempt,
+            worker_id = %Untrusted(worker), disposition, error_type = %Untrusted(&item.error_type),
+            error = %Untrusted(&item.message), state = o.state.as_str(),
             dead_reason = o.dead_reason.map(|d| d.as_str()).unwrap_or(""), "attempt failed")
     });
 }
@@ -385,7 +388,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
         }
         let (session, out) = hub.open_session(queues, credits, worker);
         // stream_id as ListWorkers shows it.
-        tracing::info!(worker_id = %session.worker_id, stream_id = %format!("{}/{}", hub.replica_id(), session.id), principal = %principal.name, queues = ?session.queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
+        tracing::info!(worker_id = %Untrusted(&session.worker_id), stream_id = %format!("{}/{}", hub.replica_id(), session.id), principal = %principal.name, queues = ?session.queues.iter().map(|q| q.as_str()).collect::<Vec<_>>(), credits, "worker subscribed");
         if let Some((at, grace)) = place.age_deadline() {
             tokio::spawn(hub.clone().retire_at(session.clone(), at, grace));
         }

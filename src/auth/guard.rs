@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status};
 
-use super::identity::{bearer, leaf_identities, Bearer, Credential, Principal};
+use super::identity::{bearer, leaf_identities, Bearer, CnIdentity, Credential, Principal};
 use super::policy::{Entry, Policy, Rpc};
 use crate::jobs::QueueName;
 use crate::Error;
@@ -36,6 +36,8 @@ struct Inner {
     policy: ArcSwap<Policy>,
     /// Bumped after each reload that changed the policy: wakes [`Auth::revoked`].
     generation: watch::Sender<u64>,
+    /// When a client certificate's CN is an identity (`--tls-client-identity-cn`).
+    cn: CnIdentity,
 }
 
 impl std::fmt::Debug for Auth {
@@ -47,12 +49,13 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
-    fn new(path: Option<PathBuf>, policy: Policy) -> Auth {
+    fn new(path: Option<PathBuf>, policy: Policy, cn: CnIdentity) -> Auth {
         Auth {
             inner: Arc::new(Inner {
                 path,
                 policy: ArcSwap::from_pointee(policy),
                 generation: watch::channel(0).0,
+                cn,
             }),
         }
     }
@@ -60,21 +63,26 @@ impl Auth {
     /// No authentication: every caller is `anonymous` and allowed everything (the server
     /// without `--auth-file`).
     pub fn disabled() -> Auth {
-        Auth::new(None, Policy::default())
+        Auth::new(None, Policy::default(), CnIdentity::default())
     }
 
     /// Loads the auth file at `path`. The error names the file and the line; the server
     /// refuses to start with it.
     pub fn load(path: &Path) -> Result<Auth, String> {
+        Auth::load_with(path, CnIdentity::default())
+    }
+
+    /// [`Auth::load`], with a client certificate's CN an identity as `cn` says.
+    pub fn load_with(path: &Path, cn: CnIdentity) -> Result<Auth, String> {
         let policy = super::file::load(path)?;
         tracing::info!(path = %path.display(), principals = policy.entries.len(), "auth file loaded: callers must authenticate");
-        Ok(Auth::new(Some(path.to_owned()), policy))
+        Ok(Auth::new(Some(path.to_owned()), policy, cn))
     }
 
     /// [`Auth::load`] with `--auth-file`, or [`Auth::disabled`] without it.
     pub fn from_args(args: &crate::config::AuthArgs) -> Result<Auth, String> {
         match &args.auth_file {
-            Some(path) => Auth::load(path),
+            Some(path) => Auth::load_with(path, args.cert_cn()),
             None => Ok(Auth::disabled()),
         }
     }
@@ -142,7 +150,7 @@ impl Auth {
             }
             Bearer::Malformed(why) => Err(Error::Unauthenticated(why)),
             Bearer::Absent => {
-                let identities = leaf_identities(certs);
+                let identities = leaf_identities(certs, self.inner.cn);
                 for identity in &identities {
                     if let Some(entry) = policy.by_cert(identity) {
                         return Ok(Principal {
@@ -154,8 +162,15 @@ impl Auth {
                     }
                 }
                 Err(Error::Unauthenticated(match identities.first() {
-                    Some(id) => {
-                        format!("the client certificate ({id}) names no principal of the auth file")
+                    Some(id) => format!(
+                        "the client certificate ({id}) names no principal of the auth file \
+                         (a certificate with SANs is known by them, not by its CN, unless \
+                         --tls-client-identity-cn)"
+                    ),
+                    None if certs.is_some_and(|c| !c.is_empty()) => {
+                        "the client certificate has no URI or DNS SAN (its CN is used only \
+                         when it has no SAN at all, unless --tls-client-identity-cn)"
+                            .into()
                     }
                     None => "no credentials: send `authorization: Bearer jw_<id>_<secret>` \
                              metadata or a client certificate"

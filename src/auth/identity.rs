@@ -1,8 +1,11 @@
 //! Who is calling: the principal of a request, from its bearer token (`authorization: Bearer
 //! jw_<id>_<secret>` metadata) or, without one, from the client certificate the TLS listener
 //! verified (mTLS). A certificate's identities are tried in this order: its URI SANs (SPIFFE
-//! ids, as Istio and Linkerd issue them), then its DNS SANs, then its subject CN; the first
-//! one the auth file names is the principal.
+//! ids, as Istio and Linkerd issue them), then its DNS SANs; the first one the auth file
+//! names is the principal. Its subject CN is an identity only when it has no subject
+//! alternative name at all (RFC 6125 6.4.4: a CA that issues SANs vouches for them, not
+//! for the CN, which many CAs copy from the request unchecked), or with
+//! `--tls-client-identity-cn` ([`CnIdentity::Always`]), after the SANs.
 
 use rustls::pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
@@ -89,34 +92,60 @@ pub(crate) fn bearer(metadata: &tonic::metadata::MetadataMap) -> Bearer {
     }
 }
 
+/// When a client certificate's subject CN is one of its identities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CnIdentity {
+    /// Only when the certificate has no subject alternative name at all (of any kind: URI,
+    /// DNS, IP, email, ...): the default.
+    #[default]
+    WithoutSans,
+    /// Always, after the SANs (`--tls-client-identity-cn`): for a CA that puts the
+    /// workload's name in the CN and unchecked or unrelated names in the SANs.
+    Always,
+}
+
 /// The identities of a client certificate (DER), in the order they are tried: URI SANs,
-/// DNS SANs, subject CN. Empty for a certificate that does not parse.
-pub fn cert_identities(cert: &CertificateDer<'_>) -> Vec<String> {
+/// DNS SANs, then the subject CN as `cn` says. Empty for a certificate that does not parse.
+pub fn cert_identities(cert: &CertificateDer<'_>, cn: CnIdentity) -> Vec<String> {
     let Ok((_, x509)) = X509Certificate::from_der(cert.as_ref()) else {
         return Vec::new();
     };
-    let (mut uris, mut dns) = (Vec::new(), Vec::new());
-    if let Ok(Some(san)) = x509.subject_alternative_name() {
-        for name in &san.value.general_names {
-            match name {
-                GeneralName::URI(u) => uris.push((*u).to_owned()),
-                GeneralName::DNSName(d) => dns.push((*d).to_owned()),
-                _ => {}
+    let (mut uris, mut dns, mut sans) = (Vec::new(), Vec::new(), 0usize);
+    // A SAN extension that does not parse counts as SANs present: never a reason to fall
+    // back to the CN.
+    match x509.subject_alternative_name() {
+        Ok(Some(san)) => {
+            for name in &san.value.general_names {
+                sans += 1;
+                match name {
+                    GeneralName::URI(u) => uris.push((*u).to_owned()),
+                    GeneralName::DNSName(d) => dns.push((*d).to_owned()),
+                    _ => {}
+                }
             }
         }
+        Ok(None) => {}
+        Err(_) => sans += 1,
     }
-    let cns = x509
-        .subject()
-        .iter_common_name()
-        .filter_map(|cn| cn.as_str().ok().map(str::to_owned));
+    let cns: Vec<String> = if sans == 0 || cn == CnIdentity::Always {
+        x509.subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+            .collect()
+    } else {
+        Vec::new()
+    };
     uris.into_iter().chain(dns).chain(cns).collect()
 }
 
 /// Identities of the leaf of `certs` (leaf first), as [`cert_identities`].
-pub(crate) fn leaf_identities(certs: Option<&[CertificateDer<'static>]>) -> Vec<String> {
+pub(crate) fn leaf_identities(
+    certs: Option<&[CertificateDer<'static>]>,
+    cn: CnIdentity,
+) -> Vec<String> {
     certs
         .and_then(|c| c.first())
-        .map(cert_identities)
+        .map(|c| cert_identities(c, cn))
         .unwrap_or_default()
 }
 
@@ -142,7 +171,7 @@ mod tests {
     }
 
     #[test]
-    fn identities_are_uri_sans_then_dns_sans_then_cn() {
+    fn identities_are_uri_sans_then_dns_sans_and_the_cn_only_without_sans_or_opted_in() {
         let c = cert(
             vec![
                 rcgen::SanType::DnsName("worker.example".try_into().expect("valid in the test")),
@@ -155,13 +184,29 @@ mod tests {
             Some("worker-cn"),
         );
         assert_eq!(
-            cert_identities(&c),
+            cert_identities(&c, CnIdentity::WithoutSans),
+            ["spiffe://example.org/w", "worker.example"]
+        );
+        assert_eq!(
+            cert_identities(&c, CnIdentity::Always),
             ["spiffe://example.org/w", "worker.example", "worker-cn"]
         );
         let only_cn = cert(Vec::new(), Some("just-cn"));
-        assert_eq!(cert_identities(&only_cn), ["just-cn"]);
-        assert!(cert_identities(&CertificateDer::from(vec![1, 2, 3])).is_empty());
-        assert!(leaf_identities(None).is_empty());
+        assert_eq!(
+            cert_identities(&only_cn, CnIdentity::WithoutSans),
+            ["just-cn"]
+        );
+        // An IP SAN is a SAN too: the CN stays out.
+        let ip = cert(
+            vec![rcgen::SanType::IpAddress([10, 0, 0, 1].into())],
+            Some("ip-cn"),
+        );
+        assert!(cert_identities(&ip, CnIdentity::WithoutSans).is_empty());
+        assert_eq!(cert_identities(&ip, CnIdentity::Always), ["ip-cn"]);
+        assert!(
+            cert_identities(&CertificateDer::from(vec![1, 2, 3]), CnIdentity::Always).is_empty()
+        );
+        assert!(leaf_identities(None, CnIdentity::Always).is_empty());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`token`]: bearer tokens `jw_<id>_<secret>`; only the SHA-256 of the secret is stored,
 //!   compared in constant time.
 //! - [`identity`]: the [`Principal`] of a request, from its bearer token or its client
-//!   certificate (URI SAN, then DNS SAN, then CN).
+//!   certificate (URI SAN, then DNS SAN; the CN only without SANs or with
+//!   `--tls-client-identity-cn`).
 //! - [`file`]: the auth file (`--auth-file`, YAML or TOML): principals and their grants.
 //! - [`policy`]: roles, the RPCs each allows, queue patterns; deny by default.
 //! - [`guard`]: [`Auth`], the one place that decides: an interceptor authenticates every

@@ -24,6 +24,13 @@ pub struct AuthArgs {
     /// only (a loud warning is logged at start).
     #[arg(long, env = "JOBWIRE_INSECURE")]
     pub insecure: bool,
+
+    /// Also know a client certificate (mTLS) by its subject CN when it has subject
+    /// alternative names (tried after its URI and DNS SANs). Off: the CN is an identity only
+    /// of a certificate with no SAN at all, since a CA vouches for the SANs it issues while
+    /// many copy the CN from the request unchecked. For a CA that names workloads in the CN.
+    #[arg(long, env = "JOBWIRE_TLS_CLIENT_IDENTITY_CN")]
+    pub tls_client_identity_cn: bool,
 }
 
 impl AuthArgs {
@@ -54,6 +61,15 @@ impl AuthArgs {
         self.auth_file.is_none() && !grpc_addr.ip().is_loopback()
     }
 
+    /// When a client certificate's CN is one of its identities (`--tls-client-identity-cn`).
+    pub fn cert_cn(&self) -> crate::auth::identity::CnIdentity {
+        if self.tls_client_identity_cn {
+            crate::auth::identity::CnIdentity::Always
+        } else {
+            crate::auth::identity::CnIdentity::WithoutSans
+        }
+    }
+
     /// `JOBWIRE_*=value` lines for `--print-config` (the file's path, never its content).
     pub fn effective(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -65,6 +81,38 @@ impl AuthArgs {
                     .unwrap_or_default(),
             ),
             ("JOBWIRE_INSECURE", self.insecure.to_string()),
+            (
+                "JOBWIRE_TLS_CLIENT_IDENTITY_CN",
+                self.tls_client_identity_cn.to_string(),
+            ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::identity::CnIdentity;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        auth: AuthArgs,
+    }
+
+    #[test]
+    fn the_cn_of_a_certificate_with_sans_is_an_identity_only_when_opted_in() {
+        let off = Cli::try_parse_from(["jobwire"]).expect("parses").auth;
+        assert!(!off.tls_client_identity_cn);
+        assert_eq!(off.cert_cn(), CnIdentity::WithoutSans);
+        assert_eq!(AuthArgs::default().cert_cn(), CnIdentity::WithoutSans);
+        let on = Cli::try_parse_from(["jobwire", "--tls-client-identity-cn"])
+            .expect("parses")
+            .auth;
+        assert_eq!(on.cert_cn(), CnIdentity::Always);
+        assert!(on
+            .effective()
+            .contains(&("JOBWIRE_TLS_CLIENT_IDENTITY_CN", "true".into())));
     }
 }

@@ -1,6 +1,8 @@
-//! `serve` flags of the web dashboard (`--ui`, `--ui-read-only`, the session timeouts and the
-//! cookie's `Secure` attribute), and its bind rule: without an auth file the dashboard gives
-//! every visitor every right, so it stays on a loopback HTTP address unless `--insecure`.
+//! `serve` flags of the web dashboard (`--ui`, `--ui-read-only`, the session timeouts and
+//! limits, the login rate, the cookie's `Secure` attribute), the host names the HTTP port's
+//! browser-reachable routes answer to (`--http-allowed-hosts`, for `/ui` and `/metrics`), and
+//! the dashboard's bind rule: without an auth file the dashboard gives every visitor every
+//! right, so it stays on a loopback HTTP address unless `--insecure`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +13,10 @@ use clap::Args;
 const MIN_SESSION: Duration = Duration::from_secs(60);
 /// Longest session timeout (idle or absolute): 7 days.
 const MAX_SESSION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default of `--ui-max-sessions-per-principal`.
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u32 = 20;
+/// Default of `--ui-login-rate` (logins a minute from one client address).
+pub const DEFAULT_LOGIN_RATE: u32 = 60;
 
 /// The dashboard at `/ui` on the HTTP port. Off by default: every `/ui` path is 404.
 #[derive(Clone, Debug, Args)]
@@ -40,6 +46,30 @@ pub struct UiArgs {
     /// when a TLS-terminating proxy serves the dashboard, as it should off loopback.
     #[arg(long = "ui-cookie-secure", env = "JOBWIRE_UI_COOKIE_SECURE")]
     pub cookie_secure: bool,
+
+    /// Dashboard sessions one principal may have at once (1..=1000); its next login ends its
+    /// own oldest session, never another principal's. Not applied without an auth file
+    /// (every visitor is `anonymous`).
+    #[arg(long = "ui-max-sessions-per-principal", env = "JOBWIRE_UI_MAX_SESSIONS_PER_PRINCIPAL", default_value_t = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL)]
+    pub max_sessions_per_principal: u32,
+
+    /// Login attempts a minute from one client address (an IPv6 client by its /64), good
+    /// or bad token alike (1..=10000), with as many at once; past it POST /ui/login gets 429
+    /// with Retry-After.
+    #[arg(long = "ui-login-rate", env = "JOBWIRE_UI_LOGIN_RATE", default_value_t = DEFAULT_LOGIN_RATE)]
+    pub login_rate: u32,
+
+    /// Host names (comma-separated, no port) /ui and /metrics answer to besides IP
+    /// addresses, `localhost` and `*.localhost`, e.g. the dashboard's name behind an Ingress;
+    /// a request for another host gets 421 (a guard against DNS rebinding). /metrics behind
+    /// --metrics-token-file, /healthz and /readyz answer to any host. `*`: any host (no
+    /// guard).
+    #[arg(
+        long = "http-allowed-hosts",
+        env = "JOBWIRE_HTTP_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub http_allowed_hosts: Vec<String>,
 }
 
 impl Default for UiArgs {
@@ -50,6 +80,9 @@ impl Default for UiArgs {
             session_idle: Duration::from_secs(30 * 60),
             session_max: Duration::from_secs(12 * 3600),
             cookie_secure: false,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            login_rate: DEFAULT_LOGIN_RATE,
+            http_allowed_hosts: Vec::new(),
         }
     }
 }
@@ -65,6 +98,26 @@ impl UiArgs {
                 return Err(format!(
                     "--{flag} must be between 1m and 7days, got {}",
                     humantime::format_duration(value)
+                ));
+            }
+        }
+        if !(1..=1000).contains(&self.max_sessions_per_principal) {
+            return Err(format!(
+                "--ui-max-sessions-per-principal must be between 1 and 1000, got {}",
+                self.max_sessions_per_principal
+            ));
+        }
+        if !(1..=10_000).contains(&self.login_rate) {
+            return Err(format!(
+                "--ui-login-rate must be between 1 and 10000 (logins a minute), got {}",
+                self.login_rate
+            ));
+        }
+        for name in self.http_allowed_hosts.iter().filter(|n| !n.is_empty()) {
+            if !host_name(name) {
+                return Err(format!(
+                    "--http-allowed-hosts: {name:?} is not a host name (letters, digits, '-' \
+                     and '.', no port, at most 253 bytes) nor `*`"
                 ));
             }
         }
@@ -99,6 +152,116 @@ impl UiArgs {
             ("JOBWIRE_UI_SESSION_IDLE", d(self.session_idle)),
             ("JOBWIRE_UI_SESSION_MAX", d(self.session_max)),
             ("JOBWIRE_UI_COOKIE_SECURE", self.cookie_secure.to_string()),
+            (
+                "JOBWIRE_UI_MAX_SESSIONS_PER_PRINCIPAL",
+                self.max_sessions_per_principal.to_string(),
+            ),
+            ("JOBWIRE_UI_LOGIN_RATE", self.login_rate.to_string()),
+            (
+                "JOBWIRE_HTTP_ALLOWED_HOSTS",
+                self.http_allowed_hosts.join(","),
+            ),
         ]
+    }
+}
+
+/// A DNS name `--http-allowed-hosts` takes (or `*`): 1 to 253 bytes of letters, digits,
+/// `-`, `_` and `.`, a trailing dot allowed, no empty label.
+fn host_name(name: &str) -> bool {
+    if name == crate::http::ANY_HOST {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        ui: UiArgs,
+    }
+
+    fn parse(args: &[&str]) -> UiArgs {
+        Cli::try_parse_from(std::iter::once("jobwire").chain(args.iter().copied()))
+            .expect("parses")
+            .ui
+    }
+
+    #[test]
+    fn defaults_match_the_default_impl() {
+        let (p, d) = (parse(&[]), UiArgs::default());
+        assert_eq!(p.max_sessions_per_principal, d.max_sessions_per_principal);
+        assert_eq!(p.max_sessions_per_principal, 20);
+        assert_eq!(p.login_rate, d.login_rate);
+        assert_eq!(p.login_rate, 60);
+        assert!(p.http_allowed_hosts.is_empty());
+        d.validate().expect("the defaults are valid");
+    }
+
+    #[test]
+    fn the_new_flags_parse_and_their_ranges_name_the_flag() {
+        let a = parse(&[
+            "--ui-max-sessions-per-principal",
+            "3",
+            "--ui-login-rate",
+            "5",
+            "--http-allowed-hosts",
+            "jobs.example.com,Dash.Example.org.",
+        ]);
+        assert_eq!(a.max_sessions_per_principal, 3);
+        assert_eq!(a.login_rate, 5);
+        assert_eq!(
+            a.http_allowed_hosts,
+            ["jobs.example.com", "Dash.Example.org."]
+        );
+        a.validate().expect("valid");
+        assert!(a.effective().contains(&(
+            "JOBWIRE_HTTP_ALLOWED_HOSTS",
+            "jobs.example.com,Dash.Example.org.".into()
+        )));
+
+        for (args, flag) in [
+            (
+                &["--ui-max-sessions-per-principal", "0"][..],
+                "--ui-max-sessions-per-principal",
+            ),
+            (
+                &["--ui-max-sessions-per-principal", "1001"][..],
+                "--ui-max-sessions-per-principal",
+            ),
+            (&["--ui-login-rate", "0"][..], "--ui-login-rate"),
+            (&["--ui-login-rate", "10001"][..], "--ui-login-rate"),
+            (
+                &["--http-allowed-hosts", "jobs.example.com:443"][..],
+                "--http-allowed-hosts",
+            ),
+            (
+                &["--http-allowed-hosts", "a..b"][..],
+                "--http-allowed-hosts",
+            ),
+            (
+                &["--http-allowed-hosts", "http://x"][..],
+                "--http-allowed-hosts",
+            ),
+        ] {
+            let e = parse(args).validate().expect_err("out of range");
+            assert!(e.contains(flag), "{e}");
+        }
+        parse(&["--http-allowed-hosts", "*"])
+            .validate()
+            .expect("* is any host");
     }
 }

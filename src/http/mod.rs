@@ -15,9 +15,11 @@
 //! Both listeners serve HTTP/1.1 under deadlines, a body limit and connection caps
 //! ([`HttpLimits`], [`serve_with_limits`]).
 
+mod host;
 mod serve;
 mod token;
 
+pub use host::{host_checked, AllowedHosts, ANY_HOST};
 pub use serve::{serve_with_limits, HttpLimits};
 pub use token::MetricsToken;
 

@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -128,7 +128,11 @@ pub async fn serve_with_limits(
         };
         let _ = tcp.set_nodelay(true);
         let io = TokioIo::new(WriteStall::new(tcp, limits.request_timeout));
-        let conn = http1.serve_connection(io, TowerToHyperService::new(routes.clone()));
+        // The peer's address in each request (`ConnectInfo`): the dashboard's login rate limit.
+        let service = tower::ServiceBuilder::new()
+            .layer(axum::Extension(ConnectInfo(remote)))
+            .service(routes.clone());
+        let conn = http1.serve_connection(io, TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _slot = slot;

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::hub::Hub;
 use crate::jobs::QueueName;
 use crate::store::{DueEntry, WakeEvent};
+use crate::telemetry::Untrusted;
 
 /// Most leases one renew call renews: a stream may hold up to `MAX_CREDITS` (10 000) and a
 /// queue may have many streams, so one queue's renewal is split into calls this size to keep
@@ -143,7 +144,7 @@ impl Hub {
             for s in self.sessions() {
                 let taken = s.release_overdue(now);
                 if !taken.is_empty() {
-                    tracing::info!(worker_id = %s.worker_id, leases = taken.len(),
+                    tracing::info!(worker_id = %Untrusted(&s.worker_id), leases = taken.len(),
                         "the stream did not take its leases in time; handing them back");
                     overdue.extend(taken);
                 }
@@ -305,7 +306,7 @@ impl Hub {
             }
             for r in &report.reaped {
                 if r.state == crate::jobs::JobState::Cancelled {
-                    tracing::info!(queue = %queue, job_id = %r.id, name = %r.name, attempt = r.attempt,
+                    tracing::info!(queue = %queue, job_id = %Untrusted(&r.id), name = %Untrusted(&r.name), attempt = r.attempt,
                         "cancelled job's lease revoked: its holder did not settle it within the cancel grace");
                     continue;
                 }
@@ -323,8 +324,8 @@ impl Hub {
                     r.dead_reason,
                     None,
                 );
-                tracing::warn!(queue = %queue, job_id = %r.id, name = %r.name, attempt = r.attempt,
-                    error_type = %r.error_type, state = r.state.as_str(),
+                tracing::warn!(queue = %queue, job_id = %Untrusted(&r.id), name = %Untrusted(&r.name), attempt = r.attempt,
+                    error_type = %Untrusted(&r.error_type), state = r.state.as_str(),
                     dead_reason = r.dead_reason.map(|d| d.as_str()).unwrap_or(""),
                     "lease expired; attempt failed");
             }

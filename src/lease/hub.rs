@@ -18,6 +18,7 @@ use super::settle::{Coalescer, FailOp, MAX_SETTLE_BATCH};
 use super::settle_lease::AckOp;
 use crate::jobs::QueueName;
 use crate::store::Store;
+use crate::telemetry::Untrusted;
 
 /// Lease timing knobs.
 #[derive(Clone, Debug)]
@@ -289,8 +290,8 @@ impl Hub {
         };
         for s in sessions.unwrap_or_default() {
             if s.cancel(&notice) {
-                tracing::info!(queue = %queue, job_id = %id, worker_id = %s.worker_id,
-                    reason = %reason, revoke_ms, "told the lease holder its job was cancelled");
+                tracing::info!(queue = %queue, job_id = %Untrusted(id), worker_id = %Untrusted(&s.worker_id),
+                    reason = %Untrusted(reason), revoke_ms, "told the lease holder its job was cancelled");
                 return true;
             }
         }

@@ -17,6 +17,7 @@ use super::hub::Hub;
 use super::session::Session;
 use crate::jobs::QueueName;
 use crate::store::Limit;
+use crate::telemetry::Untrusted;
 
 /// Most jobs one lease call takes.
 const MAX_BATCH: usize = 256;
@@ -446,7 +447,7 @@ fn attempt_span(queue: &QueueName, lj: &crate::jobs::LeasedJob, worker_id: &str)
         .get("traceparent")
         .and_then(|tp| crate::jobs::trace_id(tp))
         .unwrap_or_default();
-    tracing::info_span!("job_attempt", queue = %queue, job_id = %lj.job.id, name = %lj.job.name,
-        attempt = lj.attempt, worker_id = %worker_id,
+    tracing::info_span!("job_attempt", queue = %queue, job_id = %Untrusted(&lj.job.id), name = %Untrusted(&lj.job.name),
+        attempt = lj.attempt, worker_id = %Untrusted(worker_id),
         lease = &lj.token[..8.min(lj.token.len())], trace_id = %trace_id)
 }

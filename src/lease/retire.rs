@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::hub::Hub;
 use super::session::{Outbound, Session};
+use crate::telemetry::Untrusted;
 use crate::Error;
 
 /// Longest sleep between looks at whether a stream waiting for its connection's age has
@@ -34,7 +35,7 @@ impl Hub {
             }
             tokio::time::sleep((at - now).min(AGE_POLL)).await;
         }
-        tracing::info!(worker_id = %session.worker_id, grace = ?grace,
+        tracing::info!(worker_id = %Untrusted(&session.worker_id), grace = ?grace,
             "the stream's connection reached --max-connection-age: draining it");
         self.drain_session(&session);
         session.send(Outbound::Draining(grace));
@@ -57,7 +58,7 @@ impl Hub {
             if s.is_closed() || s.alive(now_ms, timeout) || s.held_count() == 0 {
                 continue;
             }
-            tracing::info!(worker_id = %s.worker_id, leases = s.held_count(),
+            tracing::info!(worker_id = %Untrusted(&s.worker_id), leases = s.held_count(),
                 "the stream was silent past --heartbeat-timeout while holding leases: ending it");
             let why = Error::StreamClosed(format!(
                 "no message for longer than --heartbeat-timeout ({}) while holding leases",

@@ -9,7 +9,8 @@
 //! never touches `store`.
 //!
 //! - [`session`]: in-memory sessions (opaque random id in the `jobwire_session` cookie, the
-//!   token kept server-side), idle and absolute expiry, bounded in number.
+//!   token kept server-side), idle and absolute expiry, bounded per principal and in number.
+//! - [`login_limit`]: the login rate limit per client address.
 //! - [`csrf`]: the per-session token every POST form carries, compared in constant time.
 //! - [`routes`]: the axum router, the login and the security headers; [`visitor`]: who
 //!   is asking, and the gates of pages and POSTs (session, origin, CSRF, read-only, role).
@@ -25,6 +26,7 @@ mod api;
 mod assets;
 mod components;
 mod csrf;
+mod login_limit;
 mod pages;
 mod routes;
 mod session;

@@ -2,22 +2,24 @@
 //! gRPC caller), the checks every POST passes (session, same origin, CSRF, read-only, role),
 //! the mapping of gRPC errors to pages, and the security headers of every response.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use tonic::metadata::MetadataMap;
 
 use super::api::Api;
+use super::login_limit::LoginLimit;
 use super::pages;
 use super::session::Sessions;
 use super::visitor::{cookie_id, page_gate, post_gate, same_origin, to_login, Form};
-use crate::auth::{Auth, Principal};
+use crate::auth::{Auth, Principal, Rpc};
 use crate::config::UiArgs;
 
 /// A response that replaces the page (boxed: a `Response` is large).
@@ -42,6 +44,7 @@ struct Inner {
     api: Api,
     auth: Auth,
     sessions: Sessions,
+    login_limit: LoginLimit,
     read_only: bool,
     cookie_secure: bool,
 }
@@ -54,7 +57,12 @@ impl UiState {
             inner: Arc::new(Inner {
                 api,
                 auth,
-                sessions: Sessions::new(args.session_idle, args.session_max),
+                sessions: Sessions::new(
+                    args.session_idle,
+                    args.session_max,
+                    args.max_sessions_per_principal as usize,
+                ),
+                login_limit: LoginLimit::new(args.login_rate),
                 read_only: args.read_only,
                 cookie_secure: args.cookie_secure,
             }),
@@ -149,9 +157,49 @@ async fn login_form(State(ui): State<UiState>, headers: HeaderMap) -> Response {
     (StatusCode::OK, pages::login(None)).into_response()
 }
 
-async fn login(State(ui): State<UiState>, headers: HeaderMap, body: Bytes) -> Response {
+/// May `p` see anything in the dashboard: does one of its roles allow reading a queue's
+/// list (viewer or admin), on any queue? Every page starts from that read.
+fn can_view(ui: &UiState, p: &Principal) -> bool {
+    let mut probe = tonic::Request::new(());
+    probe.extensions_mut().insert(p.clone());
+    ui.auth()
+        .visible(&probe, Rpc::ListQueues, Vec::new())
+        .is_ok()
+}
+
+/// 429 with `Retry-After` (whole seconds, at least 1) and the login form saying why.
+fn too_many_logins(wait: std::time::Duration) -> Response {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        pages::login(Some(&format!(
+            "Too many login attempts from your address: try again in {secs} s \
+             (--ui-login-rate)."
+        ))),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    r
+}
+
+async fn login(
+    State(ui): State<UiState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if !ui.auth_on() {
         return Redirect::to("/ui/").into_response();
+    }
+    // Every attempt counts, before the token is even read. Without the peer's address (a
+    // server built without connect info) only the per-principal cap applies.
+    if let Some(Extension(ConnectInfo(addr))) = peer {
+        if let Err(wait) = ui.inner.login_limit.check(addr.ip()) {
+            tracing::info!(peer = %addr.ip(), "dashboard login refused: rate limit");
+            return too_many_logins(wait);
+        }
     }
     if !same_origin(&headers) {
         return (
@@ -170,12 +218,24 @@ async fn login(State(ui): State<UiState>, headers: HeaderMap, body: Bytes) -> Re
         .ok()
         .filter(|_| !token.is_empty())
     {
+        Some(p) if !can_view(&ui, &p) => {
+            tracing::info!(principal = %p.name, via = %p.via(), "dashboard login refused: no viewer or admin role on any queue");
+            (
+                StatusCode::FORBIDDEN,
+                pages::login(Some(&format!(
+                    "The token is valid, but its principal {:?} has no viewer or admin role \
+                     on any queue: the dashboard has nothing to show it.",
+                    p.name
+                ))),
+            )
+                .into_response()
+        }
         Some(p) => {
             // A login replaces the session the browser had, if any.
             if let Some(old) = cookie_id(&headers) {
                 ui.sessions().end(&old);
             }
-            let (id, _) = ui.sessions().create(Some(token.to_owned()));
+            let (id, _) = ui.sessions().create(Some(token.to_owned()), Some(&p.name));
             tracing::info!(principal = %p.name, via = %p.via(), "dashboard login");
             let mut r = Redirect::to("/ui/").into_response();
             if let Ok(v) = HeaderValue::from_str(&ui.cookie(&id)) {

@@ -123,7 +123,7 @@ fn visitor(ui: &UiState, headers: &HeaderMap, create: bool) -> Result<Visitor, R
     let (session_id, session, set_cookie) = match found {
         Some((id, s)) => (id, s, None),
         None if !ui.auth_on() && create => {
-            let (id, s) = ui.sessions().create(None);
+            let (id, s) = ui.sessions().create(None, None);
             let c = ui.cookie(&id);
             (id, s, Some(c))
         }

@@ -545,9 +545,12 @@ pub fn scratch() -> PathBuf {
 pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
+    // The address as Host, as a real client sends it (/metrics refuses other hosts).
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("read");
     assert!(

@@ -33,6 +33,7 @@ mod conn_deadlines;
 mod conn_harness;
 mod conn_idle;
 mod dashboard;
+mod forged_log;
 #[allow(dead_code)] // each abuse test uses part of it
 mod h2raw;
 mod http_limits;

@@ -21,7 +21,7 @@ async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Answer {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("read");

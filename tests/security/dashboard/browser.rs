@@ -54,6 +54,8 @@ pub struct Browser {
     client: reqwest::Client,
     base: String,
     pub cookie: Option<String>,
+    /// The `Host` header to send instead of the address (a DNS-rebinding page's name).
+    pub host: Option<String>,
 }
 
 impl Browser {
@@ -66,10 +68,15 @@ impl Browser {
                 .expect("client"),
             base: format!("http://{addr}"),
             cookie: None,
+            host: None,
         }
     }
 
     async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let req = match &self.host {
+            Some(h) => req.header(reqwest::header::HOST, h.clone()),
+            None => req,
+        };
         let req = match &self.cookie {
             Some(c) => req.header(COOKIE, c.clone()),
             None => req,

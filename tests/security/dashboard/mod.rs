@@ -7,8 +7,10 @@ mod actions;
 mod audit;
 mod browser;
 mod dead_filter;
+mod hosts;
 mod pages;
 mod readings;
+mod sessions;
 mod urls;
 
 use std::time::Duration;
