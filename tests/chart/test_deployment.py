@@ -244,3 +244,17 @@ def test_the_replica_id_is_the_pod_name(rendered):
     """ListWorkers names each replica: the chart gives it the pod's name (downward API)."""
     env = env_map(container(jobwire_deployment(rendered), "jobwire"))
     assert env["JOBWIRE_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_limits_become_their_flags_variables(rendered_all):
+    """Each `limits` key set renders as its flag's JOBWIRE_* variable with the value as text; a
+    key left null renders nothing (jobwire's default stays)."""
+    values = render.load_values(render.CI_VALUES["all-enabled"])["limits"]
+    env = env_map(container(jobwire_deployment(rendered_all["all-enabled"]), "jobwire"))
+    for key, value in values.items():
+        snake = "".join("_" + c if c.isupper() else c for c in key).upper()
+        assert env[f"JOBWIRE_{snake}"]["value"] == str(value), key
+    defaults = env_map(container(jobwire_deployment(rendered_all["defaults"]), "jobwire"))
+    for key in values:
+        snake = "".join("_" + c if c.isupper() else c for c in key).upper()
+        assert f"JOBWIRE_{snake}" not in defaults, f"{key} is null by default"

@@ -70,6 +70,9 @@ BAD = {
     "cert-manager duration in days": {"tls": {"certManager": {"duration": "90d"}}},
     "metrics token Secret without a key": {"metricsAuth": {"existingSecret": {"name": "m", "key": ""}}},
     "extra argument that is not text": {"extraArgs": ["--max-concurrent-streams", 100]},
+    "unknown limit": {"limits": {"maxSockets": 10}},
+    "limit duration without unit": {"limits": {"grpcPrefaceTimeout": "10"}},
+    "limit below its flag's range": {"limits": {"fdReserve": 4}},
 }
 GOOD = {
     "defaults": {},

@@ -237,3 +237,42 @@ upgrades and the ServiceMonitor keep it), else a new random one.
 {{- printf "/etc/jobwire-tls/%s" .Values.tls.clientCa.key }}
 {{- end }}
 {{- end }}
+
+{{/*
+The JOBWIRE_* variables of the `limits` values that are set (null: jobwire's default), one env
+entry each, in the order of the keys' names. An unknown key fails the render (the schema
+refuses it first).
+*/}}
+{{- define "jobwire.limits.env" -}}
+{{- $names := dict
+  "maxConcurrentStreams" "JOBWIRE_MAX_CONCURRENT_STREAMS"
+  "maxStreamsPerConnection" "JOBWIRE_MAX_STREAMS_PER_CONNECTION"
+  "maxStreamsPerPrincipal" "JOBWIRE_MAX_STREAMS_PER_PRINCIPAL"
+  "http2MaxPendingResetStreams" "JOBWIRE_HTTP2_MAX_PENDING_RESET_STREAMS"
+  "http2MaxLocalErrorResetStreams" "JOBWIRE_HTTP2_MAX_LOCAL_ERROR_RESET_STREAMS"
+  "maxConnectionAge" "JOBWIRE_MAX_CONNECTION_AGE"
+  "maxConnectionAgeGrace" "JOBWIRE_MAX_CONNECTION_AGE_GRACE"
+  "maxBufferedRequestBytesPerConnection" "JOBWIRE_MAX_BUFFERED_REQUEST_BYTES_PER_CONNECTION"
+  "maxBufferedRequestBytes" "JOBWIRE_MAX_BUFFERED_REQUEST_BYTES"
+  "grpcPrefaceTimeout" "JOBWIRE_GRPC_PREFACE_TIMEOUT"
+  "grpcKeepaliveInterval" "JOBWIRE_GRPC_KEEPALIVE_INTERVAL"
+  "grpcKeepaliveTimeout" "JOBWIRE_GRPC_KEEPALIVE_TIMEOUT"
+  "maxConnections" "JOBWIRE_MAX_CONNECTIONS"
+  "maxConnectionsPerIp" "JOBWIRE_MAX_CONNECTIONS_PER_IP"
+  "fdReserve" "JOBWIRE_FD_RESERVE"
+  "httpMaxConnections" "JOBWIRE_HTTP_MAX_CONNECTIONS"
+  "httpHeaderReadTimeout" "JOBWIRE_HTTP_HEADER_READ_TIMEOUT"
+  "httpRequestTimeout" "JOBWIRE_HTTP_REQUEST_TIMEOUT"
+  "httpMaxBodyBytes" "JOBWIRE_HTTP_MAX_BODY_BYTES"
+}}
+{{- range $key, $value := .Values.limits }}
+{{- if not (kindIs "invalid" $value) }}
+{{- $name := get $names $key }}
+{{- if not $name }}
+{{- fail (printf "limits.%s is not a limit the chart knows" $key) }}
+{{- end }}
+- name: {{ $name }}
+  value: {{ if kindIs "string" $value }}{{ $value | quote }}{{ else }}{{ $value | int64 | quote }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
