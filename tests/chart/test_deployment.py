@@ -258,3 +258,29 @@ def test_limits_become_their_flags_variables(rendered_all):
     for key in values:
         snake = "".join("_" + c if c.isupper() else c for c in key).upper()
         assert f"JOBWIRE_{snake}" not in defaults, f"{key} is null by default"
+
+
+def test_dashboard_and_certificate_settings_reach_the_binary(rendered_all):
+    """ui.allowedHosts becomes JOBWIRE_HTTP_ALLOWED_HOSTS (comma-separated), ui.loginRate and
+    ui.maxSessionsPerPrincipal their flags; tls.clientIdentityCn passes its flag only when set."""
+    c = container(jobwire_deployment(rendered_all["all-enabled"]), "jobwire")
+    env = env_map(c)
+    assert env["JOBWIRE_HTTP_ALLOWED_HOSTS"]["value"] == "jobwire.example.com,jobwire-ui.internal"
+    args = c["args"]
+    assert args[args.index("--ui-login-rate") + 1] == "120"
+    assert args[args.index("--ui-max-sessions-per-principal") + 1] == "10"
+    secure = container(jobwire_deployment(rendered_all["secure"]), "jobwire")
+    assert "--tls-client-identity-cn" not in secure["args"]
+    assert env_map(secure)["JOBWIRE_HTTP_ALLOWED_HOSTS"]["value"] == "jobwire.example.com"
+    defaults = container(jobwire_deployment(rendered_all["defaults"]), "jobwire")
+    assert "JOBWIRE_HTTP_ALLOWED_HOSTS" not in env_map(defaults)
+    assert not {"--ui-login-rate", "--tls-client-identity-cn"} & set(defaults["args"])
+
+
+def test_the_cn_flag_needs_client_auth_and_is_passed_when_asked():
+    """tls.clientIdentityCn passes --tls-client-identity-cn with mTLS, and nothing without it."""
+    tls = {"enabled": True, "secretName": "jobwire-grpc-tls", "clientIdentityCn": True}
+    with_mtls = render.manifests({"insecure": True, "tls": {**tls, "clientAuth": True}})
+    assert "--tls-client-identity-cn" in container(jobwire_deployment(with_mtls), "jobwire")["args"]
+    without = render.manifests({"insecure": True, "tls": {**tls, "clientAuth": False}})
+    assert "--tls-client-identity-cn" not in container(jobwire_deployment(without), "jobwire")["args"]
