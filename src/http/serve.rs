@@ -95,7 +95,9 @@ pub async fn serve_with_limits(
         .layer(axum::middleware::from_fn(move |req, next| {
             read_body_within(body_deadline, req, next)
         }))
-        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes));
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        // tower-http answers a too long Content-Length with its own text: say which flag.
+        .layer(axum::middleware::map_response(name_the_body_limit));
     let caps = ConnCaps::new(
         port,
         limits.max_connections.into(),
@@ -146,6 +148,22 @@ pub async fn serve_with_limits(
     Ok(())
 }
 
+/// A 413 (only the body limit answers it) with the text that names `--http-max-body-bytes`.
+async fn name_the_body_limit(res: Response) -> Response {
+    if res.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return too_large();
+    }
+    res
+}
+
+fn too_large() -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "the request body is larger than --http-max-body-bytes",
+    )
+        .into_response()
+}
+
 /// Reads the request's whole body within `deadline` (408 past it; 413 past the body limit
 /// the layer outside set) and hands the request on with the body in memory.
 async fn read_body_within(deadline: Duration, req: Request, next: Next) -> Response {
@@ -158,11 +176,7 @@ async fn read_body_within(deadline: Duration, req: Request, next: Next) -> Respo
         Ok(Err(e)) => {
             let e = e.into_inner();
             if e.downcast_ref::<LengthLimitError>().is_some() {
-                (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "the request body is larger than --http-max-body-bytes",
-                )
-                    .into_response()
+                too_large()
             } else {
                 (
                     StatusCode::BAD_REQUEST,

@@ -189,6 +189,20 @@ async fn a_slow_body_gets_408_and_an_idle_keep_alive_connection_is_closed() {
     )
     .await;
 
+    // A Content-Length past the limit gets 413 at once, naming the flag (a chunked body past it
+    // gets the same answer from the read; the flood above sends both).
+    let mut big = TcpStream::connect(server.http).await.expect("connect");
+    let head = format!(
+        "POST /ui/login HTTP/1.1\r\nHost: {}\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n",
+        server.http
+    );
+    big.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), big.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("--http-max-body-bytes"), "{answer}");
+
     let mut slow = TcpStream::connect(server.http).await.expect("connect");
     slow.write_all(
         format!(
