@@ -12,12 +12,13 @@
 mod attack;
 mod server;
 
-use std::time::Duration;
-
 use crate::secured::Who;
 
 use attack::*;
 use server::*;
+
+/// The path of JobService.Enqueue.
+const ENQUEUE: &str = "/jobwire.v1.JobService/Enqueue";
 
 fn principals() -> (Who, Who, Who) {
     let honest = Who::new("honest", &[(&["honest-*"], &["producer", "worker"])]);
@@ -39,26 +40,11 @@ async fn unauthenticated_streams_cannot_fill_memory() {
         &server,
         h,
         PER_CONNECTION,
+        Latency::Unaffected,
         |report| async move {
-            let mut c = h2_connect(addr).await;
-            let mut held = Vec::new();
             // Streams the server refuses at once free their place: at most 200 tries.
-            for _ in 0..200 {
-                match hold_message(
-                    &mut c,
-                    addr,
-                    "/grpc.health.v1.Health/Check",
-                    None,
-                    3 * MIB + MIB / 2,
-                    &report,
-                )
-                .await
-                {
-                    Some(t) => held.push(t),
-                    None => break,
-                }
-            }
-            held
+            let health = "/grpc.health.v1.Health/Check";
+            hold_on_connection(addr, health, None, 3 * MIB + MIB / 2, 200, false, &report).await
         },
     )
     .await;
@@ -78,22 +64,11 @@ async fn a_principal_without_grants_is_refused_before_its_body() {
         &server,
         h,
         32 * MIB,
+        Latency::Unaffected,
         |report| async move {
-            let mut c = h2_connect(addr).await;
-            let mut held = Vec::new();
-            for _ in 0..16 {
-                let t = hold_message(
-                    &mut c,
-                    addr,
-                    "/jobwire.v1.JobService/Enqueue",
-                    Some(&token),
-                    50 * MIB,
-                    &report,
-                )
-                .await
-                .expect("a stream");
-                held.push(t);
-            }
+            let held =
+                hold_on_connection(addr, ENQUEUE, Some(&token), 50 * MIB, 16, false, &report).await;
+            assert_eq!(held.len(), 16, "a stream for each body");
             held
         },
     )
@@ -119,21 +94,15 @@ async fn an_authorized_principal_is_bounded_by_the_process_budget() {
         &server,
         h,
         PROCESS + 64 * MIB,
+        Latency::Shared,
         |report| async move {
             let mut held = Vec::new();
             for _ in 0..10 {
-                let mut c = h2_connect(addr).await;
-                let t = hold_message(
-                    &mut c,
-                    addr,
-                    "/jobwire.v1.JobService/Enqueue",
-                    Some(&token),
-                    60 * MIB,
-                    &report,
-                )
-                .await
-                .expect("a stream");
-                held.push(t);
+                let one =
+                    hold_on_connection(addr, ENQUEUE, Some(&token), 60 * MIB, 1, false, &report)
+                        .await;
+                assert_eq!(one.len(), 1, "a stream on each connection");
+                held.extend(one);
             }
             held
         },
@@ -165,25 +134,10 @@ async fn one_connection_is_bounded_by_its_budget() {
         &server,
         h,
         2 * PER_CONNECTION + 32 * MIB,
+        Latency::Shared,
         |report| async move {
-            let mut c = h2_connect(addr).await;
-            let mut held = Vec::new();
-            for _ in 0..200 {
-                match hold_message(
-                    &mut c,
-                    addr,
-                    "/jobwire.v1.JobService/Enqueue",
-                    Some(&token),
-                    3 * MIB + MIB / 2,
-                    &report,
-                )
-                .await
-                {
-                    Some(t) => held.push(t),
-                    None => break,
-                }
-            }
-            held
+            let len = 3 * MIB + MIB / 2;
+            hold_on_connection(addr, ENQUEUE, Some(&token), len, 200, false, &report).await
         },
     )
     .await;
@@ -211,27 +165,14 @@ async fn many_connections_of_small_messages_are_bounded_by_the_process_budget() 
         &server,
         h,
         2 * PROCESS + 64 * MIB,
+        Latency::Shared,
         |report| async move {
             let mut held = Vec::new();
             for _ in 0..4 {
-                let mut c = h2_connect(addr).await;
-                // Let the connection's SETTINGS arrive: no stream past its limit.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                for _ in 0..100 {
-                    match hold_message(
-                        &mut c,
-                        addr,
-                        "/jobwire.v1.JobService/Enqueue",
-                        Some(&token),
-                        3 * MIB + MIB / 2,
-                        &report,
-                    )
-                    .await
-                    {
-                        Some(t) => held.push(t),
-                        None => break,
-                    }
-                }
+                let len = 3 * MIB + MIB / 2;
+                held.extend(
+                    hold_on_connection(addr, ENQUEUE, Some(&token), len, 100, true, &report).await,
+                );
             }
             held
         },
