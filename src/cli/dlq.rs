@@ -20,7 +20,7 @@ use super::CliError;
 #[derive(Debug, Args)]
 pub struct DlqArgs {
     #[command(flatten)]
-    global: GlobalArgs,
+    pub(super) global: GlobalArgs,
     #[command(subcommand)]
     command: DlqCommand,
 }

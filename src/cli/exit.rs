@@ -97,12 +97,54 @@ pub fn hint(error: &str) -> Option<&'static str> {
     if error.starts_with("UNAUTHENTICATED") {
         Some("set JOBWIRE_TOKEN or pass --token jw_<id>_<secret> (an admin makes one with `jobwire token new`)")
     } else if error.contains("grpc-status header missing") {
-        Some("is --server the gRPC port? (default 50051; the HTTP port serves metrics and health)")
+        Some(GRPC_PORT_HINT)
     } else if error.contains("InvalidContentType") || error.contains("InvalidMessage") {
         Some("the server may not use TLS: try an http:// --server")
     } else {
         None
     }
+}
+
+/// The hint for a gRPC call that reached an HTTP/1.1 port.
+const GRPC_PORT_HINT: &str =
+    "is --server the gRPC port? (default 50051; the HTTP port serves metrics and health)";
+
+/// How long [`http_port_hint`] waits for the connection and for the answer, each.
+const PROBE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// For a call that failed in transport (`err` is UNKNOWN, CANCELLED, UNAVAILABLE or
+/// INTERNAL): the gRPC-port hint when plaintext `server` answers an HTTP/1.1 request, i.e. is
+/// an HTTP port. jobwire's HTTP port speaks HTTP/1.1 only and closes a gRPC client's HTTP/2
+/// connection without a word, so the call's own error ("operation was canceled", "transport
+/// error") does not say what is wrong. A gRPC port never answers `HTTP/1.x`.
+pub async fn http_port_hint(err: &CliError, server: &str) -> Option<&'static str> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let CliError::Status(s) = err else {
+        return None;
+    };
+    use tonic::Code::*;
+    if !matches!(s.code(), Unknown | Cancelled | Unavailable | Internal) {
+        return None;
+    }
+    let authority = match server.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some(_) => return None,
+        None => server,
+    }
+    .trim_end_matches('/');
+    let mut tcp = tokio::time::timeout(PROBE_PATIENCE, tokio::net::TcpStream::connect(authority))
+        .await
+        .ok()?
+        .ok()?;
+    let request =
+        format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.ok()?;
+    let mut head = [0u8; 8];
+    tokio::time::timeout(PROBE_PATIENCE, tcp.read_exact(&mut head))
+        .await
+        .ok()?
+        .ok()?;
+    head.starts_with(b"HTTP/1.").then_some(GRPC_PORT_HINT)
 }
 
 /// `s` with line breaks replaced by spaces, so an error is one line.

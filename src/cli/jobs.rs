@@ -21,7 +21,7 @@ use super::CliError;
 #[derive(Debug, Args)]
 pub struct JobsArgs {
     #[command(flatten)]
-    global: GlobalArgs,
+    pub(super) global: GlobalArgs,
     #[command(subcommand)]
     command: JobsCommand,
 }

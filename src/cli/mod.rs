@@ -55,6 +55,13 @@ pub enum Command {
 /// Runs an operator command and returns the process exit code (errors are printed on
 /// stderr, one line each).
 pub async fn run(command: Command) -> i32 {
+    let server = match &command {
+        Command::Queues(a) => Some(a.global.server.clone()),
+        Command::Jobs(a) => Some(a.global.server.clone()),
+        Command::Dlq(a) => Some(a.global.server.clone()),
+        Command::Workers(a) => Some(a.global.server.clone()),
+        Command::Token(_) => None,
+    };
     let r = match command {
         Command::Queues(a) => queues::run(a).await,
         Command::Jobs(a) => jobs::run(a).await,
@@ -79,7 +86,12 @@ pub async fn run(command: Command) -> i32 {
         Err(e) => {
             let text = e.to_string();
             eprintln!("jobwire: {text}");
-            if let Some(h) = exit::hint(&text) {
+            let hint = match (exit::hint(&text), &server) {
+                (Some(h), _) => Some(h),
+                (None, Some(server)) => exit::http_port_hint(&e, server).await,
+                (None, None) => None,
+            };
+            if let Some(h) = hint {
                 eprintln!("hint: {h}");
             }
             e.exit_code()

@@ -16,7 +16,7 @@ use super::{prompt, CliError};
 #[derive(Debug, Args)]
 pub struct QueuesArgs {
     #[command(flatten)]
-    global: GlobalArgs,
+    pub(super) global: GlobalArgs,
     #[command(subcommand)]
     command: QueuesCommand,
 }

@@ -16,7 +16,7 @@ use super::CliError;
 #[derive(Debug, Args)]
 pub struct WorkersArgs {
     #[command(flatten)]
-    global: GlobalArgs,
+    pub(super) global: GlobalArgs,
     #[command(subcommand)]
     command: WorkersCommand,
 }
