@@ -84,14 +84,22 @@ def assert_unauthenticated(err: grpc.RpcError, *not_in_message: str) -> None:
         assert secret not in err.details(), "the refusal echoes the secret it was given"
 
 
-def assert_denied(err: grpc.RpcError, principal: str, queue: str, role: str) -> None:
+def assert_denied(err: grpc.RpcError, principal: str, queue: str | None, role: str) -> None:
     """PERMISSION_DENIED naming the principal, the queue and the missing role, in the message and
-    in ErrorInfo.metadata."""
+    in ErrorInfo.metadata. `queue` None: the principal holds the role on no queue at all, so the
+    call is refused before its request is read, naming the role "on at least one queue" and no
+    queue (docs/security.md, "Request memory on the gRPC port")."""
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED, f"{err.code().name}: {err.details()}"
-    assert principal in err.details() and queue in err.details() and role in err.details(), err.details()
+    assert principal in err.details() and role in err.details(), err.details()
     info = error_info(err)
     assert info.reason == "PERMISSION_DENIED" and info.domain == "jobwire.dev"
-    assert info.metadata["queue"] == queue and role in info.metadata["roles"], dict(info.metadata)
+    assert role in info.metadata["roles"], dict(info.metadata)
+    if queue is None:
+        assert "on at least one queue" in err.details(), err.details()
+        assert "queue" not in info.metadata, dict(info.metadata)
+    else:
+        assert queue in err.details(), err.details()
+        assert info.metadata["queue"] == queue, dict(info.metadata)
 
 
 def redis_keys_naming(redis_url: str, queue: str) -> list[str]:
@@ -161,14 +169,15 @@ def test_right_token_wrong_role(stubs, server, orders, redis_url):
     pb = stubs
     worker_ch, api, viewer = server.channel("orders-worker"), server.channel("orders-api"), server.channel("orders-viewer")
     try:
-        assert_denied(refused(lambda: enqueue(pb, worker_ch, orders, "x")), "orders-worker", orders, "producer")
+        # Each holds the role it lacks on no queue: refused before the request is read.
+        assert_denied(refused(lambda: enqueue(pb, worker_ch, orders, "x")), "orders-worker", None, "producer")
         assert_denied(refused(lambda: pb.QueueServiceStub(viewer).PurgeQueue(
-            pb.PurgeQueueRequest(queue=orders), timeout=10)), "orders-viewer", orders, "admin")
+            pb.PurgeQueueRequest(queue=orders), timeout=10)), "orders-viewer", None, "admin")
         assert redis_keys_naming(redis_url, orders) == []
         # A producer may not subscribe: the stream ends with the refusal.
         w = Worker(api, [orders], credits=1, worker_id="not-a-worker")
         assert w.done.wait(WAIT_S), "the stream of a producer was not refused"
-        assert_denied(w.error, "orders-api", orders, "worker")
+        assert_denied(w.error, "orders-api", None, "worker")
         w.close()
     finally:
         for ch in (worker_ch, api, viewer):
