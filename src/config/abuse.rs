@@ -209,15 +209,9 @@ impl AbuseArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cli, Command};
-    use clap::Parser;
 
     fn serve(args: &[&str]) -> AbuseArgs {
-        let argv = ["jobwire", "serve"].iter().chain(args).copied();
-        match Cli::try_parse_from(argv).expect("parse").command {
-            Command::Serve(a) => a.abuse,
-            _ => panic!("not serve"),
-        }
+        crate::config::tests::serve(args).expect("parse").abuse
     }
 
     #[test]

@@ -252,15 +252,9 @@ impl ConnArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cli, Command};
-    use clap::Parser;
 
     fn serve(args: &[&str]) -> ConnArgs {
-        let argv = ["jobwire", "serve"].iter().chain(args).copied();
-        match Cli::try_parse_from(argv).expect("parse").command {
-            Command::Serve(a) => a.conn,
-            _ => panic!("not serve"),
-        }
+        crate::config::tests::serve(args).expect("parse").conn
     }
 
     #[test]

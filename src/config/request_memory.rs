@@ -86,17 +86,13 @@ impl RequestMemoryArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cli, Command};
-    use clap::Parser;
 
     const PAYLOAD: usize = 1 << 20;
 
     fn serve(args: &[&str]) -> RequestMemoryArgs {
-        let argv = ["jobwire", "serve"].iter().chain(args).copied();
-        match Cli::try_parse_from(argv).expect("parse").command {
-            Command::Serve(a) => a.request_memory,
-            _ => panic!("not serve"),
-        }
+        crate::config::tests::serve(args)
+            .expect("parse")
+            .request_memory
     }
 
     #[test]

@@ -3,7 +3,8 @@
 use super::*;
 use clap::CommandFactory;
 
-fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+/// `jobwire serve ARGS` parsed (also the flag groups' own unit tests use it).
+pub(super) fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     let argv = ["jobwire", "serve"].iter().chain(args).copied();
     Cli::try_parse_from(argv).map(|cli| match cli.command {
         Command::Serve(a) => a,
