@@ -20,12 +20,16 @@ async fn info_field(c: &mut redis::aio::MultiplexedConnection, field: &str) -> O
 /// `CLIENT PAUSE <ms> ALL`: every client's commands wait, the servers' calls time out on
 /// their side (their Redis timeout is 3 s) while Redis still runs them afterwards.
 pub(super) async fn pause(redis: &RedisProc, ms: u64) {
-    let mut c = redis.conn().await;
+    pause_conn(&mut redis.conn().await, ms).await;
+}
+
+/// [`pause`] through connection `c` (a Cluster node's).
+pub(super) async fn pause_conn(c: &mut redis::aio::MultiplexedConnection, ms: u64) {
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(ms)
         .arg("ALL")
-        .query_async(&mut c)
+        .query_async(c)
         .await
         .expect("CLIENT PAUSE");
     tokio::time::sleep(Duration::from_millis(ms + 200)).await;

@@ -1,4 +1,5 @@
-//! The soak's clients: workers that ack, fail, hang and reconnect; worker child processes
+//! The soak's clients: workers that ack (after 0-30 ms), fail, hang and reconnect; worker
+//! child processes
 //! SIGKILLed mid-job; and a worker that stops reading its stream. Every lease a client reads
 //! is recorded in [`Stats`], so the soak can check that no job was charged an attempt for a
 //! lease that never reached a worker.
@@ -57,14 +58,16 @@ async fn read_rest(stream: &mut Streaming<pb::SubscribeResponse>, stats: &Stats,
     while let Ok(Ok(Some(m))) = tokio::time::timeout_at(deadline, stream.message()).await {
         if let Some(Out::Lease(l)) = m.message {
             if let Some(job) = l.job {
-                stats.delivered(&job.job_id, worker_id);
+                stats.delivered(&job.job_id, l.attempt, worker_id);
             }
         }
     }
 }
 
-/// A worker that reconnects forever (each stream under its own worker id, `soak-<n>-<k>`): per lease it acks (89 %), fails RETRY (10 %) or hangs
-/// (1 %: goes silent past the heartbeat timeout, then abandons its stream).
+/// A worker that reconnects forever (each stream under its own worker id, `soak-<n>-<k>`):
+/// per lease it acks after 0-30 ms (89 %: long enough for the short job timeouts to pass
+/// first), fails RETRY (10 %) or hangs (1 %: goes silent past the heartbeat timeout, then
+/// abandons its stream).
 pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: CancellationToken) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(n);
     for k in 0.. {
@@ -94,7 +97,7 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
                     message: Some(Out::Lease(l)),
                 })) => {
                     let job = l.job.as_ref().expect("job");
-                    stats.delivered(&job.job_id, &worker_id);
+                    stats.delivered(&job.job_id, l.attempt, &worker_id);
                     let (queue, job_id, lease_token) =
                         (job.queue.clone(), job.job_id.clone(), l.lease_token.clone());
                     let r: f64 = rng.random();
@@ -126,9 +129,12 @@ pub(super) async fn worker(n: u64, servers: Servers, stats: Arc<Stats>, stop: Ca
                             lease_token,
                         })
                     };
-                    if tx.send(pb::SubscribeRequest { message: Some(m) }).is_err() {
-                        break;
-                    }
+                    let delay = Duration::from_millis(rng.random_range(0..=30));
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = tx.send(pb::SubscribeRequest { message: Some(m) });
+                    });
                 }
                 Ok(Some(pb::SubscribeResponse {
                     message: Some(Out::Settled(s)),
@@ -164,7 +170,7 @@ pub(super) async fn killer(servers: Servers, stats: Arc<Stats>, stop: Cancellati
         child.sigkill().await;
         match leased {
             Some(l) => {
-                stats.delivered(&l.job_id, "child");
+                stats.delivered(&l.job_id, l.attempt, "child");
                 stats.kills.fetch_add(1, Ordering::Relaxed);
             }
             None => {
@@ -214,7 +220,7 @@ pub(super) async fn stalled_reader(
         })))) = first
         {
             if let Some(job) = l.job {
-                stats.delivered(&job.job_id, &worker_id);
+                stats.delivered(&job.job_id, l.attempt, &worker_id);
             }
         }
         stats.stalls.fetch_add(1, Ordering::Relaxed);
