@@ -29,8 +29,10 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 /// `settle_lease.rs`) to carry its confirmation before the loop sends it alone. Under a
 /// steady trickle (100 jobs/s or more) the next call comes sooner, so the confirmation costs
 /// no script call of its own. The price: a replica that dies within this time after handing
-/// out a job leaves that job's lease unconfirmed, released uncharged at its deadline
-/// (attempts.lua, "Lost lease replies") where it would have counted as a failed attempt.
+/// out a job leaves that job's lease unconfirmed, released uncharged at its deadline (once
+/// the call is [`crate::store::lost_call_after`] old: attempts.lua, "Lost lease replies")
+/// where it would have counted as a failed attempt. `reap.lua` knows this delay too
+/// (`CONFIRM_STEP_MS`).
 pub(super) const CONFIRM_DELAY: Duration = Duration::from_millis(20);
 
 pub(super) struct QueueLoop {

@@ -25,5 +25,6 @@ mod runaway_queues;
 mod soak;
 mod startup;
 mod tls;
+mod unconfirmed_calls;
 mod topologies;
 mod wait_replicas;
