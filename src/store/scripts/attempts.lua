@@ -8,9 +8,15 @@
 -- CancelJobs) or EXPIRED (not leased before its expire time); both are terminal, never
 -- dead-lettered (but an expired job of a queue with meta dead_letter_expired = '1' is DEAD
 -- with reason EXPIRED), and kept by the completed retention in K_CANCELLED / K_EXPIRED.
--- Expiry applies only until a job is first leased: the lease takes it out of K_EXPIRY, so
--- a retried, released or replayed job never expires (its expire time stays on the header,
--- for GetJob).
+-- Expiry bounds every start (issue 32): a job past its expire time (header XA) never
+-- starts again. A lease takes it out of K_EXPIRY (an active job does not expire: it may
+-- finish); every way back to waiting or delayed puts it back under its expire time: a
+-- hand-back (hand_back: uncharged; one already past expires at the next lease or reap that
+-- finds it, before it can start) and a retry (fail_attempt: one already past ends EXPIRED,
+-- or DEAD with reason EXPIRED, at once; one due after it expires at the expire time, still
+-- delayed). A last attempt that fails is dead-lettered with its own reason, expired or
+-- not. Replay clears the expire time: a person who replays a dead job explicitly gets a run
+-- (and its retries), whatever its ttl said.
 -- An ACTIVE job is cancelled in two steps: the cancel sets CX (cancel-requested ms) and the
 -- data field x ('<revoke ms>,<reason>'), caps its K_ACTIVE score at the revoke time (now +
 -- meta cancel_grace_ms, default 30 s) and publishes 'c:...' on the wake channel (the
@@ -123,11 +129,13 @@ end
 
 -- Ends the current attempt of leased job `id` (header h) as failed: records the
 -- error, then retries (delayed or waiting), returns the job without consuming the attempt
--- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
--- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
--- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
--- Returns state, time (ready or dead), dead reason ('' unless dead). A job made waiting
--- needs a wake-up: the caller PUBLISHes once for all of its jobs (wake_after_failures).
+-- (RATE_LIMITED), or dead-letters it, all in this one script; a job that would be retried
+-- past its expire time ends EXPIRED (or DEAD with reason EXPIRED) instead. `disposition` is
+-- RETRY, NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt
+-- remains (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
+-- Returns state, time (ready, dead or expired), dead reason ('' unless dead). A job made
+-- waiting needs a wake-up: the caller PUBLISHes once for all of its jobs
+-- (wake_after_failures).
 local function fail_attempt(id, h, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
   local att = h[ATT]
   local reason = ''
@@ -164,7 +172,21 @@ local function fail_attempt(id, h, now, disposition, exhausted_reason, message, 
     redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
     trim_dead(now)
     return { 'dead', now, reason }
-  elseif delay > 0 then
+  end
+  -- A retry never starts past the expire time ("Cancel and expiry"): past it now, the job
+  -- ends here; else it is back under it, also when its retry is due later.
+  if h[XA] > 0 then
+    if h[XA] <= now then
+      if expire_job(id, h, now) == 'dead' then
+        trim_dead(now)
+        return { 'dead', now, 'EXPIRED' }
+      end
+      trim_finished(K_EXPIRED, now, 1)
+      return { 'expired', now, '' }
+    end
+    redis.call('ZADD', K_EXPIRY, int(h[XA]), id)
+  end
+  if delay > 0 then
     schedule(id, h, now + delay)
     return { 'delayed', now + delay, '' }
   end
@@ -397,6 +419,9 @@ local function hand_back(id, h, now)
   end
   leave_active(id, h)
   h[TOK], h[AD] = '', 0
+  -- Back under its expire time ("Cancel and expiry"): one already past expires at the next
+  -- lease or reap that finds it, before any lease can start it.
+  if h[XA] > 0 then redis.call('ZADD', K_EXPIRY, int(h[XA]), id) end
   make_ready(id, h, now)
   return true
 end

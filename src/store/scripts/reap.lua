@@ -25,8 +25,8 @@
 --          completed jobs trimmed, dead jobs trimmed (by this call and by the ack and fail
 --          calls since the last reap: the meta counters are collected and reset),
 --          more (1: the call's byte budget ran out before the expired leases did: call
---          again; common.lua), jobs expired by this call,
---          per reaped job: { id, name, error type ('CANCELLED' for a revoked lease),
+--          again; common.lua), jobs expired by this call (retries past their expire time
+--          included), per reaped job: { id, name, error type ('CANCELLED' for a revoked lease),
 --          state, dead reason, attempt } }
 local RETENTION_BUDGET = 1000
 -- The least wait before a young unconfirmed call's lease is looked at again: the
@@ -43,6 +43,7 @@ for _, call in ipairs(redis.call('ZRANGE', K_CALLS, '-inf', now, 'BYSCORE', 'LIM
   if over_budget() then out[7] = 1; break end
   if reap_call(call, now, lost_after) > 0 then any_waiting = true end
 end
+local retried_expired = 0
 local expired = redis.call('ZRANGE', K_ACTIVE, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 for i, id in ipairs(expired) do
   -- Past the byte budget (common.lua): the rest wait for the next call.
@@ -73,6 +74,7 @@ for i, id in ipairs(expired) do
     local name, att = h[NAME], h[ATT]
     local r = fail_attempt(id, h, now, 'RETRY', etype, message, etype, '', -1, tonumber(ARGV[3 + i]) or 0)
     if r[1] == 'waiting' then any_waiting = true end
+    if r[1] == 'expired' or r[3] == 'EXPIRED' then retried_expired = retried_expired + 1 end
     out[#out + 1] = { id, name, etype, r[1], r[3], att }
   end
 end
@@ -97,8 +99,9 @@ for _, id in ipairs(expiring) do
   end
 end
 if #expiring >= limit then out[7] = 1 end
+-- The retries that ended EXPIRED above (fail_attempt trimmed for them) count too.
+out[8] = expired_n + retried_expired
 if expired_n > 0 then
-  out[8] = expired_n
   trim_finished(K_EXPIRED, now, expired_n)
   if expired_dead then trim_dead(now) end
 end
