@@ -473,8 +473,14 @@ mod tests {
 
     #[test]
     fn a_lease_tag_is_the_call_prefix_and_the_slot() {
-        assert_eq!(lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-1"), "ad232bb1-1");
-        assert_eq!(lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-12"), "ad232bb1-12");
+        assert_eq!(
+            lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-1"),
+            "ad232bb1-1"
+        );
+        assert_eq!(
+            lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-12"),
+            "ad232bb1-12"
+        );
         assert_eq!(lease_tag("short"), "short");
         assert_eq!(lease_tag("0123456789"), "01234567");
     }

@@ -25,6 +25,6 @@ mod runaway_queues;
 mod soak;
 mod startup;
 mod tls;
-mod unconfirmed_calls;
 mod topologies;
+mod unconfirmed_calls;
 mod wait_replicas;

@@ -68,7 +68,14 @@ type Seen = BTreeMap<String, Vec<(usize, pb::Lease)>>;
 /// Reads both workers' leases for `period` (heartbeating), recording each in `seen`, and
 /// checks after every read that none of `held` (jobs a worker holds and must keep) is shown
 /// anything but ACTIVE with one attempt.
-async fn collect(app: &TestApp, q: &str, w: &mut [TestWorker; 2], seen: &mut Seen, held: &[&str], period: Duration) {
+async fn collect(
+    app: &TestApp,
+    q: &str,
+    w: &mut [TestWorker; 2],
+    seen: &mut Seen,
+    held: &[&str],
+    period: Duration,
+) {
     let end = Instant::now() + period;
     while Instant::now() < end {
         for (i, worker) in w.iter_mut().enumerate() {
@@ -129,12 +136,23 @@ async fn a_timeout_under_the_confirmation_delay_is_charged_and_takes_no_other_jo
         enqueue_all(&app, specs).await;
         let mut seen = Seen::new();
         let held: Vec<&str> = long.iter().map(String::as_str).collect();
-        collect(&app, q, &mut w, &mut seen, &held, Duration::from_millis(1500)).await;
+        collect(
+            &app,
+            q,
+            &mut w,
+            &mut seen,
+            &held,
+            Duration::from_millis(1500),
+        )
+        .await;
         deliveries += seen.values().map(Vec::len).sum::<usize>();
         println!(
             "round {round}: attempts per job {:?}",
             seen.iter()
-                .map(|(id, v)| (id.as_str(), v.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>()))
+                .map(|(id, v)| (
+                    id.as_str(),
+                    v.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>()
+                ))
                 .collect::<Vec<_>>()
         );
         for id in &long {
@@ -209,15 +227,30 @@ async fn a_cancel_with_no_grace_just_after_a_lease_takes_no_other_job_back() {
             .map(String::as_str)
             .filter(|id| *id != victim)
             .collect();
-        collect(&app, q, &mut w, &mut seen, &held, Duration::from_millis(1000)).await;
+        collect(
+            &app,
+            q,
+            &mut w,
+            &mut seen,
+            &held,
+            Duration::from_millis(1000),
+        )
+        .await;
         deliveries += seen.values().map(Vec::len).sum::<usize>();
         println!(
             "round {round}: cancelled {victim}; attempts per job {:?}",
             seen.iter()
-                .map(|(id, v)| (id.as_str(), v.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>()))
+                .map(|(id, v)| (
+                    id.as_str(),
+                    v.iter().map(|(_, l)| l.attempt).collect::<Vec<_>>()
+                ))
                 .collect::<Vec<_>>()
         );
-        assert_eq!(attempts(&seen, &victim), [1], "{q}/{victim}: never delivered again");
+        assert_eq!(
+            attempts(&seen, &victim),
+            [1],
+            "{q}/{victim}: never delivered again"
+        );
         let v = get_job(&app, q, &victim).await;
         assert_eq!(v.state, pb::JobState::Cancelled as i32, "{q}/{victim}");
         for id in &held {

@@ -252,7 +252,10 @@ async fn a_replayed_job_runs_and_retries_whatever_its_old_expire_time() {
         .expect("replay")
         .into_inner();
     assert_eq!(r.replayed_job_ids, ["a"]);
-    assert!(get_job(&app, q, "a").await.expire_time.is_none(), "replay clears the expire time");
+    assert!(
+        get_job(&app, q, "a").await.expire_time.is_none(),
+        "replay clears the expire time"
+    );
     // It runs, and its retry runs too.
     let mut w = TestWorker::open(&app, &[q], 1, "w").await;
     let l = w.lease().await;
@@ -266,7 +269,11 @@ async fn a_replayed_job_runs_and_retries_whatever_its_old_expire_time() {
             Some(Duration::from_millis(10)),
         )
         .await;
-    assert_eq!(s.state, pb::JobState::Delayed as i32, "retried, not expired");
+    assert_eq!(
+        s.state,
+        pb::JobState::Delayed as i32,
+        "retried, not expired"
+    );
     let l2 = w.lease().await;
     assert_eq!(l2.attempt, 2);
     assert_eq!(w.ack(&l2).await.code, 0);

@@ -54,7 +54,9 @@ async fn spawn_json(
 }
 
 /// The next log line, parsed.
-async fn next_json(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>) -> serde_json::Value {
+async fn next_json(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) -> serde_json::Value {
     let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
         .await
         .expect("a log line within 10 s")
