@@ -39,7 +39,7 @@ pub struct Store {
     /// `--redis-wait-replicas` (see `durability.rs`).
     pub(super) wait: WaitReplicas,
     /// How old an unconfirmed lease call must be before the reaper takes it for lost
-    /// ([`super::leases::lost_call_after`] of the command timeout).
+    /// ([`crate::store::lost_call_after`] of the command timeout).
     pub(super) lost_call_after: Duration,
 }
 
@@ -109,7 +109,7 @@ impl Store {
     }
 
     /// This store with the reaper taking an unconfirmed lease call for lost once it is
-    /// `after` old instead of [`super::leases::lost_call_after`] of the command timeout (a
+    /// `after` old instead of [`crate::store::lost_call_after`] of the command timeout (a
     /// test drives the reaper with calls old or young at will).
     pub fn with_lost_call_after(mut self, after: Duration) -> Store {
         self.lost_call_after = after;
