@@ -342,6 +342,12 @@ fn record_failure(
         o.dead_reason,
         Some(run_ms),
     );
+    if o.state == crate::jobs::JobState::Expired
+        || o.dead_reason == Some(crate::jobs::DeadReason::Expired)
+    {
+        // Its retry would have started past its expire time: it expired instead.
+        crate::metrics::expired(queue.as_str(), 1);
+    }
     span.in_scope(|| {
         tracing::info!(queue = %queue, job_id = %Untrusted(&item.id), name = %Untrusted(&o.name), attempt = o.attempt,
             worker_id = %Untrusted(worker), disposition, error_type = %Untrusted(&item.error_type),

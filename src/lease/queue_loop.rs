@@ -29,8 +29,10 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 /// `settle_lease.rs`) to carry its confirmation before the loop sends it alone. Under a
 /// steady trickle (100 jobs/s or more) the next call comes sooner, so the confirmation costs
 /// no script call of its own. The price: a replica that dies within this time after handing
-/// out a job leaves that job's lease unconfirmed, released uncharged at its deadline
-/// (attempts.lua, "Lost lease replies") where it would have counted as a failed attempt.
+/// out a job leaves that job's lease unconfirmed, released uncharged at its deadline (once
+/// the call is [`crate::store::lost_call_after`] old: attempts.lua, "Lost lease replies")
+/// where it would have counted as a failed attempt. `reap.lua` knows this delay too
+/// (`CONFIRM_STEP_MS`).
 pub(super) const CONFIRM_DELAY: Duration = Duration::from_millis(20);
 
 pub(super) struct QueueLoop {
@@ -438,8 +440,9 @@ pub(super) fn hand_out(
     }
 }
 
-/// The span of one job attempt: queue, job id, name, attempt, worker id, the lease token's
-/// prefix, and the W3C trace id when the producer put a `traceparent` in the job's metadata.
+/// The span of one job attempt: queue, job id, name, attempt, worker id, the lease's tag
+/// ([`lease_tag`]), and the W3C trace id when the producer put a `traceparent` in the job's
+/// metadata.
 fn attempt_span(queue: &QueueName, lj: &crate::jobs::LeasedJob, worker_id: &str) -> tracing::Span {
     let trace_id = lj
         .job
@@ -449,5 +452,36 @@ fn attempt_span(queue: &QueueName, lj: &crate::jobs::LeasedJob, worker_id: &str)
         .unwrap_or_default();
     tracing::info_span!("job_attempt", queue = %queue, job_id = %Untrusted(&lj.job.id), name = %Untrusted(&lj.job.name),
         attempt = lj.attempt, worker_id = %Untrusted(worker_id),
-        lease = &lj.token[..8.min(lj.token.len())], trace_id = %trace_id)
+        lease = %lease_tag(&lj.token), trace_id = %trace_id)
+}
+
+/// What the logs show of lease token `token` (`<call id>-<slot>`): the call id's first 8
+/// characters and the slot, `ad232bb1-2`, so the jobs of one lease call are told apart (the
+/// call id alone is the same for all of them), without logging the token that settles the
+/// job. A token of another shape: its first 8 characters.
+fn lease_tag(token: &str) -> String {
+    let head = |s: &str| s.chars().take(8).collect::<String>();
+    match token.rsplit_once('-') {
+        Some((call, slot)) => format!("{}-{slot}", head(call)),
+        None => head(token),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_tag;
+
+    #[test]
+    fn a_lease_tag_is_the_call_prefix_and_the_slot() {
+        assert_eq!(
+            lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-1"),
+            "ad232bb1-1"
+        );
+        assert_eq!(
+            lease_tag("ad232bb1c0ffee00ad232bb1c0ffee00-12"),
+            "ad232bb1-12"
+        );
+        assert_eq!(lease_tag("short"), "short");
+        assert_eq!(lease_tag("0123456789"), "01234567");
+    }
 }

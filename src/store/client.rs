@@ -38,6 +38,9 @@ pub struct Store {
     pub(super) functions: Arc<super::functions::Functions>,
     /// `--redis-wait-replicas` (see `durability.rs`).
     pub(super) wait: WaitReplicas,
+    /// How old an unconfirmed lease call must be before the reaper takes it for lost
+    /// ([`crate::store::lost_call_after`] of the command timeout).
+    pub(super) lost_call_after: Duration,
 }
 
 /// The byte budget of one script call, as `scripts/common.lua` sets it (`CALL_BYTES`): a
@@ -101,7 +104,16 @@ impl Store {
             functions: Arc::default(),
             max_queues: super::registry::DEFAULT_MAX_QUEUES,
             wait: WaitReplicas::default(),
+            lost_call_after: super::leases::lost_call_after(timeout),
         })
+    }
+
+    /// This store with the reaper taking an unconfirmed lease call for lost once it is
+    /// `after` old instead of [`crate::store::lost_call_after`] of the command timeout (a
+    /// test drives the reaper with calls old or young at will).
+    pub fn with_lost_call_after(mut self, after: Duration) -> Store {
+        self.lost_call_after = after;
+        self
     }
 
     /// Is the store on a Redis Cluster? (Wake-ups use sharded pub/sub there.)

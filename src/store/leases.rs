@@ -9,6 +9,7 @@ use super::types::*;
 use super::{Store, StoreError};
 use crate::jobs::{DeadReason, LeasedJob, QueueName};
 use redis::Value;
+use std::time::Duration;
 
 impl Store {
     /// Promotes due delayed jobs, then leases up to `worker_ids.len()` jobs (`lease.lua`):
@@ -271,9 +272,13 @@ impl Store {
     }
 
     /// Fails up to `max` expired leases, promotes due delayed jobs and applies the retention
-    /// limits (`reap.lua`).
+    /// limits (`reap.lua`). An expired lease of an unconfirmed lease call is handed back
+    /// uncharged once the call is [`lost_call_after`] old, looked at again later before.
     pub async fn reap(&self, queue: &QueueName, max: usize) -> Result<ReapReport, StoreError> {
-        let mut args = vec![max.to_string().into_bytes()];
+        let mut args = vec![
+            max.to_string().into_bytes(),
+            self.lost_call_after.as_millis().to_string().into_bytes(),
+        ];
         args.extend((0..max).map(|_| rand::random::<f64>().to_string().into_bytes()));
         let mut reply = array(
             self.run_script(&scripts::REAP, &Keys::new(queue), args)
@@ -323,6 +328,19 @@ impl Store {
         let (store, queue) = (self.clone(), queue.clone());
         tokio::spawn(async move { store.mark_due(&queue, at_ms).await });
     }
+}
+
+/// How old an unconfirmed lease call must be before the reaper takes it for lost and hands
+/// its expired leases back uncharged (attempts.lua, "Lost lease replies"), for a server
+/// whose Redis commands time out after `redis_timeout`. A server confirms a delivered call
+/// within the confirmation delay (20 ms, `lease::queue_loop::CONFIRM_DELAY`) by a call that
+/// may take up to `redis_timeout`, and tries a failed one again 520 ms later: twice the
+/// timeout plus 1 s covers the delay, that call and one retry, with slack for a loaded box
+/// (7 s with the default 3 s timeout). Before that age an expired lease of the call is
+/// neither released nor failed, so a job timeout or cancel grace shorter than the
+/// confirmation takes effect once the call is confirmed (within about twice its age).
+pub fn lost_call_after(redis_timeout: Duration) -> Duration {
+    redis_timeout * 2 + Duration::from_secs(1)
 }
 
 /// A fresh lease call id (128 random bits, hex): the prefix of the call's lease tokens.

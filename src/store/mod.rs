@@ -42,7 +42,7 @@ pub use durability::WaitReplicas;
 pub use error::StoreError;
 pub use groups::{GroupInfo, GroupPage};
 pub use keys::{due_key, shard_wake_channel, wake_channel, DUE_KEYS, DUE_SHARDS, WAKE_PATTERN};
-pub use leases::new_lease_call_id;
+pub use leases::{lost_call_after, new_lease_call_id};
 pub use list::{JobsCursor, JobsFilter, JobsPage, LIST_PAGE_BYTES};
 pub use registry::{DueEntry, DEFAULT_MAX_QUEUES, INTENT_AHEAD};
 pub use scripts::script_hashes;

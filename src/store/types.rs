@@ -136,9 +136,11 @@ pub struct AckOutcome {
 /// Where a failed job went.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FailOutcome {
-    /// Waiting, Delayed or Dead.
+    /// Waiting, Delayed or Dead; Cancelled when a cancel was pending; Expired when its retry
+    /// would have started past its expire time (Dead with reason Expired where the queue
+    /// dead-letters expired jobs).
     pub state: JobState,
-    /// Ready time (Waiting/Delayed) or dead time, ms.
+    /// Ready time (Waiting/Delayed) or finish time (Dead, Cancelled, Expired), ms.
     pub at_ms: u64,
     /// Set when dead.
     pub dead_reason: Option<DeadReason>,

@@ -26,4 +26,5 @@ mod soak;
 mod startup;
 mod tls;
 mod topologies;
+mod unconfirmed_calls;
 mod wait_replicas;

@@ -32,6 +32,7 @@ mod enqueue_commit;
 mod error_history;
 mod error_text;
 mod expiry;
+mod expiry_starts;
 mod flow_control;
 mod functions;
 mod groups;

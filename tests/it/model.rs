@@ -1,16 +1,21 @@
 //! A model-based property test of the Lua state machine against a real Redis: random
-//! sequences of enqueue / lease / ack / fail / expire / release / replay / delete / cancel /
-//! delete job / expiry (issue 16), over jobs of three groups (the default group and two
-//! named ones, issue 16), driven
-//! through `jobwire::store::Store`, are checked after every step against a small in-memory
-//! model. Invariants: every job is in exactly one state set and its record agrees; the waiting
-//! order is priority then FIFO; counts are conserved; attempts never exceed the limit; a
-//! stale token changes nothing; a cancelled job never runs again (an active one ends
-//! CANCELLED at its holder's Fail, release or lease expiry, COMPLETED at its Ack); a job
-//! past its expire time ends EXPIRED at the lease or the reap that finds it, unless it was
-//! leased before; the groups take turns exactly as the stride scheduling of
-//! `store/scripts/groups.lua` says (passes, virtual time, ties), and the per-group counts,
-//! passes and waiting index in Redis match the model.
+//! sequences of enqueue / lease / confirm / ack / fail / expire / release / replay / delete /
+//! cancel / delete job / expiry (issue 16), over jobs of three groups (the default group and
+//! two named ones, issue 16), driven through `jobwire::store::Store`, are checked after every
+//! step against a small in-memory model. Invariants: every job is in exactly one state set and
+//! its record agrees; the waiting order is priority then FIFO; counts are conserved; attempts
+//! never exceed the limit; a stale token changes nothing; a cancelled job never runs again
+//! (an active one ends CANCELLED at its holder's Fail, release or lease expiry, COMPLETED at
+//! its Ack); a job past its expire time never starts: it ends EXPIRED at the lease or the
+//! reap that finds it, and a retry past it ends EXPIRED (an uncharged hand-back puts it back
+//! under its expire time; a replay clears it); the groups take turns exactly as the stride
+//! scheduling of `store/scripts/groups.lua` says (passes, virtual time, ties), and the
+//! per-group counts, passes and waiting index in Redis match the model.
+//! Issue 32: lease calls are left unconfirmed at random (their reply "still on its way") and
+//! confirmed later; a reap sees their expired leases with the calls young (they stay active,
+//! looked at again later) or old (lost: only the expired leases go back, uncharged; the
+//! call's record stays for the others); with a cancel grace of 0 a cancel right after a lease
+//! makes the lease expire at once (`model/reap.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,6 +29,7 @@ use crate::harness::{RawConn, TestRedis};
 
 mod apply;
 mod check;
+mod reap;
 
 use apply::apply;
 use check::check;
@@ -55,6 +61,11 @@ enum Op {
     Due {
         id: u8,
     },
+    /// The same for the active job `pick` selects among those with an expire time: its
+    /// retry or hand-back then meets an expire time already past.
+    DueHeld {
+        pick: usize,
+    },
     Cancel {
         id: u8,
     },
@@ -63,7 +74,12 @@ enum Op {
     },
     Lease {
         n: usize,
+        /// The server got the reply and confirms the call at once (else it stays
+        /// unconfirmed until a `Confirm`).
+        confirm: bool,
     },
+    /// The server confirms every lease call it has not confirmed yet.
+    Confirm,
     Ack {
         pick: usize,
         stale: bool,
@@ -73,8 +89,11 @@ enum Op {
         how: u8,
         stale: bool,
     },
+    /// The lease of an active job expires, then the reaper runs with the unconfirmed calls
+    /// taken as `old` (lost) or young.
     Expire {
         pick: usize,
+        old: bool,
     },
     Release {
         pick: usize,
@@ -89,16 +108,18 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1), prop::bool::weighted(0.3), 0u8..3)
+        3 => (0u8..10, 1u32..4, prop_oneof![Just(0), Just(5)], prop::bool::weighted(0.1), prop::bool::weighted(0.5), 0u8..3)
             .prop_map(|(id, max, pri, delayed, ttl, group)| Op::Enqueue { id, max, pri, delayed, ttl, group }),
         1 => (0u8..10).prop_map(|id| Op::Due { id }),
+        2 => any::<usize>().prop_map(|pick| Op::DueHeld { pick }),
         2 => (0u8..10).prop_map(|id| Op::Cancel { id }),
         1 => (0u8..10).prop_map(|id| Op::DeleteJob { id }),
-        3 => (1usize..4).prop_map(|n| Op::Lease { n }),
+        3 => (1usize..5, prop::bool::weighted(0.5)).prop_map(|(n, confirm)| Op::Lease { n, confirm }),
+        1 => Just(Op::Confirm),
         2 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, stale)| Op::Ack { pick, stale }),
         2 => (any::<usize>(), 0u8..3, prop::bool::weighted(0.2))
             .prop_map(|(pick, how, stale)| Op::Fail { pick, how, stale }),
-        2 => any::<usize>().prop_map(|pick| Op::Expire { pick }),
+        3 => (any::<usize>(), any::<bool>()).prop_map(|(pick, old)| Op::Expire { pick, old }),
         1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
         1 => (0u8..10).prop_map(|id| Op::Replay { id }),
         1 => (0u8..10).prop_map(|id| Op::Delete { id }),
@@ -113,10 +134,15 @@ struct MJob {
     pri: i32,
     token: String,
     old_tokens: Vec<String>,
-    /// In the expiry index: enqueued with an expire time and never leased.
+    /// It has an expire time (an hour ahead unless `due`).
+    ttl: bool,
+    /// In the expiry index: it has an expire time and is waiting or delayed.
     expiry: bool,
-    /// Its expiry is due (`Op::Due`).
+    /// Its expire time has passed (`Op::Due`).
     due: bool,
+    /// Active with its lease past its deadline (its K_ACTIVE score 1, from `Op::Expire` or a
+    /// cancel with grace 0), not reaped yet.
+    lapsed: bool,
     /// Active with a cancel pending.
     pending: bool,
     /// Its group key ("" the default group).
@@ -139,6 +165,10 @@ struct Model {
     vt: f64,
     gd: f64,
     ready: BTreeMap<String, f64>,
+    /// Lease calls not confirmed yet: call id -> the ids it leased, in slot order.
+    unconfirmed: BTreeMap<String, Vec<String>>,
+    /// The queue's cancel grace is 0: a cancelled lease expires at once.
+    grace0: bool,
 }
 
 impl Model {
@@ -248,10 +278,12 @@ impl Model {
         Some(((*id).clone(), j.token.clone()))
     }
 
-    /// Ends the current attempt of `id` as failed (no backoff: straight back to waiting).
-    fn fail_attempt(&mut self, id: &str, how: u8) {
+    /// Ends the current attempt of `id` as failed (no backoff: straight back to waiting,
+    /// unless its expire time has passed: then EXPIRED). Returns true when it expired.
+    fn fail_attempt(&mut self, id: &str, how: u8) -> bool {
         let j = self.jobs.get_mut(id).expect("job");
         j.old_tokens.push(std::mem::take(&mut j.token));
+        j.lapsed = false;
         if j.pending {
             // A cancel is pending: whatever the disposition, CANCELLED (a rate-limited
             // return still gives its attempt back).
@@ -260,16 +292,42 @@ impl Model {
             }
             j.state = "cancelled";
             j.pending = false;
-            return;
+            return false;
         }
-        match how {
-            1 => j.state = "dead",
+        let retry = match how {
+            1 => false,
             2 => {
                 j.att -= 1;
-                self.make_ready(id);
+                true
             }
-            _ if j.att >= j.max => j.state = "dead",
-            _ => self.make_ready(id),
+            _ => j.att < j.max,
+        };
+        if !retry {
+            j.state = "dead";
+            return false;
+        }
+        if j.ttl && j.due {
+            j.state = "expired";
+            return true;
+        }
+        j.expiry = j.ttl;
+        self.make_ready(id);
+        false
+    }
+
+    /// Hands active `id` back uncharged (release.lua, a lost call's release): CANCELLED
+    /// when a cancel is pending, else waiting, back under its expire time.
+    fn hand_back(&mut self, id: &str) {
+        let j = self.jobs.get_mut(id).expect("job");
+        j.att -= 1;
+        j.lapsed = false;
+        j.old_tokens.push(std::mem::take(&mut j.token));
+        if j.pending {
+            j.pending = false;
+            j.state = "cancelled";
+        } else {
+            j.expiry = j.ttl;
+            self.make_ready(id);
         }
     }
 
@@ -315,11 +373,20 @@ fn the_scripts_agree_with_the_model_after_every_step() {
         failure_persistence: None,
         ..ProptestConfig::default()
     };
-    proptest!(config, |(ops in prop::collection::vec(op(), 1..60))| {
+    proptest!(config, |(ops in prop::collection::vec(op(), 1..80), grace0 in prop::bool::weighted(0.3))| {
         let q = QueueName::parse(&format!("m{}", CASE.fetch_add(1, Ordering::Relaxed))).expect("queue");
         rt.block_on(async {
             let mut conn = redis.conn().await;
-            let mut m = Model::default();
+            let mut m = Model { grace0, ..Model::default() };
+            if grace0 {
+                let _: i64 = redis::cmd("HSET")
+                    .arg(format!("jw:{{{q}}}:meta"))
+                    .arg("cancel_grace_ms")
+                    .arg(0)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("hset");
+            }
             for op in &ops {
                 apply(&store, &q, &mut conn, &mut m, op).await;
                 check(&store, &q, &mut conn, &m).await;

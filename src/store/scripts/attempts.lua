@@ -8,9 +8,15 @@
 -- CancelJobs) or EXPIRED (not leased before its expire time); both are terminal, never
 -- dead-lettered (but an expired job of a queue with meta dead_letter_expired = '1' is DEAD
 -- with reason EXPIRED), and kept by the completed retention in K_CANCELLED / K_EXPIRED.
--- Expiry applies only until a job is first leased: the lease takes it out of K_EXPIRY, so
--- a retried, released or replayed job never expires (its expire time stays on the header,
--- for GetJob).
+-- Expiry bounds every start (issue 32): a job past its expire time (header XA) never
+-- starts again. A lease takes it out of K_EXPIRY (an active job does not expire: it may
+-- finish); every way back to waiting or delayed puts it back under its expire time: a
+-- hand-back (hand_back: uncharged; one already past expires at the next lease or reap that
+-- finds it, before it can start) and a retry (fail_attempt: one already past ends EXPIRED,
+-- or DEAD with reason EXPIRED, at once; one due after it expires at the expire time, still
+-- delayed). A last attempt that fails is dead-lettered with its own reason, expired or
+-- not. Replay clears the expire time: a person who replays a dead job explicitly gets a run
+-- (and its retries), whatever its ttl said.
 -- An ACTIVE job is cancelled in two steps: the cancel sets CX (cancel-requested ms) and the
 -- data field x ('<revoke ms>,<reason>'), caps its K_ACTIVE score at the revoke time (now +
 -- meta cancel_grace_ms, default 30 s) and publishes 'c:...' on the wake channel (the
@@ -123,11 +129,13 @@ end
 
 -- Ends the current attempt of leased job `id` (header h) as failed: records the
 -- error, then retries (delayed or waiting), returns the job without consuming the attempt
--- (RATE_LIMITED), or dead-letters it, all in this one script. `disposition` is RETRY,
--- NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt remains
--- (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
--- Returns state, time (ready or dead), dead reason ('' unless dead). A job made waiting
--- needs a wake-up: the caller PUBLISHes once for all of its jobs (wake_after_failures).
+-- (RATE_LIMITED), or dead-letters it, all in this one script; a job that would be retried
+-- past its expire time ends EXPIRED (or DEAD with reason EXPIRED) instead. `disposition` is
+-- RETRY, NO_RETRY or RATE_LIMITED; `exhausted_reason` is the dead reason when no attempt
+-- remains (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED, TIMED_OUT).
+-- Returns state, time (ready, dead or expired), dead reason ('' unless dead). A job made
+-- waiting needs a wake-up: the caller PUBLISHes once for all of its jobs
+-- (wake_after_failures).
 local function fail_attempt(id, h, now, disposition, exhausted_reason, message, etype, details, retry_after, r)
   local att = h[ATT]
   local reason = ''
@@ -164,7 +172,21 @@ local function fail_attempt(id, h, now, disposition, exhausted_reason, message, 
     redis.call('ZADD', K_DEAD, int(dead_score(now)), id)
     trim_dead(now)
     return { 'dead', now, reason }
-  elseif delay > 0 then
+  end
+  -- A retry never starts past the expire time ("Cancel and expiry"): past it now, the job
+  -- ends here; else it is back under it, also when its retry is due later.
+  if h[XA] > 0 then
+    if h[XA] <= now then
+      if expire_job(id, h, now) == 'dead' then
+        trim_dead(now)
+        return { 'dead', now, 'EXPIRED' }
+      end
+      trim_finished(K_EXPIRED, now, 1)
+      return { 'expired', now, '' }
+    end
+    redis.call('ZADD', K_EXPIRY, int(h[XA]), id)
+  end
+  if delay > 0 then
     schedule(id, h, now + delay)
     return { 'delayed', now + delay, '' }
   end
@@ -350,11 +372,21 @@ end
 -- When the reply is lost, the server releases the call by id (release_call.lua, retried
 -- until Redis answers): its jobs still active under its tokens go back to waiting with the
 -- attempt not charged, and a tombstone makes the call lease nothing should it run later.
--- If that release cannot run in time, the reaper treats the leases of an unconfirmed call
--- as released, never as failed: no attempt is charged and nothing is dead-lettered for a
--- lease no worker received. The cost of that rule: a job whose worker got it but whose
--- server died before confirming (within those 20 ms) is released uncharged when its lease
--- expires.
+-- If that release cannot run (the server died), the reaper takes an unconfirmed call for
+-- lost, never as failed: no attempt is charged and nothing is dead-lettered for a lease no
+-- worker received. But a delivered call is unconfirmed for up to those 20 ms and the
+-- confirm call's own round trip, and a lease may expire within them (a job timeout or a
+-- cancel grace under them): so the reaper takes a call for lost only once it is older than
+-- `lost_after` ms (reap.lua ARGV[3], from the server: twice --redis-timeout plus 1 s, which
+-- covers the confirmation delay, the confirm call and one retry of it; store/leases.rs
+-- lost_call_after). Until then an expired lease of the call is neither released nor failed:
+-- the reaper looks at it again later (reap.lua). Once the call is old, the reaper hands back
+-- (reap_call) only its leases whose own deadline has passed: a lease that still runs stays
+-- with its worker. Once the call is confirmed, an expired lease is a failed attempt like any
+-- other. The cost of the rule: a job whose worker got it but whose server died before
+-- confirming is released uncharged when its lease expires. (The server's own release of a
+-- call whose reply it knows lost, release_call.lua, still hands back every lease of it: no
+-- worker got any.)
 
 -- The lease call id of a lease token ('<call id>-<slot>'), or nil.
 local function call_of(token)
@@ -387,31 +419,83 @@ local function hand_back(id, h, now)
   end
   leave_active(id, h)
   h[TOK], h[AD] = '', 0
+  -- Back under its expire time ("Cancel and expiry"): one already past expires at the next
+  -- lease or reap that finds it, before any lease can start it.
+  if h[XA] > 0 then redis.call('ZADD', K_EXPIRY, int(h[XA]), id) end
   make_ready(id, h, now)
   return true
 end
 
--- Hands the leases of lease call `call` still active under its tokens back to waiting
--- without consuming the attempt (and their rate-limit starts), and forgets the call.
--- Returns how many jobs went back to waiting.
-local function release_call(call, now)
-  local packed = redis.call('HGET', K_CALL_JOBS, call)
+-- The active job `id` (header h) of lease call `call`, when it is still active under the
+-- call's token; nil otherwise.
+local function call_lease(call, id)
+  local h = load_job(id)
+  local prefix = call .. '-'
+  if h and h[ST] == 'active' and string.sub(h[TOK], 1, #prefix) == prefix then return h end
+  return nil
+end
+
+-- Hands back the lease of job `id` (header h) that no worker received: uncharged, its
+-- rate-limit starts taken back (hand_back). Returns true when it went back to waiting.
+local function release_lease(id, h, now)
+  local tok = h[TOK]
+  redis.call('ZREM', K_LIMITER, tok)
+  if h[GRP] ~= '' then redis.call('ZREM', K_GLIMIT, window_member(h[GRP], h[LT], tok)) end
+  -- Cancelled meanwhile: it ends CANCELLED, never leased again.
+  return hand_back(id, h, now)
+end
+
+-- Forgets the record of lease call `call`.
+local function forget_call(call)
   redis.call('ZREM', K_CALLS, call)
   redis.call('HDEL', K_CALL_JOBS, call)
+end
+
+-- Hands the leases of lease call `call` still active under its tokens back to waiting
+-- without consuming the attempt (and their rate-limit starts), and forgets the call: its
+-- reply was lost (release_call.lua). Returns how many jobs went back to waiting.
+local function release_call(call, now)
+  local packed = redis.call('HGET', K_CALL_JOBS, call)
+  forget_call(call)
   if not packed or packed == '' then return 0 end
-  local prefix = call .. '-'
   local n = 0
   for _, id in ipairs(cmsgpack.unpack(packed)) do
-    local h = load_job(id)
+    local h = call_lease(call, id)
+    if h and release_lease(id, h, now) then n = n + 1 end
+  end
+  return n
+end
+
+-- The reaper's release of unconfirmed lease call `call` at `now` ("Lost lease replies"):
+-- hands back, uncharged, each lease of it still active under its tokens whose own deadline
+-- (K_ACTIVE score) has passed, once the call is `lost_after` ms old (its lease time, header
+-- LT); the others stay with their workers, and the call's record stays, due (K_CALLS) when
+-- the next of them may go. A tombstone (a call released before it ran) is forgotten once
+-- its time has passed. Returns how many jobs went back to waiting.
+local function reap_call(call, now, lost_after)
+  local packed = redis.call('HGET', K_CALL_JOBS, call)
+  if not packed or packed == '' then
+    local until_ms = tonumber(redis.call('ZSCORE', K_CALLS, call))
+    if not until_ms or until_ms <= now then forget_call(call) end
+    return 0
+  end
+  local n, next_at = 0, nil
+  for _, id in ipairs(cmsgpack.unpack(packed)) do
+    local h = call_lease(call, id)
     if h then
-      local tok = h[TOK]
-      if h[ST] == 'active' and string.sub(tok, 1, #prefix) == prefix then
-        redis.call('ZREM', K_LIMITER, tok)
-        if h[GRP] ~= '' then redis.call('ZREM', K_GLIMIT, window_member(h[GRP], h[LT], tok)) end
-        -- Cancelled meanwhile: it ends CANCELLED, never leased again.
-        if hand_back(id, h, now) then n = n + 1 end
+      local due = tonumber(redis.call('ZSCORE', K_ACTIVE, id)) or now
+      local at = math.max(due, h[LT] + lost_after)
+      if at > now then
+        if not next_at or at < next_at then next_at = at end
+      elseif release_lease(id, h, now) then
+        n = n + 1
       end
     end
+  end
+  if next_at then
+    redis.call('ZADD', K_CALLS, int(next_at), call)
+  else
+    forget_call(call)
   end
   return n
 end

@@ -24,8 +24,9 @@
 --  10 settled_at zset  lease token -> settle time (ms): the order in which 9 is trimmed.
 --                      9 and 10 keep the last SETTLED_KEEP settles and expire
 --                      SETTLED_TTL_MS after the last one, so they stay small.
---  11 calls      zset  lease call id -> the call's lease deadline (ms): lease calls whose
---                      reply jobwire has not confirmed (see "Lost lease replies" below)
+--  11 calls      zset  lease call id -> the call's lease deadline (ms), or when the
+--                      reaper looks at it again: lease calls whose reply jobwire has not
+--                      confirmed, and tombstones (see "Lost lease replies", attempts.lua)
 --  12 call_jobs  hash  lease call id -> the ids it leased (MessagePack array), or '' for a
 --                      call released before it ran (a tombstone: it leases nothing if it
 --                      runs later)

@@ -33,7 +33,7 @@ for j = 0, n - 1 do
   local hdr = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '', grp, xa, 0)
   if redis.call('HSETNX', K_JOBS, id, hdr) == 1 then
     redis.call('HSET', K_BODIES, id, ARGV[b + 2])
-    -- Expiry applies until the first lease (attempts.lua, "Cancel and expiry").
+    -- Expiry bounds every start (attempts.lua, "Cancel and expiry").
     if xa > 0 then redis.call('ZADD', K_EXPIRY, int(xa), id) end
     if delay > 0 then
       redis.call('ZADD', K_DELAYED, rt, id)

@@ -9,6 +9,8 @@
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
 -- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles"),
 -- also when both are in this call.
+-- A retry past the job's expire time ends it 'expired' (or 'dead', reason EXPIRED) instead
+-- (attempts.lua, "Cancel and expiry").
 -- Reply (for the first jobs only when the call's byte budget ran out: common.lua): per job { 'OK', state, ready-or-dead ms, dead reason, lease ms, name, attempt, now ms }
 --        | { 'DONE', state, ready-or-dead ms, dead reason, 0, '', 0, now ms }
 --        | { 'NOT_FOUND' }

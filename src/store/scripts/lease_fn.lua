@@ -91,7 +91,8 @@ local function lease_jobs(n, lease_ms, call, workers, now)
     local off, st, att, to, name
     if hdr then off, st, att, to, name = cmsgpack.unpack_limit(hdr, LEASE_VALUES, 0) end
     if st ~= 'waiting' then return false end
-    -- Expiry applies until the first lease (attempts.lua, "Cancel and expiry").
+    -- A job past its expire time never starts; a leased one is out of K_EXPIRY until it
+    -- comes back (attempts.lua, "Cancel and expiry").
     if has_expiry then
       local xs = redis.call('ZSCORE', K_EXPIRY, id)
       if xs then

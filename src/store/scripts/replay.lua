@@ -1,6 +1,7 @@
 -- replay.lua: moves dead jobs back to waiting under their ids, with a fresh attempt budget
--- (attempts made = 0; the error history stays). Replaying a job that is not dead does
--- nothing and reports it as skipped, so a replay is idempotent.
+-- (attempts made = 0; the error history stays) and no expire time: a job replayed on
+-- purpose gets a run, whatever its ttl said (attempts.lua, "Cancel and expiry"). Replaying a
+-- job that is not dead does nothing and reports it as skipped, so a replay is idempotent.
 -- ARGV: [1] wake channel, [2] 'ids' | 'filter';
 --   ids:    [3] n, [4 ..] ids
 --   filter: [3 .. 8] filter (name, error type, reason, message prefix, after ms, before ms;
@@ -11,7 +12,7 @@ local now = now_ms()
 local replayed = {}
 local function replay(id, h)
   redis.call('ZREM', K_DEAD, id)
-  h[DR], h[FT], h[ATT], h[RP] = '', 0, 0, h[RP] + 1
+  h[DR], h[FT], h[ATT], h[RP], h[XA] = '', 0, 0, h[RP] + 1, 0
   make_ready(id, h, now)
   replayed[#replayed + 1] = id
 end

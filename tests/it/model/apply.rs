@@ -59,8 +59,10 @@ pub(super) async fn apply(
                     pri,
                     token: String::new(),
                     old_tokens: vec![],
+                    ttl,
                     expiry: ttl,
                     due: false,
+                    lapsed: false,
                     pending: false,
                     group,
                 };
@@ -70,18 +72,24 @@ pub(super) async fn apply(
                 }
             }
         }
-        Op::Lease { n } => {
+        Op::Lease { n, confirm } => {
             let workers = vec!["w"; n];
             let call = jobwire::store::new_lease_call_id();
             let batch = store
                 .lease(q, &workers, 60_000, &call, &[])
                 .await
                 .expect("lease");
-            // The reply arrived: the leases count as delivered (expiry charges them).
-            store
-                .confirm_lease_calls(q, &[call])
-                .await
-                .expect("confirm");
+            if confirm {
+                // The reply arrived: the leases count as delivered (expiry charges them).
+                store
+                    .confirm_lease_calls(q, std::slice::from_ref(&call))
+                    .await
+                    .expect("confirm");
+            } else if !batch.jobs.is_empty() {
+                // Its reply is on its way: the call stays unconfirmed (issue 32).
+                let ids = batch.jobs.iter().map(|l| l.job.id.clone()).collect();
+                m.unconfirmed.insert(call, ids);
+            }
             let popped = m.lease_order(n, |m, id| {
                 let j = &m.jobs[id];
                 !(j.expiry && j.due)
@@ -111,6 +119,10 @@ pub(super) async fn apply(
                 assert_eq!(l.attempt, j.att);
             }
         }
+        Op::Confirm => {
+            let calls: Vec<String> = std::mem::take(&mut m.unconfirmed).into_keys().collect();
+            store.confirm_lease_calls(q, &calls).await.expect("confirm");
+        }
         Op::Ack { pick, stale } => {
             let Some((id, token)) = m.pick_active(pick, stale) else {
                 return;
@@ -132,6 +144,7 @@ pub(super) async fn apply(
                 let j = m.jobs.get_mut(&id).expect("job");
                 j.state = "completed";
                 j.pending = false;
+                j.lapsed = false;
                 j.old_tokens.push(std::mem::take(&mut j.token));
             }
         }
@@ -168,38 +181,17 @@ pub(super) async fn apply(
                 m.failed.insert(token);
                 m.fail_attempt(&id, how);
             }
-        }
-        Op::Expire { pick } => {
-            let Some((id, _)) = m.pick_active(pick, false) else {
-                return;
-            };
-            let active = format!("jw:{{{q}}}:active");
-            let _: i64 = redis::cmd("ZADD")
-                .arg(&active)
-                .arg("XX")
-                .arg(1)
-                .arg(&id)
-                .query_async(redis)
-                .await
-                .expect("zadd");
-            let report = store.reap(q, 100).await.expect("reap");
-            assert_eq!(report.reaped.len(), 1, "only the expired lease is reaped");
-            m.fail_attempt(&id, 0);
-            // The reap also expires the waiting and delayed jobs whose expiry is due.
-            let due: Vec<String> = m
-                .jobs
-                .iter()
-                .filter(|(_, j)| j.expiry && j.due && matches!(j.state, "waiting" | "delayed"))
-                .map(|(id, _)| id.clone())
-                .collect();
-            assert_eq!(report.expired, due.len() as u64, "expired by the reaper");
-            for id in due {
-                m.unwait(&id);
-                let j = m.jobs.get_mut(&id).expect("job");
-                j.state = "expired";
-                j.expiry = false;
+            if let Settle::Done(o) = &r[0] {
+                if !repeat {
+                    assert_eq!(
+                        o.state.as_str(),
+                        m.jobs[&id].state,
+                        "fail {id}: where it went"
+                    );
+                }
             }
         }
+        Op::Expire { pick, old } => super::reap::expire(store, q, redis, m, pick, old).await,
         Op::Release { pick } => {
             let Some((id, token)) = m.pick_active(pick, false) else {
                 return;
@@ -211,28 +203,42 @@ pub(super) async fn apply(
                     .expect("release"),
                 1
             );
-            let j = m.jobs.get_mut(&id).expect("job");
-            j.att -= 1;
-            j.old_tokens.push(std::mem::take(&mut j.token));
-            if j.pending {
-                j.pending = false;
-                j.state = "cancelled";
-            } else {
-                m.make_ready(&id);
+            m.hand_back(&id);
+        }
+        Op::DueHeld { pick } => {
+            let held: Vec<u8> = m
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.state == "active" && j.ttl)
+                .filter_map(|(id, _)| id[1..].parse().ok())
+                .collect();
+            if let Some(&id) = held.get(pick % held.len().max(1)) {
+                Box::pin(apply(store, q, redis, m, &Op::Due { id })).await;
             }
         }
         Op::Due { id } => {
             let id = format!("j{id}");
-            let _: i64 = redis::cmd("ZADD")
+            // The header's expire time (the 19th value, common.lua) and its index entry.
+            let _: i64 = redis::cmd("EVAL")
+                .arg(
+                    "local hdr = redis.call('HGET', KEYS[1], ARGV[1]) \
+                     if not hdr then return 0 end \
+                     local v = { cmsgpack.unpack(hdr) } \
+                     if (v[19] or 0) == 0 then return 0 end \
+                     v[19] = 1 \
+                     redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack(unpack(v))) \
+                     redis.call('ZADD', KEYS[2], 'XX', 1, ARGV[1]) \
+                     return 1",
+                )
+                .arg(2)
+                .arg(format!("jw:{{{q}}}:jobs"))
                 .arg(format!("jw:{{{q}}}:expiry"))
-                .arg("XX")
-                .arg(1)
                 .arg(&id)
                 .query_async(redis)
                 .await
-                .expect("zadd");
+                .expect("eval");
             if let Some(j) = m.jobs.get_mut(&id) {
-                if j.expiry {
+                if j.ttl {
                     j.due = true;
                 }
             }
@@ -269,9 +275,17 @@ pub(super) async fn apply(
                     j.state = "cancelled";
                     j.expiry = false;
                 }
-                "active" => {
+                "active" if !j.pending => {
                     assert_eq!(token, j.token, "cancel {id}: the holder's token");
                     m.jobs.get_mut(&id).expect("job").pending = true;
+                    if m.grace0 {
+                        // Revoked at once: the lease expires now (score 1, as Op::Expire).
+                        super::reap::lapse(redis, q, &id).await;
+                        m.jobs.get_mut(&id).expect("job").lapsed = true;
+                    }
+                }
+                "active" => {
+                    assert_eq!(token, j.token, "cancel {id}: the holder's token");
                 }
                 _ => {}
             }
@@ -307,7 +321,10 @@ pub(super) async fn apply(
             let dead = m.jobs.get(&id).is_some_and(|j| j.state == "dead");
             assert_eq!(done.len(), usize::from(dead), "replay {id}");
             if dead {
-                m.jobs.get_mut(&id).expect("job").att = 0;
+                let j = m.jobs.get_mut(&id).expect("job");
+                j.att = 0;
+                // A replay clears the expire time: a person replaying gets a run.
+                (j.ttl, j.due, j.expiry) = (false, false, false);
                 m.make_ready(&id);
             }
         }

@@ -46,6 +46,59 @@ pub(super) async fn check(store: &Store, q: &QueueName, c: &mut RawConn, m: &Mod
         let (st, att) = (job.state.as_str(), job.attempts_made);
         assert_eq!((st, att), (j.state, j.att), "{id}'s record");
         assert!(att <= j.max, "{id}: {att} attempts of {}", j.max);
+        // The expire time on the header: none, past (1 ms, Op::Due) or an hour ahead.
+        let expire = match (j.ttl, j.due) {
+            (false, _) => job.expire_ms == 0,
+            (true, true) => job.expire_ms == 1,
+            (true, false) => job.expire_ms > 1,
+        };
+        assert!(expire, "{id}'s expire time {} (model {j:?})", job.expire_ms);
+        if j.state == "active" {
+            let score: f64 = redis::cmd("ZSCORE")
+                .arg(format!("{p}active"))
+                .arg(id)
+                .query_async(c)
+                .await
+                .expect("zscore");
+            assert_eq!(
+                score == 1.0,
+                j.lapsed,
+                "{id}'s lease lapsed (score {score})"
+            );
+        }
+    }
+    // The expiry index: the waiting and delayed jobs with an expire time.
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{p}expiry"))
+        .arg(0)
+        .arg(-1)
+        .query_async(c)
+        .await
+        .expect("zrange");
+    let mut indexed = indexed;
+    indexed.sort();
+    let want: Vec<&String> = m
+        .jobs
+        .iter()
+        .filter(|(_, j)| j.expiry)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(indexed.iter().collect::<Vec<_>>(), want, "the expiry index");
+    // The records of the lease calls not confirmed yet (issue 32).
+    let want: Vec<&String> = m.unconfirmed.keys().collect();
+    for key in ["calls", "call_jobs"] {
+        let mut cmd = redis::cmd(if key == "calls" { "ZRANGE" } else { "HKEYS" });
+        cmd.arg(format!("{p}{key}"));
+        if key == "calls" {
+            cmd.arg(0).arg(-1);
+        }
+        let mut calls: Vec<String> = cmd.query_async(c).await.expect("calls");
+        calls.sort();
+        assert_eq!(
+            calls.iter().collect::<Vec<_>>(),
+            want,
+            "unconfirmed lease calls ({key})"
+        );
     }
     // The default group's jobs in lease order, then the grouped ones in ready order
     // (Store::waiting_ids).
