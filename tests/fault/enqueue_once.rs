@@ -65,7 +65,7 @@ impl FastWorker {
                 match w.lease_within(Duration::from_millis(200)).await {
                     Some(l) => {
                         let job = l.job.clone().expect("job");
-                        r.lock().unwrap().push((job.job_id.clone(), l.attempt));
+                        r.lock().expect("runs").push((job.job_id.clone(), l.attempt));
                         w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
                             result: Vec::new(),
                             queue: job.queue,
@@ -84,7 +84,7 @@ impl FastWorker {
     /// Runs of each job id so far.
     fn runs(&self) -> HashMap<String, usize> {
         let mut by_id = HashMap::new();
-        for (id, _) in self.runs.lock().unwrap().iter() {
+        for (id, _) in self.runs.lock().expect("runs").iter() {
             *by_id.entry(id.clone()).or_insert(0) += 1;
         }
         by_id
@@ -94,7 +94,7 @@ impl FastWorker {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let runs = self.runs.clone();
         self.task.await.expect("worker task");
-        let runs = runs.lock().unwrap().clone();
+        let runs = runs.lock().expect("runs").clone();
         for (id, attempt) in &runs {
             assert_eq!(*attempt, 1, "job {id} ran as attempt {attempt}");
         }
