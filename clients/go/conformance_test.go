@@ -32,6 +32,8 @@ var conformance = map[string]func(t *testing.T, sc scenario){
 	"result_attached_at_ack":           resultAttachedAtAck,
 	"cancel_delete_expire_from_client": cancelDeleteExpireFromClient,
 	"group_key_and_pause_group":        groupKeyAndPauseGroup,
+
+	"unreplicated_enqueue_exists_once": unreplicatedEnqueueExistsOnce,
 }
 
 func loadScenarios(t *testing.T) []scenario {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -135,27 +137,58 @@ type Enqueued struct {
 
 // Enqueue creates a job on queue. payload is []byte (sent as is) or any value (JSON). With a
 // [JobID] the call is idempotent and UNAVAILABLE is retried with backoff (up to 5 tries);
-// gRPC errors are returned as status errors (status.Code(err)).
+// gRPC errors are returned as status errors (status.Code(err)). Without one the server
+// chooses the id and the call is not repeated, except after NOT_REPLICATED
+// (--redis-wait-replicas: the job was written on the Redis master): the retries carry the
+// job id the error names ([NotReplicatedJobID]), so they find that job (Created stays true:
+// this call created it); once the tries are spent the last error, which names the id, is
+// returned.
 func (c *Client) Enqueue(ctx context.Context, queue, name string, payload any, opts ...EnqueueOption) (*Enqueued, error) {
 	spec, err := NewJobSpec(queue, name, payload, opts...)
 	if err != nil {
 		return nil, err
 	}
-	req := &pb.EnqueueRequest{Job: spec}
+	enqueue := func(s *pb.JobSpec, tries int) (resp *pb.EnqueueResponse, err error) {
+		err = retryUnavailable(ctx, tries, func() error {
+			var e error
+			resp, e = c.Jobs.Enqueue(ctx, &pb.EnqueueRequest{Job: s})
+			return e
+		})
+		return resp, err
+	}
 	tries := 1
 	if spec.JobId != "" {
 		tries = 5
 	}
-	var resp *pb.EnqueueResponse
-	err = retryUnavailable(ctx, tries, func() error {
-		var e error
-		resp, e = c.Jobs.Enqueue(ctx, req)
-		return e
-	})
+	resp, err := enqueue(spec, tries)
+	if id := NotReplicatedJobID(err); id != "" && spec.JobId == "" {
+		named := proto.Clone(spec).(*pb.JobSpec)
+		named.JobId = id
+		if resp, err = enqueue(named, 4); err == nil {
+			resp.Created = true
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &Enqueued{Job: resp.GetJob(), Created: resp.GetCreated()}, nil
+}
+
+// NotReplicatedJobID is the id of the job an Enqueue wrote on the Redis master though too few
+// replicas acknowledged it (UNAVAILABLE with ErrorInfo reason NOT_REPLICATED and metadata
+// job_id), or "" for any other error. Retrying with [JobID] set to it finds that job instead
+// of creating another.
+func NotReplicatedJobID(err error) string {
+	st, ok := status.FromError(err)
+	if err == nil || !ok || st.Code() != codes.Unavailable {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_REPLICATED" {
+			return info.GetMetadata()["job_id"]
+		}
+	}
+	return ""
 }
 
 // BatchResult is the outcome of one item of EnqueueBatch, in request order: Job and Created,

@@ -177,7 +177,8 @@ pub(crate) fn new_job(
     let f = |name: &str| format!("{field}.{name}");
     let queue =
         QueueName::parse(&spec.queue).map_err(|reason| Error::invalid(f("queue"), reason))?;
-    let id = if spec.job_id.is_empty() {
+    let id_ours = spec.job_id.is_empty();
+    let id = if id_ours {
         uuid::Uuid::now_v7().to_string()
     } else if spec.job_id.len() > MAX_JOB_ID_BYTES {
         // Refused, naming the field and the limit.
@@ -269,6 +270,7 @@ pub(crate) fn new_job(
         timeout_ms,
         group_key,
         expire_ms,
+        id_ours,
     })
 }
 

@@ -134,11 +134,20 @@ impl pb::job_service_server::JobService for JobApi {
         tracing::Span::current().record("queue", job.queue.as_str());
         tracing::Span::current().record("job_id", job.id.as_str());
         let queue = job.queue.clone();
-        let outcome = self
+        let id = job.id.clone();
+        let outcome = match self
             .enqueue_retrying(&queue, vec![job], id_ours, true)
-            .await?
-            .pop()
-            .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
+            .await
+        {
+            Ok(outcomes) => outcomes,
+            // The job was written on the master: the client's retry must name it.
+            Err(e @ Error::NotReplicated(_)) => {
+                return Err(super::status::with_job_id(Status::from(e), &id))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        .pop()
+        .ok_or_else(|| Error::Internal("enqueue returned no outcome".into()))?;
         crate::metrics::enqueued(queue.as_str(), outcome.created);
         Ok(Response::new(pb::EnqueueResponse {
             job: Some(convert::job_pb(outcome.job)),
@@ -188,13 +197,25 @@ impl pb::job_service_server::JobService for JobApi {
         // One store call per queue. A queue whose call fails gives its items that error and
         // the other queues are still written, so a retry of the whole batch duplicates
         // nothing; only when no call wrote anything does the call itself fail (e.g.
-        // UNAVAILABLE while Redis is down), which is as safe to retry.
+        // UNAVAILABLE while Redis is down), which is as safe to retry. A NOT_REPLICATED
+        // call wrote its jobs on the master: its items get that error, each naming its
+        // job's id (the retry of an item must name it), and the call does not fail.
         let (mut written, mut first_failure) = (false, None);
         for (queue, items) in by_queue {
             let ids_ours = items.iter().all(|(i, _)| specs[*i].job_id.is_empty());
             let (index, jobs): (Vec<usize>, Vec<NewJob>) = items.into_iter().unzip();
+            let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
             let outcomes = match self.enqueue_retrying(&queue, jobs, ids_ours, false).await {
                 Ok(o) => o,
+                Err(e @ Error::NotReplicated(_)) => {
+                    let status = Status::from(e);
+                    for (i, id) in index.iter().zip(&ids) {
+                        let named = super::status::with_job_id(status.clone(), id);
+                        results[*i] = Some(item_result(&named, String::new()));
+                    }
+                    written = true;
+                    continue;
+                }
                 Err(e) => {
                     let status = Status::from(e);
                     let refused = item_result(&status, String::new());

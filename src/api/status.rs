@@ -130,6 +130,25 @@ impl From<Error> for Status {
     }
 }
 
+/// `status` (a NOT_REPLICATED failure of an Enqueue) naming the job the write made on the
+/// master: its id in ErrorInfo metadata `job_id` and in the message, so that a client whose
+/// request had no job_id (the server chose it) retries with it and finds the job instead of
+/// creating another (README, "Lost replies").
+pub(crate) fn with_job_id(status: Status, job_id: &str) -> Status {
+    let mut d = status.get_error_details();
+    let (reason, mut metadata) = match d.error_info() {
+        Some(i) => (i.reason.clone(), i.metadata.clone()),
+        None => ("NOT_REPLICATED".to_owned(), HashMap::new()),
+    };
+    metadata.insert("job_id".to_owned(), job_id.to_owned());
+    d.set_error_info(reason, ERROR_DOMAIN, metadata);
+    let message = format!(
+        "{} with job_id {job_id:?} (the job's id: the write was made)",
+        status.message()
+    );
+    Status::with_error_details(status.code(), message, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +265,24 @@ mod tests {
             assert_eq!(s.code(), code);
             assert_eq!(reason(&s), r);
         }
+    }
+
+    #[test]
+    fn a_not_replicated_enqueue_names_its_job_id() {
+        let s = with_job_id(
+            Status::from(Error::NotReplicated("0 of 1".into())),
+            "0193-x",
+        );
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(reason(&s), "NOT_REPLICATED");
+        let info = s.get_error_details().error_info().cloned().expect("info");
+        assert_eq!(info.metadata["job_id"], "0193-x");
+        assert!(
+            s.message().contains("retry with job_id \"0193-x\""),
+            "{}",
+            s.message()
+        );
+        assert!(s.get_error_details().retry_info().is_some());
     }
 
     #[test]

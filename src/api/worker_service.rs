@@ -328,7 +328,10 @@ fn record_failure(
         span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(&item.id), worker_id = %Untrusted(worker), "repeated fail answered OK"));
         return;
     }
+    // A cancelled job's Fail ends it CANCELLED whatever the worker asked (DESIGN.md
+    // section 13): counted as what it is, never as a retry.
     let disposition = match item.disposition {
+        _ if o.state == JobState::Cancelled => "cancelled",
         Disposition::Retry => "retry",
         Disposition::NoRetry => "no_retry",
         Disposition::RateLimited => "rate_limited",

@@ -243,6 +243,10 @@ pub struct NewJob {
     pub group_key: String,
     /// When it expires unless started by then, ms since the epoch; 0 = never.
     pub expire_ms: u64,
+    /// Whether the server chose `id` (the request had no job_id): the store then remembers
+    /// the id for a while, so that a retry of the write never creates the job again after
+    /// it is gone (`store/scripts/enqueue.lua`).
+    pub id_ours: bool,
 }
 
 /// A stored job.

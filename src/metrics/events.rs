@@ -33,12 +33,13 @@ const QUEUE_COUNTERS: [&str; 8] = [
     DEAD_LETTERS_REPLAYED,
 ];
 /// Every `disposition` label value of [`JOB_FAILURES`].
-const DISPOSITIONS: [&str; 5] = [
+const DISPOSITIONS: [&str; 6] = [
     "retry",
     "no_retry",
     "rate_limited",
     "lease_expired",
     "timed_out",
+    "cancelled",
 ];
 /// Every `reason` label value of [`JOBS_DEAD_LETTERED`].
 const DEAD_REASONS: [DeadReason; 4] = [
@@ -95,7 +96,9 @@ pub fn completed(queue: &str, job_name: &str, run_ms: u64) {
 }
 
 /// A failed attempt and where it sent the job. `disposition` is the label value: retry,
-/// no_retry, rate_limited, lease_expired or timed_out. `run_ms` is set for worker failures.
+/// no_retry, rate_limited, lease_expired, timed_out, or cancelled (a Fail of a job that was
+/// cancelled: it ends CANCELLED, not in the failure history). `run_ms` is set for worker
+/// failures.
 pub fn failed(
     queue: &str,
     job_name: &str,
@@ -106,7 +109,7 @@ pub fn failed(
 ) {
     let name = labels::job_name(queue, job_name);
     counter!(JOB_FAILURES, "queue" => labels::queue(queue), "job_name" => name.clone(), "disposition" => disposition).increment(1);
-    if disposition != "rate_limited" {
+    if disposition != "rate_limited" && disposition != "cancelled" {
         super::history::record(queue, 0, 1);
     }
     if let Some(ms) = run_ms {

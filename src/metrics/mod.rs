@@ -31,7 +31,8 @@ pub const JOBS_DEDUPLICATED: &str = "jobwire_jobs_deduplicated_total";
 pub const JOBS_LEASED: &str = "jobwire_jobs_leased_total";
 /// Jobs acked.
 pub const JOBS_COMPLETED: &str = "jobwire_jobs_completed_total";
-/// Failed attempts, by disposition (retry, no_retry, rate_limited, lease_expired, timed_out).
+/// Failed attempts, by disposition (retry, no_retry, rate_limited, lease_expired, timed_out,
+/// cancelled: the Fail of a cancelled job, which ends CANCELLED).
 pub const JOB_FAILURES: &str = "jobwire_job_failures_total";
 /// Failed attempts that were scheduled to run again (rate-limited returns excluded).
 pub const JOB_RETRIES: &str = "jobwire_job_retries_total";
@@ -142,7 +143,7 @@ pub fn describe_all() {
     describe_counter!(
         JOB_FAILURES,
         Unit::Count,
-        "Failed attempts, by disposition: retry, no_retry, rate_limited, lease_expired, timed_out."
+        "Failed attempts, by disposition: retry, no_retry, rate_limited, lease_expired, timed_out, cancelled (a cancelled job's Fail: it ends CANCELLED)."
     );
     describe_counter!(
         JOB_RETRIES,

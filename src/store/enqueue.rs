@@ -87,7 +87,7 @@ impl Store {
         jobs: &[NewJob],
         default_max_attempts: u32,
     ) -> Result<Vec<Result<EnqueueOutcome, StoreError>>, StoreError> {
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 10);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * 11);
         args.push(jobs.len().to_string().into_bytes());
         args.push(default_max_attempts.to_string().into_bytes());
         for j in jobs {
@@ -118,6 +118,7 @@ impl Store {
                     .into_bytes(),
                 j.group_key.clone().into_bytes(),
                 j.expire_ms.to_string().into_bytes(),
+                if j.id_ours { b"1".to_vec() } else { Vec::new() },
             ]);
         }
         if jobs.iter().any(|j| j.delay_ms > 0 || j.expire_ms > 0) {
@@ -144,13 +145,24 @@ impl Store {
         let mut out = Vec::with_capacity(answered.len());
         for j in answered {
             let item = bytes(next(&mut reply)?)?;
+            let backoff = || j.backoff.clone().or_else(|| default_backoff.clone());
+            let max = j.max_attempts.unwrap_or(default_max);
+            let timeout = j.timeout_ms.unwrap_or(default_timeout);
             out.push(if item == b"C" {
-                let backoff = j.backoff.clone().or_else(|| default_backoff.clone());
-                let max = j.max_attempts.unwrap_or(default_max);
-                let timeout = j.timeout_ms.unwrap_or(default_timeout);
                 Ok(EnqueueOutcome {
-                    job: created_job(j, now, max, backoff, timeout),
+                    job: created_job(j, now, max, backoff(), timeout),
                     created: true,
+                })
+            } else if let Some(at) = item.strip_prefix(b"G") {
+                // Created by an earlier write of this id (a retry whose first write's reply
+                // was lost) and gone since: the job as that write created it.
+                let at = std::str::from_utf8(at)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| bad("enqueue.lua: a remembered id without its time"))?;
+                Ok(EnqueueOutcome {
+                    job: created_job(j, at, max, backoff(), timeout),
+                    created: false,
                 })
             } else {
                 job_from_record(queue, j.id.clone(), &item).map(|job| EnqueueOutcome {

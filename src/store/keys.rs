@@ -84,15 +84,16 @@ const KEY_NAMES: [&str; KEY_COUNT] = [
     "glimit",
     "gpause",
     "gcount",
+    "created",
 ];
 
 /// How many keys every queue script takes.
-pub(crate) const KEY_COUNT: usize = 28;
+pub(crate) const KEY_COUNT: usize = 29;
 
 /// The [`KEY_COUNT`] keys every queue script takes, in the order `scripts/common.lua`
 /// documents (indexes into `all`: 0 waiting list, 1 delayed, 2 active, 3 completed, 4 dead,
 /// 5 meta, 6 jobs, ..., 14 prio, 15 cancelled, 16 expired, 17 expiry, 18 data, 19 .. 27 the
-/// named groups' keys, `scripts/groups.lua`).
+/// named groups' keys, `scripts/groups.lua`, 28 the ids the server chose, `enqueue.lua`).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     pub(crate) all: [String; KEY_COUNT],

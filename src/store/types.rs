@@ -5,7 +5,9 @@ use crate::jobs::{DeadReason, Disposition, Job, JobState, LeasedJob};
 /// The result of enqueueing one job.
 #[derive(Clone, Debug)]
 pub struct EnqueueOutcome {
-    /// The job as stored: the new one, or the existing one when `created` is false.
+    /// The job as stored: the new one, or the existing one when `created` is false (for an
+    /// id the server chose whose job was created by an earlier write and is gone since,
+    /// the job as that write created it: `enqueue.lua` never creates it again).
     pub job: Job,
     /// False when the id was taken (nothing changed).
     pub created: bool,

@@ -13,6 +13,7 @@ mod topology;
 mod cluster_failover;
 mod ctrl_c;
 mod durability;
+mod enqueue_once;
 mod killed_worker;
 mod leases;
 mod lost_replies;

@@ -32,7 +32,7 @@ async fn info(redis: &RedisProc, field: &str) -> String {
 }
 
 /// A master on a TCP port and a replica linked to it (both also on Unix sockets).
-async fn master_and_replica() -> (RedisProc, RedisProc, u16) {
+pub(crate) async fn master_and_replica() -> (RedisProc, RedisProc, u16) {
     let port = free_port();
     let master = RedisProc::start_on(NO_PERSISTENCE, port).await;
     let replica = RedisProc::start_on(NO_PERSISTENCE, free_port()).await;

@@ -474,6 +474,7 @@ async fn a_cancelled_job_of_a_lease_call_whose_reply_was_lost_ends_cancelled() {
         timeout_ms: None,
         group_key: String::new(),
         expire_ms: 0,
+        id_ours: false,
     };
     store.enqueue(&qn, &[job], 1).await.expect("enqueue");
     let call = jobwire::store::new_lease_call_id();

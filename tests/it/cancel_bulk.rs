@@ -101,6 +101,7 @@ async fn cancel_jobs_by_name_group_and_metadata_paged() {
             timeout_ms: None,
             group_key: "acme".into(),
             expire_ms: 0,
+            id_ours: false,
         })
         .collect();
     store

@@ -115,6 +115,7 @@ async fn the_lease_script_expires_a_popped_job_past_its_time_without_a_slot() {
         timeout_ms: None,
         group_key: String::new(),
         expire_ms,
+        id_ours: false,
     };
     store
         .enqueue(

@@ -335,3 +335,47 @@ async fn the_oldest_waiting_age_looks_across_priority_levels() {
     );
     assert_eq!(stats.waiting, 3);
 }
+
+/// A cancelled job's Fail (issue 32, item 11): the job ends CANCELLED and never retries, so
+/// the failure counts as `disposition="cancelled"`, not as a retry (which the failure-ratio
+/// alert and dashboards read as a failing handler).
+#[tokio::test]
+async fn a_cancelled_jobs_fail_counts_as_cancelled_not_as_a_retry() {
+    let (_redis, app) = TestApp::with_redis().await;
+    crate::cancel::set_grace(&app, "m-cancel", Duration::from_secs(30)).await;
+    let mut j = spec("m-cancel", "c1");
+    j.max_attempts = Some(3);
+    enqueue(&app, j).await;
+    let mut w = TestWorker::open(&app, &["m-cancel"], 1, "w").await;
+    let l = w.lease().await;
+    let r = crate::cancel::cancel(&app, "m-cancel", "c1", "no longer needed")
+        .await
+        .expect("cancel");
+    assert!(r.cancelled);
+    assert!(w.cancel_within(Duration::from_secs(5)).await.is_some());
+    let s = w.fail(&l, D::Retry, "stopped", "cancelled", None).await;
+    assert_eq!(s.code, 0, "{s:?}");
+    let job = get_job(&app, "m-cancel", "c1").await;
+    assert_eq!(crate::cancel::state(&job), pb::JobState::Cancelled);
+    let text = scrape(&app).await;
+    let failures = |d: &str| {
+        value(
+            &text,
+            "jobwire_job_failures_total",
+            &[
+                ("queue", "m-cancel"),
+                ("job_name", "test-job"),
+                ("disposition", d),
+            ],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(failures("retry"), 0.0, "not a retry: it ended CANCELLED");
+    assert_eq!(failures("cancelled"), 1.0);
+    let retries = value(
+        &text,
+        "jobwire_job_retries_total",
+        &[("queue", "m-cancel"), ("job_name", "test-job")],
+    );
+    assert_eq!(retries.unwrap_or(0.0), 0.0);
+}

@@ -39,6 +39,7 @@ async fn counters_start_at_zero_for_a_known_queue_and_replays_are_counted() {
         timeout_ms: None,
         group_key: String::new(),
         expire_ms: 0,
+        id_ours: false,
     };
     store.enqueue(&q, &[job], 1).await.expect("enqueue");
 

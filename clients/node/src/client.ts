@@ -17,11 +17,13 @@ import {
   JobServiceClient,
   ListJobsFilter,
   type CancelJobsResponse,
+  type EnqueueResponse,
   type ListJobsResponse,
 } from "./gen/jobwire/v1/job_service.js";
 import { QueueServiceClient, type ListWorkersResponse } from "./gen/jobwire/v1/queue_service.js";
 import { WorkerServiceClient } from "./gen/jobwire/v1/worker_service.js";
 import { consoleLogger, type Logger } from "./logger.js";
+import { notReplicatedJobId } from "./status.js";
 
 /** Options of a {@link Client}. */
 export interface ClientOptions extends ChannelSettings {
@@ -213,10 +215,26 @@ export class Client {
    * Enqueues one job on `queue`. `payload`: bytes as they are, a string as UTF-8, anything else
    * as JSON (content type application/json). With a `jobId` the call is idempotent (a
    * duplicate returns the stored job with `created: false`) and retried on UNAVAILABLE.
+   * Without one the server chooses the id and the call is not repeated, except after
+   * NOT_REPLICATED (`--redis-wait-replicas`: the job was written on the Redis master): the
+   * retries carry the id the error names ({@link notReplicatedJobId}), so they find that job
+   * (`created` stays true: this call created it); once the tries are spent the last error,
+   * which names the id, is thrown.
    */
   async enqueue(queue: string, name: string, payload: Payload, options: EnqueueOptions & CallSettings = {}): Promise<EnqueueResult> {
     const spec = jobSpec(queue, name, payload, options);
-    const res = await this.unary(this.stubs.jobs.enqueue.bind(this.stubs.jobs), { job: spec }, spec.jobId !== "", options);
+    const enqueue = this.stubs.jobs.enqueue.bind(this.stubs.jobs);
+    let res: EnqueueResponse;
+    try {
+      res = await this.unary(enqueue, { job: spec }, spec.jobId !== "", options);
+    } catch (e) {
+      const jobId = spec.jobId === "" ? notReplicatedJobId(e) : undefined;
+      if (jobId === undefined || this.retry.attempts <= 1) throw e;
+      const named = { ...spec, jobId };
+      const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+      const retry = { ...this.retry, attempts: this.retry.attempts - 1 };
+      res = { ...(await call(enqueue, { job: named }, timeoutMs, true, retry, options.signal)), created: true };
+    }
     if (res.job === undefined) throw new Error("Enqueue answered without a job");
     return { job: res.job, created: res.created };
   }

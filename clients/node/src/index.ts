@@ -28,6 +28,7 @@ export type { CallSettings, ChannelSettings, TlsOptions } from "./channel.js";
 export { DeadLetters, Queues, type DeadLetterSelector } from "./admin.js";
 export { Groups, rateLimit, type GroupConfigChange, type RateLimitOptions } from "./groups.js";
 export { Worker, type WorkerOptions, type WorkerStats } from "./worker.js";
+export { errorInfo, notReplicatedJobId } from "./status.js";
 export type { Handler, Job, JobContext, Outcome } from "./handler.js";
 export {
   JobCancelled,

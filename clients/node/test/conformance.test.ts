@@ -10,13 +10,14 @@ import { describe, it } from "node:test";
 import { basic } from "./conformance/basic.js";
 import { control } from "./conformance/control.js";
 import { faults } from "./conformance/faults.js";
+import { replication } from "./conformance/replication.js";
 import type { Scenario, ScenarioTest } from "./conformance/scenario.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 // build-test/test/ -> the repository's clients/conformance/scenarios.json
 const file = process.env.JOBWIRE_SCENARIOS ?? join(here, "..", "..", "..", "conformance", "scenarios.json");
 const scenarios = (JSON.parse(readFileSync(file, "utf8")) as { scenarios: Scenario[] }).scenarios;
-const tests: Record<string, ScenarioTest> = { ...basic, ...faults, ...control };
+const tests: Record<string, ScenarioTest> = { ...basic, ...faults, ...control, ...replication };
 
 describe("conformance (clients/conformance/scenarios.json)", () => {
   it("has a test for every scenario in the file", () => {

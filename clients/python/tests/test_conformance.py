@@ -14,11 +14,14 @@ import secrets
 import signal
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 import jobwire
@@ -355,6 +358,34 @@ async def stream_killed_by_network(sc: Scenario, tmp: Path) -> None:
     assert job.attempts_made == 1 and not job.errors
     assert worker.stats.reconnects >= 1 and worker.stats.extended >= 1 and worker.stats.lost == 0
     assert proxy.connections >= 2
+
+
+def handled(metrics: str, method: str, code: str) -> float:
+    """The value of grpc_server_handled_total for ``method`` answered ``code`` (0 if absent)."""
+    want = (f'grpc_method="{method}"', f'grpc_code="{code}"')
+    for line in metrics.splitlines():
+        if line.startswith("grpc_server_handled_total{") and all(w in line for w in want):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@scenario
+async def unreplicated_enqueue_exists_once(sc: Scenario, tmp: Path) -> None:
+    q = new_queue()
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await client.enqueue(q, "work", b"")
+            assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+            job_id = jobwire.not_replicated_job_id(raised.value)
+            assert job_id, raised.value
+            job = await client.get_job(q, job_id)
+            assert job.job_id == job_id
+            stats = await client.queues.stats(q)
+            assert (stats.waiting, stats.delayed, stats.active) == (1, 0, 0)
+            url = f"http://127.0.0.1:{server.http_port}/metrics"
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+            assert handled(text, "Enqueue", "Unavailable") > 1, "the SDK retried with the job_id"
 
 
 # The job-control scenarios (issue 16) live in control_scenarios.py.

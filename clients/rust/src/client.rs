@@ -82,6 +82,11 @@ impl Client {
     /// Enqueues job `name` on `queue` with `payload` (bytes, or [`Payload::json`]).
     /// With `options.job_id` the call is idempotent (a second one with the same id returns
     /// the existing job, `created` false) and is retried while the server is UNAVAILABLE.
+    /// Without one the server chooses the id and the call is not repeated, except after
+    /// NOT_REPLICATED (`--redis-wait-replicas`: the job was written on the Redis master):
+    /// the retries carry the id the error names ([`Error::not_replicated_job_id`]), so they
+    /// find that job (`created` stays true: this call created it); once the tries are spent
+    /// the last error, which names the id, is returned.
     pub async fn enqueue(
         &self,
         queue: &str,
@@ -91,14 +96,25 @@ impl Client {
     ) -> Result<Enqueued, Error> {
         let idempotent = options.job_id.is_some();
         let spec = NewJob::new(queue, name, payload, options).into_spec();
-        let call = || {
+        let call = |spec: &pb::JobSpec| {
             let (mut jobs, spec) = (self.jobs(), spec.clone());
             async move { jobs.enqueue(pb::EnqueueRequest { job: Some(spec) }).await }
         };
         let r = if idempotent {
-            retry_unavailable(call).await?
+            retry_unavailable(|| call(&spec)).await?
         } else {
-            call().await?.into_inner()
+            match call(&spec).await {
+                Ok(r) => r.into_inner(),
+                Err(s) => {
+                    let e = Error::from(s);
+                    let Some(job_id) = e.not_replicated_job_id() else {
+                        return Err(e);
+                    };
+                    let named = pb::JobSpec { job_id, ..spec };
+                    let r = retry_unavailable_tries(|| call(&named), IDEMPOTENT_TRIES - 1).await?;
+                    pb::EnqueueResponse { created: true, ..r }
+                }
+            }
         };
         Ok(Enqueued {
             job: r.job.unwrap_or_default(),
@@ -403,7 +419,16 @@ impl Client {
 /// Runs `call` until it succeeds or fails with anything but UNAVAILABLE, at most
 /// [`IDEMPOTENT_TRIES`] times, waiting a full-jitter backoff (50 ms growing to 2 s) between
 /// tries. Only for idempotent calls.
-pub(crate) async fn retry_unavailable<T, F, Fut>(mut call: F) -> Result<T, Error>
+pub(crate) async fn retry_unavailable<T, F, Fut>(call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    retry_unavailable_tries(call, IDEMPOTENT_TRIES).await
+}
+
+/// [`retry_unavailable`] with at most `max_tries` tries in all.
+async fn retry_unavailable_tries<T, F, Fut>(mut call: F, max_tries: u32) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -414,7 +439,7 @@ where
         tries += 1;
         match call().await {
             Ok(r) => return Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::Unavailable && tries < IDEMPOTENT_TRIES => {
+            Err(s) if s.code() == tonic::Code::Unavailable && tries < max_tries => {
                 tracing::debug!(error = %s, tries, "server unavailable, retrying");
                 tokio::time::sleep(backoff.next_delay()).await;
             }

@@ -42,6 +42,55 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The id of the job an Enqueue wrote on the Redis master though too few replicas
+    /// acknowledged it (UNAVAILABLE with ErrorInfo reason NOT_REPLICATED and metadata
+    /// `job_id`), or `None` for any other error. Retrying with this `job_id` finds that job
+    /// instead of creating another.
+    pub fn not_replicated_job_id(&self) -> Option<String> {
+        match self {
+            Error::Status(s) if s.code() == tonic::Code::Unavailable => {
+                let info = error_info(s)?;
+                (info.reason == "NOT_REPLICATED")
+                    .then(|| info.metadata.get("job_id").cloned())
+                    .flatten()
+                    .filter(|id| !id.is_empty())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// google.rpc.Status, as far as it is read here: its details (field 3).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<prost_types::Any>,
+}
+
+/// google.rpc.ErrorInfo, which the server attaches to every error.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ErrorInfo {
+    /// The machine-readable reason, e.g. `NOT_REPLICATED`.
+    #[prost(string, tag = "1")]
+    pub(crate) reason: String,
+    /// `jobwire.dev`.
+    #[prost(string, tag = "2")]
+    pub(crate) domain: String,
+    /// Details of the reason, e.g. `job_id`.
+    #[prost(map = "string, string", tag = "3")]
+    pub(crate) metadata: std::collections::HashMap<String, String>,
+}
+
+/// The ErrorInfo of a status (from its `grpc-status-details-bin`), if it carries one.
+pub(crate) fn error_info(s: &tonic::Status) -> Option<ErrorInfo> {
+    use prost::Message;
+    let status = RpcStatus::decode(s.details()).ok()?;
+    status
+        .details
+        .iter()
+        .find(|a| a.type_url == "type.googleapis.com/google.rpc.ErrorInfo")
+        .and_then(|a| ErrorInfo::decode(a.value.as_slice()).ok())
 }
 
 /// The most a failure's `details` (the error chain and stack trace) carries: 8 KiB.

@@ -270,6 +270,11 @@ impl TestServer {
         self.grpc
     }
 
+    /// The HTTP port (`/metrics`, `/healthz`, `/readyz`).
+    pub fn http_port(&self) -> u16 {
+        self.http
+    }
+
     /// The process id (None once killed).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)

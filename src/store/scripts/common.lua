@@ -1,7 +1,7 @@
 -- common.lua: shared by every jobwire script (prepended to each at build time, and the start
 -- of the jobwire function library).
 --
--- KEYS, the same twenty-eight for every queue script, all under one hash tag {queue} (so one
+-- KEYS, the same twenty-nine for every queue script, all under one hash tag {queue} (so one
 -- cluster slot), and no other key: a script never builds a key name, so Redis Cluster runs
 -- it on the queue's node (src/store/keys.rs builds the list; tests/it/declared_keys.rs
 -- checks every command each script runs against it).
@@ -56,6 +56,10 @@
 --  20-28 gwait, gseq, groups, gconf, gready, gblocked, glimit, gpause, gcount: the named groups
 --                      of the queue (waiting jobs, counts, config, fairness, limits),
 --                      described in groups.lua, which follows this file in every script.
+--  29 created    zset  id -> create time (ms): the jobs enqueue.lua created under an id the
+--                      server chose (an Enqueue without a job_id), so that a retry of that
+--                      write never creates the job again once it is gone (CREATED_KEEP,
+--                      CREATED_TTL_MS in enqueue.lua)
 -- ARGV[1] is always the queue's wake-up, published when a job becomes ready: the command
 -- and the channel, separated by one space. On one Redis (or behind Sentinel) it is
 -- 'PUBLISH jw:wake:<queue>'; on a Redis Cluster 'SPUBLISH jw:{<queue>}:wake': sharded
@@ -115,6 +119,7 @@ local K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS
 local K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA
 -- groups.lua's keys (20 .. 28).
 local K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE, K_GCOUNT
+local K_CREATED
 local WAKE_CMD, WAKE
 -- `spent`: bytes read by this call (CALL_BYTES below); `group_freed`: see groups.lua.
 local spent, group_freed = 0, false
@@ -130,6 +135,7 @@ local function begin_call(keys, argv)
     keys[13], keys[14], keys[15], keys[16], keys[17], keys[18], keys[19]
   K_GWAIT, K_GSEQ, K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE, K_GCOUNT =
     keys[20], keys[21], keys[22], keys[23], keys[24], keys[25], keys[26], keys[27], keys[28]
+  K_CREATED = keys[29]
   WAKE_CMD, WAKE = string.match(argv[1], '^(%u+) (.+)$')
   spent, group_freed = 0, false
 end

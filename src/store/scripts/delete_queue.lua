@@ -1,7 +1,7 @@
 -- delete_queue.lua: deletes up to a budget of the queue's jobs in any state; once none is
 -- left, also its meta (config, pause flag, counters), rate limiter, settled-token record,
--- lease-call records and group records (groups.lua: config, pauses, rate windows), and says
--- it is done.
+-- lease-call records, group records (groups.lua: config, pauses, rate windows) and the ids
+-- the server chose (enqueue.lua), and says it is done.
 -- Refuses while jobs are leased unless forced (checked before any write, in every call).
 -- ARGV: [1] wake channel (unused), [2] force 1|0, [3] most jobs to delete in this call.
 -- Reply: { 'BUSY', leased jobs } (nothing deleted)
@@ -40,7 +40,7 @@ if left > 0 then
   redis.call('DEL', K_WAITING, K_META, K_JOBS, K_LIMITER, K_SETTLED, K_SETTLED_AT, K_CALLS, K_CALL_JOBS,
     K_BODIES, K_ERRORS, K_PRIO, K_CANCELLED, K_EXPIRED, K_EXPIRY, K_DATA, K_GWAIT, K_GSEQ,
     K_GROUPS, K_GCONF, K_GREADY, K_GBLOCKED, K_GLIMIT, K_GPAUSE,
-    K_GCOUNT)
+    K_GCOUNT, K_CREATED)
   out[7] = 1
 end
 return out

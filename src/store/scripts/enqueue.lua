@@ -1,14 +1,24 @@
 -- enqueue.lua: creates jobs in waiting (or delayed), or reports the existing job for an id
 -- that is taken (the id is the dedupe key: nothing about the existing job changes). Options a
 -- job leaves unset ('') take the queue's defaults (meta d_max, d_bo, d_to), then the server's.
--- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 10 per job: id, name,
+-- Ids the server chose (an Enqueue without a job_id) are remembered in K_CREATED when their
+-- job is created: the server retries a write whose reply it lost with the same id, and
+-- that retry may run after the job it created was completed and removed (keep_completed 0,
+-- DeleteJob, retention). A remembered id whose job is gone is answered 'G' (created before,
+-- gone now) and never created again, whoever sends it (the server's retry, or a client
+-- retrying with the id a NOT_REPLICATED error named). The last CREATED_KEEP such ids of the
+-- queue are kept, each at most CREATED_TTL_MS: far past the server's retry budget (10 s).
+-- ARGV: [1] wake channel, [2] n, [3] server default max attempts, then 11 per job: id, name,
 --       body (the record body, see common.lua), delay ms, priority, max attempts, backoff,
---       timeout ms, group key ('' none), expire ms (0 never).
+--       timeout ms, group key ('' none), expire ms (0 never), '1' if the server chose the
+--       id (else '').
 -- Reply: { now ms, default max attempts, default backoff, default timeout ms (the queue's,
 --          else the server's: what a created job left unset took), then per job 'C'
---          (created) or the existing job's record (the id was taken) }; only for the first
---          jobs when the call's byte budget (bodies written and records read, common.lua)
---          ran out: the server sends the rest again.
+--          (created), the existing job's record (the id was taken; a record starts with a
+--          MessagePack string, never 'C' or 'G') or 'G<create ms>' (a remembered id whose
+--          job is gone) }; only for the first jobs when the call's byte budget (bodies
+--          written and records read, common.lua) ran out: the server sends the rest again.
+local CREATED_KEEP, CREATED_TTL_MS = 100000, 60000
 local now = now_ms()
 local n = tonumber(ARGV[2])
 local d = redis.call('HMGET', K_META, 'd_max', 'd_bo', 'd_to')
@@ -17,8 +27,10 @@ local out = { now, d_max, d_bo, d_to }
 -- Ready ids by group and priority level, pushed once per level after the loop (keeps their
 -- order).
 local ready, levels = {}, {}
+-- The created ids to remember: { now, id, now, id, ... } (ZADD's order).
+local ours = {}
 for j = 0, n - 1 do
-  local b = 4 + j * 10
+  local b = 4 + j * 11
   -- Past the byte budget (common.lua) the reply is short: the server sends the rest again.
   if j > 0 and over_budget() then break end
   spent = spent + #ARGV[b + 2]
@@ -31,7 +43,15 @@ for j = 0, n - 1 do
   -- The header values in common.lua's order; the body beside it.
   local grp, xa = ARGV[b + 8], tonumber(ARGV[b + 9])
   local hdr = cmsgpack.pack(st, 0, to, ARGV[b + 1], 0, '', '', 0, max, pri, bo, now, rt, 0, 0, '', '', grp, xa, 0)
-  if redis.call('HSETNX', K_JOBS, id, hdr) == 1 then
+  local was = redis.call('ZSCORE', K_CREATED, id)
+  if was and redis.call('HEXISTS', K_JOBS, id) == 0 then
+    -- Created by an earlier write of this id and gone since: it exists once.
+    out[#out + 1] = 'G' .. was
+  elseif redis.call('HSETNX', K_JOBS, id, hdr) == 1 then
+    if ARGV[b + 10] == '1' then
+      ours[#ours + 1] = int(now)
+      ours[#ours + 1] = id
+    end
     redis.call('HSET', K_BODIES, id, ARGV[b + 2])
     -- Expiry bounds every start (attempts.lua, "Cancel and expiry").
     if xa > 0 then redis.call('ZADD', K_EXPIRY, int(xa), id) end
@@ -54,4 +74,12 @@ for _, l in ipairs(levels) do
   for i = 1, #ids, 1000 do push_ready({ unpack(ids, i, math.min(i + 999, #ids)) }, l[2], l[3]) end
 end
 if #levels > 0 then redis.call(WAKE_CMD, WAKE, '1') end
+if #ours > 0 then
+  for i = 1, #ours, 1000 do redis.call('ZADD', K_CREATED, unpack(ours, i, math.min(i + 999, #ours))) end
+  redis.call('ZREMRANGEBYSCORE', K_CREATED, '-inf', '(' .. int(now - CREATED_TTL_MS))
+  -- At most as many as were just added: the set held at most CREATED_KEEP before.
+  local excess = redis.call('ZCARD', K_CREATED) - CREATED_KEEP
+  if excess > 0 then redis.call('ZREMRANGEBYRANK', K_CREATED, 0, excess - 1) end
+  redis.call('PEXPIRE', K_CREATED, CREATED_TTL_MS)
+end
 return out

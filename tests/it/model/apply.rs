@@ -47,6 +47,7 @@ pub(super) async fn apply(
                 timeout_ms: None,
                 group_key: group.clone(),
                 expire_ms: if ttl { now + 3_600_000 } else { 0 },
+                id_ours: false,
             };
             let out = store.enqueue(q, &[job], 1).await.expect("enqueue");
             assert_eq!(out[0].created, !m.jobs.contains_key(&id), "dedupe of {id}");

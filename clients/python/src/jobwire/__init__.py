@@ -18,6 +18,7 @@ from jobwire._admin import rate_limit
 from jobwire._book import WorkerStats
 from jobwire._channel import TLS, read_token
 from jobwire._spec import Backoff, job_spec
+from jobwire._status import not_replicated_job_id
 from jobwire.client import CancelCount, Client
 from jobwire.context import JobContext
 from jobwire.errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "job_spec",
+    "not_replicated_job_id",
     "rate_limit",
     "read_token",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -15,6 +15,7 @@ from jobwire._admin import DeadLetters, Groups, Queues
 from jobwire._backoff import DEFAULT_TRIES, retry_unavailable
 from jobwire._channel import DEFAULT_KEEPALIVE, TLS, aio_channel
 from jobwire._spec import Backoff, job_spec
+from jobwire._status import not_replicated_job_id
 from jobwire.errors import Delay
 
 DEFAULT_TIMEOUT = 30.0
@@ -53,7 +54,9 @@ class Client:
     are retried on UNAVAILABLE with full-jitter backoff (0.1 s doubling, capped at 2 s),
     ``unavailable_tries`` times in all (default 5, so an unreachable server is reported within
     about 1.5 s; 1 = no retry): reads, admin calls, a batch (the server writes none of it or
-    answers per item) and an enqueue with a ``job_id`` (which makes it idempotent).
+    answers per item) and an enqueue with a ``job_id`` (which makes it idempotent). An enqueue
+    without one is retried only after NOT_REPLICATED (``--redis-wait-replicas``: the job was
+    written on the master), with the ``job_id`` the error names, so the retry finds that job.
     """
 
     def __init__(
@@ -174,13 +177,36 @@ class Client:
         return await self.enqueue_spec(spec)
 
     async def enqueue_spec(self, spec: pb.JobSpec) -> pb.EnqueueResponse:
-        """Enqueues a prepared JobSpec (see :func:`jobwire.job_spec`)."""
-        request = pb.EnqueueRequest(job=spec)
+        """Enqueues a prepared JobSpec (see :func:`jobwire.job_spec`).
 
-        async def call() -> pb.EnqueueResponse:
-            return await self.jobs.Enqueue(request, timeout=self.timeout)
+        Without a ``job_id`` the server chooses the id and the call is not repeated, except
+        after UNAVAILABLE with reason NOT_REPLICATED: the server wrote the job on the Redis
+        master and names its id (:func:`jobwire.not_replicated_job_id`), and the retries carry
+        that id, so they find the job (``created`` stays True: this call created it). Once the
+        tries are spent the last error is raised; it names the id too."""
 
-        return await (retry_unavailable(call, self.unavailable_tries) if spec.job_id else call())
+        def call_with(s: pb.JobSpec) -> Callable[[], Awaitable[pb.EnqueueResponse]]:
+            request = pb.EnqueueRequest(job=s)
+
+            async def call() -> pb.EnqueueResponse:
+                return await self.jobs.Enqueue(request, timeout=self.timeout)
+
+            return call
+
+        if spec.job_id:
+            return await retry_unavailable(call_with(spec), self.unavailable_tries)
+        try:
+            return await call_with(spec)()
+        except grpc.aio.AioRpcError as e:
+            job_id = not_replicated_job_id(e)
+            if job_id is None or self.unavailable_tries <= 1:
+                raise
+        named = pb.JobSpec()
+        named.CopyFrom(spec)
+        named.job_id = job_id
+        response = await retry_unavailable(call_with(named), self.unavailable_tries - 1)
+        response.created = True
+        return response
 
     async def enqueue_batch(self, specs: Iterable[pb.JobSpec]) -> list[pb.EnqueueResult]:
         """Enqueues up to 1000 jobs in one call; one result per spec, in order.

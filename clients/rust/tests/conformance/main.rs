@@ -10,6 +10,7 @@ mod errors;
 mod groups;
 mod liveness;
 mod progress;
+mod replication;
 mod shutdown;
 mod slots;
 
@@ -30,6 +31,7 @@ const IMPLEMENTED: &[&str] = &[
     "result_attached_at_ack",
     "cancel_delete_expire_from_client",
     "group_key_and_pause_group",
+    "unreplicated_enqueue_exists_once",
 ];
 
 /// The scenario file, parsed.

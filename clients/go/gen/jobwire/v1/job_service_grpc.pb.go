@@ -35,10 +35,13 @@ const (
 // Producers create and read jobs.
 type JobServiceClient interface {
 	// Creates a job, or returns the existing one when its job_id is taken (created = false).
+	// UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+	// written under that id; retry with it.
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
 	// Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
 	// fails gives its items that error; the other queues are written). The call itself fails
-	// only when nothing was written, so retrying a batch never duplicates a job.
+	// only when nothing was written, so retrying a batch never duplicates a job. An item whose
+	// write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
 	EnqueueBatch(ctx context.Context, in *EnqueueBatchRequest, opts ...grpc.CallOption) (*EnqueueBatchResponse, error)
 	// Reads one job.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
@@ -61,8 +64,10 @@ type JobServiceClient interface {
 	// as CancelJob does each; paged: call again with next_page_token until it is empty.
 	CancelJobs(ctx context.Context, in *CancelJobsRequest, opts ...grpc.CallOption) (*CancelJobsResponse, error)
 	// Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-	// history, checkpoint and result; its id is free for a new Enqueue at once (also within
-	// a dedupe_ttl). NOT_FOUND for an unknown job.
+	// history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+	// the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+	// the job was created so that a retried write cannot bring the job back (README, "Lost
+	// replies"). NOT_FOUND for an unknown job.
 	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 }
 
@@ -151,10 +156,13 @@ func (c *jobServiceClient) DeleteJob(ctx context.Context, in *DeleteJobRequest, 
 // Producers create and read jobs.
 type JobServiceServer interface {
 	// Creates a job, or returns the existing one when its job_id is taken (created = false).
+	// UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+	// written under that id; retry with it.
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
 	// Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
 	// fails gives its items that error; the other queues are written). The call itself fails
-	// only when nothing was written, so retrying a batch never duplicates a job.
+	// only when nothing was written, so retrying a batch never duplicates a job. An item whose
+	// write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
 	EnqueueBatch(context.Context, *EnqueueBatchRequest) (*EnqueueBatchResponse, error)
 	// Reads one job.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
@@ -177,8 +185,10 @@ type JobServiceServer interface {
 	// as CancelJob does each; paged: call again with next_page_token until it is empty.
 	CancelJobs(context.Context, *CancelJobsRequest) (*CancelJobsResponse, error)
 	// Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-	// history, checkpoint and result; its id is free for a new Enqueue at once (also within
-	// a dedupe_ttl). NOT_FOUND for an unknown job.
+	// history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+	// the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+	// the job was created so that a retried write cannot bring the job back (README, "Lost
+	// replies"). NOT_FOUND for an unknown job.
 	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }

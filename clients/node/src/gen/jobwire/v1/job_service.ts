@@ -1527,7 +1527,11 @@ export const DeleteJobResponse: MessageFns<DeleteJobResponse> = {
 /** Producers create and read jobs. */
 export type JobServiceService = typeof JobServiceService;
 export const JobServiceService = {
-  /** Creates a job, or returns the existing one when its job_id is taken (created = false). */
+  /**
+   * Creates a job, or returns the existing one when its job_id is taken (created = false).
+   * UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+   * written under that id; retry with it.
+   */
   enqueue: {
     path: "/jobwire.v1.JobService/Enqueue" as const,
     requestStream: false as const,
@@ -1540,7 +1544,8 @@ export const JobServiceService = {
   /**
    * Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
    * fails gives its items that error; the other queues are written). The call itself fails
-   * only when nothing was written, so retrying a batch never duplicates a job.
+   * only when nothing was written, so retrying a batch never duplicates a job. An item whose
+   * write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
    */
   enqueueBatch: {
     path: "/jobwire.v1.JobService/EnqueueBatch" as const,
@@ -1612,8 +1617,10 @@ export const JobServiceService = {
   },
   /**
    * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
-   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   * history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+   * the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+   * the job was created so that a retried write cannot bring the job back (README, "Lost
+   * replies"). NOT_FOUND for an unknown job.
    */
   deleteJob: {
     path: "/jobwire.v1.JobService/DeleteJob" as const,
@@ -1627,12 +1634,17 @@ export const JobServiceService = {
 } as const;
 
 export interface JobServiceServer extends UntypedServiceImplementation {
-  /** Creates a job, or returns the existing one when its job_id is taken (created = false). */
+  /**
+   * Creates a job, or returns the existing one when its job_id is taken (created = false).
+   * UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+   * written under that id; retry with it.
+   */
   enqueue: handleUnaryCall<EnqueueRequest, EnqueueResponse>;
   /**
    * Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
    * fails gives its items that error; the other queues are written). The call itself fails
-   * only when nothing was written, so retrying a batch never duplicates a job.
+   * only when nothing was written, so retrying a batch never duplicates a job. An item whose
+   * write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
    */
   enqueueBatch: handleUnaryCall<EnqueueBatchRequest, EnqueueBatchResponse>;
   /** Reads one job. */
@@ -1663,14 +1675,20 @@ export interface JobServiceServer extends UntypedServiceImplementation {
   cancelJobs: handleUnaryCall<CancelJobsRequest, CancelJobsResponse>;
   /**
    * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
-   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   * history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+   * the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+   * the job was created so that a retried write cannot bring the job back (README, "Lost
+   * replies"). NOT_FOUND for an unknown job.
    */
   deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
 }
 
 export interface JobServiceClient extends Client {
-  /** Creates a job, or returns the existing one when its job_id is taken (created = false). */
+  /**
+   * Creates a job, or returns the existing one when its job_id is taken (created = false).
+   * UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+   * written under that id; retry with it.
+   */
   enqueue(
     request: EnqueueRequest,
     callback: (error: ServiceError | null, response: EnqueueResponse) => void,
@@ -1689,7 +1707,8 @@ export interface JobServiceClient extends Client {
   /**
    * Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
    * fails gives its items that error; the other queues are written). The call itself fails
-   * only when nothing was written, so retrying a batch never duplicates a job.
+   * only when nothing was written, so retrying a batch never duplicates a job. An item whose
+   * write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
    */
   enqueueBatch(
     request: EnqueueBatchRequest,
@@ -1790,8 +1809,10 @@ export interface JobServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-   * history, checkpoint and result; its id is free for a new Enqueue at once (also within
-   * a dedupe_ttl). NOT_FOUND for an unknown job.
+   * history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+   * the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+   * the job was created so that a retried write cannot bring the job back (README, "Lost
+   * replies"). NOT_FOUND for an unknown job.
    */
   deleteJob(
     request: DeleteJobRequest,

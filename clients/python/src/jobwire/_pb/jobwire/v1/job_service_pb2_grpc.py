@@ -78,6 +78,8 @@ class JobServiceServicer:
 
     def Enqueue(self, request, context):
         """Creates a job, or returns the existing one when its job_id is taken (created = false).
+        UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+        written under that id; retry with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -86,7 +88,8 @@ class JobServiceServicer:
     def EnqueueBatch(self, request, context):
         """Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
         fails gives its items that error; the other queues are written). The call itself fails
-        only when nothing was written, so retrying a batch never duplicates a job.
+        only when nothing was written, so retrying a batch never duplicates a job. An item whose
+        write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -134,8 +137,10 @@ class JobServiceServicer:
 
     def DeleteJob(self, request, context):
         """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-        history, checkpoint and result; its id is free for a new Enqueue at once (also within
-        a dedupe_ttl). NOT_FOUND for an unknown job.
+        history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+        the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+        the job was created so that a retried write cannot bring the job back (README, "Lost
+        replies"). NOT_FOUND for an unknown job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -34,11 +34,15 @@ class JobServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> JobServiceAsyncStub: ...
     Enqueue: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueRequest, _job_service_pb2.EnqueueResponse]
-    """Creates a job, or returns the existing one when its job_id is taken (created = false)."""
+    """Creates a job, or returns the existing one when its job_id is taken (created = false).
+    UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+    written under that id; retry with it.
+    """
     EnqueueBatch: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueBatchRequest, _job_service_pb2.EnqueueBatchResponse]
     """Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
     fails gives its items that error; the other queues are written). The call itself fails
-    only when nothing was written, so retrying a batch never duplicates a job.
+    only when nothing was written, so retrying a batch never duplicates a job. An item whose
+    write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]
     """Reads one job."""
@@ -65,8 +69,10 @@ class JobServiceStub:
     """
     DeleteJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.DeleteJobRequest, _job_service_pb2.DeleteJobResponse]
     """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-    history, checkpoint and result; its id is free for a new Enqueue at once (also within
-    a dedupe_ttl). NOT_FOUND for an unknown job.
+    history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+    the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+    the job was created so that a retried write cannot bring the job back (README, "Lost
+    replies"). NOT_FOUND for an unknown job.
     """
 
 @_typing.type_check_only
@@ -75,11 +81,15 @@ class JobServiceAsyncStub(JobServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Enqueue: _aio.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueRequest, _job_service_pb2.EnqueueResponse]  # type: ignore[assignment]
-    """Creates a job, or returns the existing one when its job_id is taken (created = false)."""
+    """Creates a job, or returns the existing one when its job_id is taken (created = false).
+    UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+    written under that id; retry with it.
+    """
     EnqueueBatch: _aio.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueBatchRequest, _job_service_pb2.EnqueueBatchResponse]  # type: ignore[assignment]
     """Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
     fails gives its items that error; the other queues are written). The call itself fails
-    only when nothing was written, so retrying a batch never duplicates a job.
+    only when nothing was written, so retrying a batch never duplicates a job. An item whose
+    write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]  # type: ignore[assignment]
     """Reads one job."""
@@ -106,8 +116,10 @@ class JobServiceAsyncStub(JobServiceStub):
     """
     DeleteJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.DeleteJobRequest, _job_service_pb2.DeleteJobResponse]  # type: ignore[assignment]
     """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-    history, checkpoint and result; its id is free for a new Enqueue at once (also within
-    a dedupe_ttl). NOT_FOUND for an unknown job.
+    history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+    the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+    the job was created so that a retried write cannot bring the job back (README, "Lost
+    replies"). NOT_FOUND for an unknown job.
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -119,7 +131,10 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_service_pb2.EnqueueRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.EnqueueResponse, _abc.Awaitable[_job_service_pb2.EnqueueResponse]]:
-        """Creates a job, or returns the existing one when its job_id is taken (created = false)."""
+        """Creates a job, or returns the existing one when its job_id is taken (created = false).
+        UNAVAILABLE with ErrorInfo reason NOT_REPLICATED carries metadata job_id: the job was
+        written under that id; retry with it.
+        """
 
     @_abc_1.abstractmethod
     def EnqueueBatch(
@@ -129,7 +144,8 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_service_pb2.EnqueueBatchResponse, _abc.Awaitable[_job_service_pb2.EnqueueBatchResponse]]:
         """Creates up to 1000 jobs; each item succeeds or fails on its own (a queue whose write
         fails gives its items that error; the other queues are written). The call itself fails
-        only when nothing was written, so retrying a batch never duplicates a job.
+        only when nothing was written, so retrying a batch never duplicates a job. An item whose
+        write was made but not replicated (NOT_REPLICATED) names its job_id in its message.
         """
 
     @_abc_1.abstractmethod
@@ -186,8 +202,10 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.DeleteJobResponse, _abc.Awaitable[_job_service_pb2.DeleteJobResponse]]:
         """Deletes a job in any state but ACTIVE (FAILED_PRECONDITION: cancel it first), with its
-        history, checkpoint and result; its id is free for a new Enqueue at once (also within
-        a dedupe_ttl). NOT_FOUND for an unknown job.
+        history, checkpoint and result; its id is free for a new Enqueue at once, except an id
+        the server chose (an Enqueue without a job_id), which stays taken for up to 60 s after
+        the job was created so that a retried write cannot bring the job back (README, "Lost
+        replies"). NOT_FOUND for an unknown job.
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
