@@ -21,6 +21,7 @@ mod batch_items;
 mod big_payloads;
 mod cancel;
 mod cancel_bulk;
+mod cancel_order;
 mod coalesce;
 mod core_flow;
 mod dead_letters;
