@@ -51,5 +51,6 @@ mod retention_age;
 mod retries;
 mod script_time;
 mod shutdown;
+mod starvation;
 mod storage;
 mod validation;
