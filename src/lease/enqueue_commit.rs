@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use super::hub::Hub;
 use super::wakeup::EchoCredit;
 use crate::jobs::{JobState, NewJob, QueueName};
-use crate::store::{EnqueueOutcome, StoreError, CALL_BYTES};
+use crate::store::{EnqueueOutcome, Store, StoreError, CALL_BYTES};
 use crate::Error;
 
 /// Most jobs one coalesced enqueue call carries (a single submission may hold more).
@@ -333,9 +333,14 @@ fn outcome_of<O>(
 
 /// One enqueue store call for `jobs` of `queue`. A local lease loop of the queue is woken
 /// as soon as the call is on the store's connection (see `wakeup.rs`): the future is polled
-/// once, which writes the FCALL (or EVALSHA) into the connection's pipeline unless the store first has
-/// a one-time SADD to send for a queue new to it, so only queues the store already knows
-/// take the early path.
+/// once, which writes the FCALL (or EVALSHA) into the connection's pipeline unless the store
+/// first has something else to send: a one-time SADD for a queue new to it, or the due
+/// index's intent for jobs with a delay or a ttl ([`Store::enqueue_writes_intent`]). So
+/// only plain jobs of queues the store already knows take the early path; the others wake
+/// the loop when the call returns, having made jobs ready (never only by their PUBLISH's
+/// echo, which misses a loop whose subscription is not in effect yet).
+///
+/// [`Store::enqueue_writes_intent`]: crate::store::Store::enqueue_writes_intent
 pub async fn write(
     hub: &Hub,
     queue: &QueueName,
@@ -346,24 +351,30 @@ pub async fn write(
     let known = store.knows_queue(queue);
     let reloads = store.script_reloads();
     let may_ready = jobs.iter().any(|j| j.delay_ms == 0);
+    let early = known && may_ready && !Store::enqueue_writes_intent(jobs);
     // Read before the write: only then does a subscription in effect see its PUBLISH.
     let echo_comes = hub.echo_will_come(queue);
     let mut call = std::pin::pin!(store.enqueue_each(queue, jobs, default_max_attempts));
-    let (result, credit) = match futures::poll!(&mut call) {
-        Poll::Ready(r) => (r, EchoCredit::none()),
-        Poll::Pending => {
-            let credit = if known && may_ready {
-                hub.early_wake(queue, echo_comes)
-            } else {
-                EchoCredit::none()
-            };
-            (call.await, credit)
+    let (result, credit, woken) = match futures::poll!(&mut call) {
+        Poll::Ready(r) => (r, EchoCredit::none(), false),
+        Poll::Pending if early => {
+            let credit = hub.early_wake(queue, echo_comes);
+            (call.await, credit, true)
         }
+        Poll::Pending => (call.await, EchoCredit::none(), false),
     };
     let made_ready = result.0.iter().any(|o| {
         o.as_ref()
             .is_ok_and(|o| o.created && o.job.state == JobState::Waiting)
     });
+    if !woken {
+        // Not woken early: the jobs are ready now. The echo, if it comes, finds no credit
+        // and wakes the loop once more (one lease call).
+        if made_ready {
+            hub.wake(queue);
+        }
+        return result;
+    }
     // Any script reload meanwhile (this call's or another's) may have put the enqueue
     // behind the lease it woke: wake again rather than wait for the safety poll.
     let in_order = store.script_reloads() == reloads;

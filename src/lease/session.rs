@@ -24,7 +24,7 @@ mod book;
 mod turns;
 
 pub use book::MAX_CREDITS;
-pub(crate) use book::{Book, Held, LeaseRef, OUTBOX_LEASES};
+pub(crate) use book::{Book, Held, LeaseRef, Tell, OUTBOX_LEASES};
 
 /// What the server sends down a stream; the api layer turns it into protobuf.
 #[derive(Debug)]
@@ -205,7 +205,8 @@ impl Session {
     }
 
     /// The next outbound message: queued control messages first, then the oldest lease of
-    /// the outbox. Registers `cx`'s waker when there is nothing.
+    /// the outbox (a cancel that waited beside it is queued first among the control
+    /// messages, so it leaves right after it). Registers `cx`'s waker when there is nothing.
     pub(crate) fn poll_outbound(&self, cx: &mut Context<'_>) -> Poll<Taken> {
         let mut out = self.out();
         if let Some(m) = out.control.pop_front() {
@@ -215,7 +216,10 @@ impl Session {
             return Poll::Ready(Taken::Msg(m, false));
         }
         let mut book = self.book();
-        if let Some(lj) = book.take_outbox() {
+        if let Some((lj, cancel)) = book.take_outbox() {
+            if let Some(c) = cancel {
+                out.control.push_front(Outbound::Cancel(c));
+            }
             let low_water = book.outbox_len() == OUTBOX_LEASES / 2;
             return Poll::Ready(Taken::Msg(Outbound::Lease(lj), low_water));
         }
@@ -309,12 +313,17 @@ impl Session {
     }
 
     /// Queues a [`CancelLease`] for the lease `c.token` if this stream holds it (for job
-    /// `c.id`) and was not told yet. True when it was queued.
+    /// `c.id`) and was not told yet. True when it was queued. Never ahead of the lease: a
+    /// lease still in the outbox takes its cancel along ([`Book::tell_cancel`]), since
+    /// control messages otherwise go first and a worker ignores a cancel for a lease it
+    /// has not seen.
     pub(crate) fn cancel(&self, c: &CancelLease) -> bool {
-        if !self.book().mark_cancel_sent(&c.queue, &c.id, &c.token) {
-            return false;
+        let tell = self.book().tell_cancel(c);
+        match tell {
+            Tell::No => false,
+            Tell::AfterLease => true,
+            Tell::Now => self.send(Outbound::Cancel(c.clone())),
         }
-        self.send(Outbound::Cancel(c.clone()))
     }
 
     /// How many leases it holds (delivered or waiting in the outbox).

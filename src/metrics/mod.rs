@@ -58,6 +58,10 @@ pub const JOB_WAIT_SECONDS: &str = "jobwire_job_wait_seconds";
 pub const QUEUE_JOBS: &str = "jobwire_queue_jobs";
 /// Age of the oldest waiting job, seconds, from Redis.
 pub const QUEUE_OLDEST_WAITING_AGE: &str = "jobwire_queue_oldest_waiting_age_seconds";
+/// Age of the oldest waiting job of each priority in use, seconds, from Redis (labels
+/// `queue`, `priority`: see `scrape.rs` for the bound).
+pub const QUEUE_PRIORITY_OLDEST_WAITING_AGE: &str =
+    "jobwire_queue_priority_oldest_waiting_age_seconds";
 /// Age of the oldest dead-letter entry, seconds, from Redis.
 pub const DEAD_LETTER_OLDEST_AGE: &str = "jobwire_dead_letter_oldest_age_seconds";
 /// 1 when the queue is paused, from Redis.
@@ -199,6 +203,11 @@ pub fn describe_all() {
         QUEUE_OLDEST_WAITING_AGE,
         Unit::Seconds,
         "Age of the oldest waiting job, read from Redis; 0 when none waits."
+    );
+    describe_gauge!(
+        QUEUE_PRIORITY_OLDEST_WAITING_AGE,
+        Unit::Seconds,
+        "Age of the oldest waiting job of each priority with waiting jobs (higher priorities are leased first: a low priority's age growing while the queue moves is starvation), read from Redis; 0 once none of that priority waits. At most 20 priorities per queue (the oldest), the rest as priority=\"other\"."
     );
     describe_gauge!(
         DEAD_LETTER_OLDEST_AGE,

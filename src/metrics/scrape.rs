@@ -1,7 +1,7 @@
 //! `/metrics`: refreshes the queue gauges from Redis (pipelined, a chunk of queues per round
 //! trip, at most once per [`REFRESH_EVERY`]), sets this replica's worker counts, and renders.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
@@ -14,11 +14,21 @@ use crate::lease::Hub;
 /// Queue gauges are at most this old when rendered.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
+/// Most `priority` label values per queue label in
+/// `jobwire_queue_priority_oldest_waiting_age_seconds`: the priorities whose oldest job has
+/// waited longest; the others are reported together as `priority="other"` (their maximum).
+/// Priorities are -1000 ..= 1000, so the label is bounded anyway; this keeps a queue that
+/// uses hundreds of them from growing `/metrics` by as many series.
+pub const MAX_PRIORITY_SERIES: usize = 20;
+
 /// Renders `/metrics`; cheap to share behind an `Arc`.
 pub struct Scraper {
     handle: PrometheusHandle,
     hub: Hub,
     last: Mutex<Option<Instant>>,
+    /// The (queue, priority) label pairs set by the last refresh: those not set again read
+    /// 0 (nothing of that priority waits any more).
+    priority_series: Mutex<HashSet<(String, String)>>,
 }
 
 impl Scraper {
@@ -28,6 +38,7 @@ impl Scraper {
             handle,
             hub,
             last: Mutex::new(None),
+            priority_series: Mutex::default(),
         }
     }
 
@@ -83,13 +94,23 @@ impl Scraper {
                     g.jobs[i] += n;
                 }
                 g.oldest_waiting_ms = g.oldest_waiting_ms.max(s.oldest_waiting_ms);
+                for &(p, age) in &s.oldest_waiting_by_priority {
+                    let a = g.by_priority.entry(p).or_default();
+                    *a = (*a).max(age);
+                }
                 g.oldest_dead_ms = g.oldest_dead_ms.max(s.oldest_dead_ms);
                 g.paused |= s.paused;
                 g.groups_waiting += s.groups_waiting;
                 g.workers += workers;
             }
         }
+        let mut priority_series = HashSet::new();
         for (q, g) in by_label {
+            for (p, age_ms) in priority_levels(&g.by_priority) {
+                gauge!(QUEUE_PRIORITY_OLDEST_WAITING_AGE, "queue" => q.clone(), "priority" => p.clone())
+                    .set(age_ms as f64 / 1000.0);
+                priority_series.insert((q.clone(), p));
+            }
             for (state, n) in [
                 "waiting",
                 "delayed",
@@ -114,9 +135,43 @@ impl Scraper {
             // Registered at zero so that rate() and alerts see every queue from the start.
             queue_known(&q);
         }
+        let mut last = self.priority_series.lock().await;
+        for (q, p) in last.difference(&priority_series) {
+            gauge!(QUEUE_PRIORITY_OLDEST_WAITING_AGE, "queue" => q.clone(), "priority" => p.clone())
+                .set(0.0);
+        }
+        // Series that read 0 stay (a scrape must see them drop to 0): they are kept in the
+        // set until this replica restarts, bounded by the queues and priorities ever used.
+        last.extend(priority_series);
         Ok(())
     }
 }
+
+/// The `priority` label values and ages (ms) of one queue label: each priority in use,
+/// clamped to the valid range, up to [`MAX_PRIORITY_SERIES`] (the oldest), the rest as
+/// `other` with their maximum age.
+fn priority_levels(by_priority: &BTreeMap<i32, u64>) -> Vec<(String, u64)> {
+    let mut levels: Vec<(i32, u64)> = by_priority
+        .iter()
+        .map(|(p, age)| ((*p).clamp(MIN_PRIORITY, MAX_PRIORITY), *age))
+        .collect();
+    // Oldest first; ties by priority, highest first.
+    levels.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+    let rest = levels.split_off(levels.len().min(MAX_PRIORITY_SERIES));
+    let mut out: Vec<(String, u64)> = levels
+        .into_iter()
+        .map(|(p, age)| (p.to_string(), age))
+        .collect();
+    if let Some(oldest) = rest.iter().map(|(_, age)| *age).max() {
+        out.push((labels::OTHER.to_owned(), oldest));
+    }
+    out
+}
+
+/// The valid priorities (`JobSpec.priority`, `api::limits::PRIORITY_RANGE`): the label
+/// never leaves them.
+const MIN_PRIORITY: i32 = -1000;
+const MAX_PRIORITY: i32 = 1000;
 
 /// Queues per stats round trip.
 const STATS_CHUNK: usize = 200;
@@ -132,4 +187,6 @@ struct Gauges {
     /// Groups with waiting jobs (summed over the queues of the label).
     groups_waiting: u64,
     workers: u64,
+    /// Priority -> age of its oldest waiting job, ms (the maximum over the label's queues).
+    by_priority: BTreeMap<i32, u64>,
 }

@@ -77,6 +77,14 @@ impl Store {
         (out, None)
     }
 
+    /// Does an enqueue of `jobs` write the due index's intent before its script (some job
+    /// has a delay or an expire time, `Store::intend_due`)? Then the first thing the call
+    /// puts on the connection is the intent, not the enqueue: a lease call written behind
+    /// it may run before the jobs exist (`lease/enqueue_commit.rs`).
+    pub fn enqueue_writes_intent(jobs: &[NewJob]) -> bool {
+        jobs.iter().any(|j| j.delay_ms > 0 || j.expire_ms > 0)
+    }
+
     /// One `enqueue.lua` call for `jobs`: the outcomes of the first jobs (all of them unless
     /// the call's byte budget ran out); a taken id whose record does not decode fails that
     /// job only.
@@ -121,7 +129,7 @@ impl Store {
                 if j.id_ours { b"1".to_vec() } else { Vec::new() },
             ]);
         }
-        if jobs.iter().any(|j| j.delay_ms > 0 || j.expire_ms > 0) {
+        if Store::enqueue_writes_intent(jobs) {
             self.intend_due(queue).await;
         }
         let mut reply = array(self.run_script(&scripts::ENQUEUE, keys, args).await?)?.into_iter();

@@ -38,6 +38,10 @@ pub struct QueueStats {
     pub paused: bool,
     /// Groups with waiting jobs (the default group counts when it has some).
     pub groups_waiting: u64,
+    /// Per priority with waiting jobs, highest first: (priority, age of its oldest waiting
+    /// job in ms). Exact for jobs without a group key; of grouped jobs only the one made
+    /// ready first counts, under its priority (`scripts/waiting_stats.lua`).
+    pub oldest_waiting_by_priority: Vec<(i32, u64)>,
 }
 
 /// Commands per queue in the stats pipeline.
@@ -107,6 +111,11 @@ impl Store {
             .filter(|r| *r >= 0)
             .map(|r| r as f64);
         let groups_waiting = int(next(&mut w)?)? as u64;
+        let mut levels = Vec::new();
+        let mut flat = array(next(&mut w)?)?.into_iter();
+        while let (Some(p), Some(rt)) = (flat.next(), flat.next()) {
+            levels.push((int(p)? as i32, int(rt)? as f64));
+        }
         for slot in &mut n[1..] {
             *slot = int(it.next().unwrap_or_default())? as u64;
         }
@@ -129,6 +138,10 @@ impl Store {
             oldest_dead_ms: age(dead.map(|s| (s / 1000.0).floor())),
             paused,
             groups_waiting,
+            oldest_waiting_by_priority: levels
+                .into_iter()
+                .map(|(p, rt)| (p, age(Some(rt))))
+                .collect(),
         })
     }
 }

@@ -150,3 +150,62 @@ async fn echoes_lost_before_the_subscription_do_not_swallow_the_resume() {
         );
     }
 }
+
+/// EnqueueBatch of jobs with a ttl (issue 32, item 7): the enqueue writes its due-index
+/// intent first, so its first poll puts the intent, not the enqueue, on the connection. The
+/// idle worker must still get the jobs from a wake-up, well inside the 2 s safety poll, and a
+/// 1 s ttl job must be delivered, not expire while the worker sits idle. Single Enqueues
+/// with a ttl, and batches without, are the controls.
+#[tokio::test]
+async fn a_batch_with_a_ttl_wakes_an_idle_worker() {
+    let redis = TestRedis::start().await;
+    let app = TestApp::spawn(test_config(&redis.url)).await;
+    let q = "ttl-batch";
+    let mut w = TestWorker::open(&app, &[q], 4, "w").await;
+    // The first enqueue registers the queue with the store; later ones take the early path.
+    enqueue(&app, spec(q, "first")).await;
+    let l = w.lease_within(PROMPT).await.expect("the first job");
+    assert_eq!(w.ack(&l).await.code, 0);
+    let with_ttl = |id: &str| pb::JobSpec {
+        ttl: Some(ms(Duration::from_secs(1))),
+        ..spec(q, id)
+    };
+    for round in 0..4 {
+        // A control: a single Enqueue with a ttl, and a batch without.
+        for (kind, batch, job) in [
+            ("single ttl", false, with_ttl(&format!("one-{round}"))),
+            ("batch", true, spec(q, &format!("plain-{round}"))),
+            ("batch ttl", true, with_ttl(&format!("ttl-{round}"))),
+        ] {
+            let id = job.job_id.clone();
+            // Idle long enough that the loop sleeps on its safety poll.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let t = std::time::Instant::now();
+            if batch {
+                let r = app
+                    .jobs()
+                    .enqueue_batch(pb::EnqueueBatchRequest { jobs: vec![job] })
+                    .await
+                    .expect("enqueue batch")
+                    .into_inner();
+                assert!(r.results[0].job.is_some(), "{r:?}");
+            } else {
+                enqueue(&app, job).await;
+            }
+            let l = w
+                .lease_within(Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|| panic!("round {round}: {kind}: no lease within 5 s"));
+            let took = t.elapsed();
+            println!("round {round}: {kind}: leased {took:?} after the enqueue");
+            assert_eq!(l.job.as_ref().expect("job").job_id, id);
+            assert!(
+                took < PROMPT,
+                "round {round}: {kind}: {took:?}, the safety poll's pace"
+            );
+            assert_eq!(w.ack(&l).await.code, 0, "round {round}: {kind}: acked");
+            let j = get_job(&app, q, &id).await;
+            assert_eq!(j.state, pb::JobState::Completed as i32, "{id}: {j:?}");
+        }
+    }
+}

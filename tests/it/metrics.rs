@@ -213,6 +213,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         },
     )
     .await;
+    // A job that stays waiting (no worker on its queue): the per-priority waiting age.
+    enqueue(&app, spec("m-all-waiting", "w")).await;
     {
         let mut w = TestWorker::open(&app, &["m-all"], 3, "w").await;
         let mut leases = [w.lease().await, w.lease().await, w.lease().await];

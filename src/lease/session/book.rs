@@ -9,12 +9,17 @@
 //! ([`Book::release_overdue`]); the book is then *stalled* (no more leases) until the
 //! transport polls again ([`Book::unstall`]).
 //!
+//! A cancel of a lease still in the outbox waits beside it ([`Book::tell_cancel`]) and
+//! leaves with it ([`Book::take_outbox`]): the worker must see a CancelLease only after its
+//! Lease (it ignores a cancel for a lease it does not hold, and would then run the job).
+//!
 //! Invariant (checked by the property test in `tests.rs`): `free + reserved + held` equals
 //! what the worker granted, capped at [`MAX_CREDITS`]; a grant past the cap is clamped.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use super::CancelLease;
 use crate::jobs::{LeasedJob, QueueName};
 
 /// A lease as the book needs to see it (the job id and token); the outbox stores it whole.
@@ -59,6 +64,28 @@ pub(crate) struct Held {
 /// A held lease named by queue, job id and token.
 pub(crate) type LeaseRef = (QueueName, String, String);
 
+/// A lease in the outbox: its queue, the lease, when it is released if still here, and the
+/// cancel to send right after it, if its job was cancelled meanwhile.
+#[derive(Debug)]
+struct Waiting<L> {
+    queue: QueueName,
+    lease: L,
+    release_at: Instant,
+    cancel: Option<CancelLease>,
+}
+
+/// What [`Book::tell_cancel`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Tell {
+    /// The book does not hold the lease, or its holder was told already: nothing to send.
+    No,
+    /// The lease has left the outbox: send the cancel now.
+    Now,
+    /// The lease is still in the outbox: the cancel waits beside it and leaves right after
+    /// it ([`Book::take_outbox`]).
+    AfterLease,
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Book<L = Box<LeasedJob>> {
@@ -66,9 +93,8 @@ pub(crate) struct Book<L = Box<LeasedJob>> {
     reserved: i64,
     /// Keyed by (queue, lease token).
     held: HashMap<(QueueName, String), Held>,
-    /// Held leases the transport has not taken yet, oldest first, each with the time it is
-    /// released if still here.
-    outbox: VecDeque<(QueueName, L, Instant)>,
+    /// Held leases the transport has not taken yet, oldest first.
+    outbox: VecDeque<Waiting<L>>,
     /// Leases were released from the outbox because the transport did not take them: lease
     /// no more until it polls again.
     stalled: bool,
@@ -192,13 +218,19 @@ impl<L: Lease> Book<L> {
                 span,
             },
         );
-        self.outbox.push_back((queue.clone(), lj, release_at));
+        self.outbox.push_back(Waiting {
+            queue: queue.clone(),
+            lease: lj,
+            release_at,
+            cancel: None,
+        });
         Ok(())
     }
 
-    /// The oldest lease the transport has not taken yet.
-    pub(crate) fn take_outbox(&mut self) -> Option<L> {
-        self.outbox.pop_front().map(|(_, lj, _)| lj)
+    /// The oldest lease the transport has not taken yet, and the cancel to send right after
+    /// it (its job was cancelled while it waited here).
+    pub(crate) fn take_outbox(&mut self) -> Option<(L, Option<CancelLease>)> {
+        self.outbox.pop_front().map(|w| (w.lease, w.cancel))
     }
 
     /// Takes the leases whose release time is at or before `now` out of the outbox: the
@@ -206,17 +238,19 @@ impl<L: Lease> Book<L> {
     /// forgotten (credits freed) and returned, to hand back to waiting without an attempt,
     /// and the book stalls until [`Book::unstall`].
     pub(crate) fn release_overdue(&mut self, now: Instant) -> Vec<LeaseRef> {
-        if self.outbox.iter().all(|(_, _, at)| *at > now) {
+        if self.outbox.iter().all(|w| w.release_at > now) {
             return Vec::new();
         }
         let mut out = Vec::new();
         let mut keep = VecDeque::with_capacity(self.outbox.len());
-        for (q, lj, at) in std::mem::take(&mut self.outbox) {
-            if at > now {
-                keep.push_back((q, lj, at));
+        for w in std::mem::take(&mut self.outbox) {
+            if w.release_at > now {
+                keep.push_back(w);
                 continue;
             }
-            out.extend(self.unhold(q, &lj));
+            // A cancel waiting beside it goes with it: the worker never saw the lease, and
+            // the hand-back ends a job whose cancel is pending CANCELLED.
+            out.extend(self.unhold(w.queue, &w.lease));
         }
         self.outbox = keep;
         self.stalled = true;
@@ -237,7 +271,7 @@ impl<L: Lease> Book<L> {
         }
         let held = self.held.remove(&key)?;
         self.outbox
-            .retain(|(q, lj, _)| !(q == queue && lj.token() == token));
+            .retain(|w| !(&w.queue == queue && w.lease.token() == token));
         self.free += 1;
         Some(held)
     }
@@ -249,15 +283,25 @@ impl<L: Lease> Book<L> {
         }
     }
 
-    /// Records that the holder of lease `token` (job `id`) is told of its cancel: true the
-    /// first time, false when it was told already or this book does not hold the lease.
-    pub(crate) fn mark_cancel_sent(&mut self, queue: &QueueName, id: &str, token: &str) -> bool {
-        match self.held.get_mut(&(queue.clone(), token.to_owned())) {
-            Some(h) if h.id == id && !h.cancel_sent => {
-                h.cancel_sent = true;
-                true
+    /// The holder of lease `c.token` (job `c.id`) is to be told of its cancel, once: [`Tell`]
+    /// says whether to send it now, or (the lease still in the outbox) that it now waits
+    /// beside the lease and leaves right after it ([`Book::take_outbox`]), or that there is
+    /// nothing to send (told already, or not held here).
+    pub(crate) fn tell_cancel(&mut self, c: &CancelLease) -> Tell {
+        match self.held.get_mut(&(c.queue.clone(), c.token.clone())) {
+            Some(h) if h.id == c.id && !h.cancel_sent => h.cancel_sent = true,
+            _ => return Tell::No,
+        }
+        let waiting = self
+            .outbox
+            .iter_mut()
+            .find(|w| w.queue == c.queue && w.lease.token() == c.token);
+        match waiting {
+            Some(w) => {
+                w.cancel = Some(c.clone());
+                Tell::AfterLease
             }
-            _ => false,
+            None => Tell::Now,
         }
     }
 
@@ -280,8 +324,8 @@ impl<L: Lease> Book<L> {
         self.closed = true;
         let undelivered: Vec<_> = self.outbox.drain(..).collect();
         let mut out = Vec::with_capacity(undelivered.len());
-        for (q, lj, _) in undelivered {
-            out.extend(self.unhold(q, &lj));
+        for w in undelivered {
+            out.extend(self.unhold(w.queue, &w.lease));
         }
         out
     }

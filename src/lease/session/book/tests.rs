@@ -1,10 +1,11 @@
 //! Property test of the credit book: for any sequence of grant / reserve / lease (new job, or
 //! the stream's own job coming back under a new token) / unfilled slot / transport take /
 //! settle (current, stale or unknown token) / lost / outbox leases overdue (released, the
-//! book stalled) / transport poll (unstall) / close / hand-back, the credits add up:
-//! free + reserved + held == granted, capped at `MAX_CREDITS`.
+//! book stalled) / transport poll (unstall) / close / hand-back / cancel, the credits add up:
+//! free + reserved + held == granted, capped at `MAX_CREDITS`; and a cancel is told once
+//! per lease, never ahead of it: one for a lease still in the outbox leaves with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -46,6 +47,8 @@ enum Op {
     /// The outbox sweep at this many ms after the start (leases are due 0..100 ms after it).
     Overdue(u64),
     Unstall,
+    /// A cancel for a held lease by pick (its holder is to be told).
+    Cancel(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -62,7 +65,18 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::TakeAll),
         2 => (0u64..150).prop_map(Op::Overdue),
         2 => Just(Op::Unstall),
+        2 => any::<usize>().prop_map(Op::Cancel),
     ]
+}
+
+fn cancel_of(q: &QueueName, id: &str, token: &str) -> CancelLease {
+    CancelLease {
+        queue: q.clone(),
+        id: id.to_owned(),
+        token: token.to_owned(),
+        reason: "stop".into(),
+        revoke_ms: 0,
+    }
 }
 
 fn leased(id: &str, token: &str) -> L {
@@ -87,6 +101,9 @@ proptest! {
         let mut next = 0u64;
         let start = std::time::Instant::now();
         let mut stalled = false;
+        // Tokens the transport took; tokens whose holder was told of a cancel; tokens whose
+        // cancel waits in the outbox beside the lease.
+        let (mut taken, mut told, mut riding) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
         for op in ops {
             match op {
                 Op::Grant(n) => {
@@ -119,9 +136,32 @@ proptest! {
                 }
                 Op::Unfilled => book.unreserve(),
                 Op::Take => {
-                    if let Some(lj) = book.take_outbox() {
+                    if let Some((lj, cancel)) = book.take_outbox() {
                         prop_assert!(held.contains_key(&lj.token));
+                        prop_assert_eq!(cancel.is_some(), riding.remove(&lj.token), "its cancel leaves with it");
+                        if let Some(c) = cancel {
+                            prop_assert_eq!(&c.token, &lj.token);
+                        }
+                        taken.insert(lj.token);
                     }
+                }
+                Op::Cancel(pick) => {
+                    let target = held.iter().nth(pick % held.len().max(1)).map(|(t, i)| (t.clone(), i.clone()));
+                    if let Some((token, id)) = target {
+                        let want = if told.contains(&token) {
+                            Tell::No
+                        } else if taken.contains(&token) {
+                            Tell::Now
+                        } else {
+                            Tell::AfterLease
+                        };
+                        if want == Tell::AfterLease {
+                            riding.insert(token.clone());
+                        }
+                        prop_assert_eq!(book.tell_cancel(&cancel_of(&q, &id, &token)), want);
+                        told.insert(token);
+                    }
+                    prop_assert_eq!(book.tell_cancel(&cancel_of(&q, "nope", "t0")), Tell::No);
                 }
                 Op::Settle { pick, stale } => {
                     let target = if stale && !gone.is_empty() {
@@ -181,6 +221,7 @@ proptest! {
                     held.clear();
                 }
             }
+            riding.retain(|t| held.contains_key(t));
             prop_assert!(book.free >= 0 && book.reserved >= 0);
             prop_assert_eq!(book.held_count(), held.len());
             prop_assert_eq!(book.granted(), granted, "free + reserved + held == granted");
