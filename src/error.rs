@@ -163,7 +163,9 @@ impl From<&StoreError> for Error {
             StoreError::OutOfMemory(e) => Error::StoreFull(e.to_string()),
             StoreError::Redis(e) => Error::Internal(e.to_string()),
             StoreError::Decode(msg) => Error::Internal(msg.clone()),
-            e @ StoreError::NotReplicated { .. } => Error::NotReplicated(e.to_string()),
+            e @ (StoreError::NotReplicated { .. } | StoreError::TooFewReplicas { .. }) => {
+                Error::NotReplicated(e.to_string())
+            }
             StoreError::Config(msg) => Error::Internal(msg.clone()),
             StoreError::TooManyQueues { limit } => Error::TooManyQueues { limit: *limit },
         }

@@ -72,11 +72,7 @@ impl From<Error> for Status {
             }
             Error::NotReplicated(why) => {
                 d.set_retry_info(Some(Duration::from_secs(1)));
-                (
-                    Code::Unavailable,
-                    "NOT_REPLICATED",
-                    format!("{why}; the write may be lost if the Redis master fails now; retry"),
-                )
+                (Code::Unavailable, "NOT_REPLICATED", format!("{why}; retry"))
             }
             Error::StoreFull(_) => {
                 d.set_retry_info(Some(Duration::from_secs(5)));

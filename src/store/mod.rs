@@ -28,6 +28,7 @@ mod list;
 mod progress;
 mod queues;
 mod registry;
+mod replica_gate;
 mod scripts;
 mod stats;
 mod target;

@@ -11,6 +11,7 @@ mod procs;
 mod topology;
 
 mod cluster_failover;
+mod cluster_wait_failover;
 mod ctrl_c;
 mod durability;
 mod killed_worker;
