@@ -74,6 +74,10 @@ impl From<Error> for Status {
                 d.set_retry_info(Some(Duration::from_secs(1)));
                 (Code::Unavailable, "NOT_REPLICATED", format!("{why}; retry"))
             }
+            Error::Evicting(why) => {
+                d.set_retry_info(Some(Duration::from_secs(5)));
+                (Code::Unavailable, "REDIS_EVICTS", why.clone())
+            }
             Error::StoreFull(_) => {
                 d.set_retry_info(Some(Duration::from_secs(5)));
                 (

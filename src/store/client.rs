@@ -42,6 +42,8 @@ pub struct Store {
     /// Refuses writes to masters short of replicas under `--redis-wait-replicas`
     /// (`replica_gate.rs`).
     gate: Arc<ReplicaGate>,
+    /// The evicting `maxmemory-policy` the health watch saw, if any (`eviction.rs`).
+    pub(super) eviction: Arc<super::eviction::Eviction>,
 }
 
 /// The byte budget of one script call, as `scripts/common.lua` sets it (`CALL_BYTES`): a
@@ -106,6 +108,7 @@ impl Store {
             max_queues: super::registry::DEFAULT_MAX_QUEUES,
             wait: WaitReplicas::default(),
             gate: Arc::default(),
+            eviction: Arc::default(),
         })
     }
 

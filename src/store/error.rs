@@ -62,6 +62,13 @@ pub enum StoreError {
         /// Replicas wanted.
         wanted: u32,
     },
+    /// Redis's `maxmemory-policy` evicts (it may delete jobs) and `--allow-eviction` is off:
+    /// new jobs are refused, nothing was written (`eviction.rs`).
+    #[error("redis maxmemory-policy is {policy}, which lets redis delete jobs under memory pressure: new jobs are refused until it is noeviction again (CONFIG SET maxmemory-policy noeviction on the redis server), or run jobwire with --allow-eviction")]
+    Evicting {
+        /// The policy as CONFIG GET answered it (with the master's address on a cluster).
+        policy: String,
+    },
     /// `--redis-url` does not parse; the text names the part at fault (never the password).
     #[error("{0}")]
     Config(String),

@@ -19,6 +19,7 @@ mod due_later;
 mod durability;
 mod enqueue;
 mod error;
+mod eviction;
 mod functions;
 mod groups;
 mod health;

@@ -14,6 +14,7 @@ mod cluster_failover;
 mod cluster_wait_failover;
 mod ctrl_c;
 mod durability;
+mod eviction;
 mod killed_worker;
 mod leases;
 mod lost_replies;
