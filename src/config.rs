@@ -135,6 +135,8 @@ pub struct ServeArgs {
     pub redis_fsync: Fsync,
 
     /// Accept a Redis whose maxmemory-policy may evict keys (jobs could silently vanish).
+    /// Without it jobwire refuses to start on such a Redis, and refuses new jobs
+    /// (UNAVAILABLE, REDIS_EVICTS) while the policy is switched to one at run time.
     #[arg(long, env = "JOBWIRE_ALLOW_EVICTION")]
     pub allow_eviction: bool,
 

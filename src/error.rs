@@ -77,6 +77,10 @@ pub enum Error {
     /// acknowledged it in time: UNAVAILABLE (reason NOT_REPLICATED), safe to retry.
     #[error("not replicated: {0}")]
     NotReplicated(String),
+    /// Redis's `maxmemory-policy` evicts and `--allow-eviction` is off: UNAVAILABLE (reason
+    /// REDIS_EVICTS), the message names the policy and the fix. Nothing was written.
+    #[error("{0}")]
+    Evicting(String),
     /// Redis reached `maxmemory` and refuses writes: RESOURCE_EXHAUSTED, retry once jobs are
     /// consumed or Redis has more memory. The call changed nothing.
     #[error("store full: {0}")]
@@ -163,7 +167,10 @@ impl From<&StoreError> for Error {
             StoreError::OutOfMemory(e) => Error::StoreFull(e.to_string()),
             StoreError::Redis(e) => Error::Internal(e.to_string()),
             StoreError::Decode(msg) => Error::Internal(msg.clone()),
-            e @ StoreError::NotReplicated { .. } => Error::NotReplicated(e.to_string()),
+            e @ StoreError::Evicting { .. } => Error::Evicting(e.to_string()),
+            e @ (StoreError::NotReplicated { .. } | StoreError::TooFewReplicas { .. }) => {
+                Error::NotReplicated(e.to_string())
+            }
             StoreError::Config(msg) => Error::Internal(msg.clone()),
             StoreError::TooManyQueues { limit } => Error::TooManyQueues { limit: *limit },
         }

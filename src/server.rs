@@ -110,7 +110,7 @@ async fn watch_redis(
             _ => match store.maxmemory_policy().await {
                 Ok(p) if p != "noeviction" => {
                     if last != Some(RedisHealth::Evicting(p.clone())) {
-                        tracing::error!(policy = %p, "redis maxmemory-policy is {p:?}, not \"noeviction\": eviction would silently delete jobs and leases; not serving until it is noeviction again (or run with --allow-eviction)");
+                        tracing::error!(policy = %p, "redis maxmemory-policy is {p:?}, not \"noeviction\": eviction would silently delete jobs and leases; not serving, and new jobs are refused (UNAVAILABLE), until it is noeviction again (or run with --allow-eviction)");
                     }
                     RedisHealth::Evicting(p)
                 }
@@ -125,6 +125,13 @@ async fn watch_redis(
                 }
             },
         };
+        // New jobs are refused while the policy evicts (`store/eviction.rs`); a Redis that
+        // does not answer keeps the last verdict.
+        match &now {
+            RedisHealth::Evicting(p) => store.set_evicting(Some(p.clone())),
+            RedisHealth::Down => {}
+            RedisHealth::Serving | RedisHealth::Full => store.set_evicting(None),
+        }
         if last.as_ref() != Some(&now) {
             let serving = now.serving();
             if serving && !last.as_ref().is_some_and(RedisHealth::serving) {

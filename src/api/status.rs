@@ -72,11 +72,11 @@ impl From<Error> for Status {
             }
             Error::NotReplicated(why) => {
                 d.set_retry_info(Some(Duration::from_secs(1)));
-                (
-                    Code::Unavailable,
-                    "NOT_REPLICATED",
-                    format!("{why}; the write may be lost if the Redis master fails now; retry"),
-                )
+                (Code::Unavailable, "NOT_REPLICATED", format!("{why}; retry"))
+            }
+            Error::Evicting(why) => {
+                d.set_retry_info(Some(Duration::from_secs(5)));
+                (Code::Unavailable, "REDIS_EVICTS", why.clone())
             }
             Error::StoreFull(_) => {
                 d.set_retry_info(Some(Duration::from_secs(5)));

@@ -14,6 +14,7 @@ use super::codec::{array, bad, next, string};
 use super::conn::Conn;
 use super::durability::WaitReplicas;
 use super::keys::{wake_arg, Keys};
+use super::replica_gate::{slot_of, ReplicaGate};
 use super::scripts::NamedScript;
 use super::target::Target;
 use super::types::*;
@@ -41,6 +42,11 @@ pub struct Store {
     /// How old an unconfirmed lease call must be before the reaper takes it for lost
     /// ([`crate::store::lost_call_after`] of the command timeout).
     pub(super) lost_call_after: Duration,
+    /// Refuses writes to masters short of replicas under `--redis-wait-replicas`
+    /// (`replica_gate.rs`).
+    gate: Arc<ReplicaGate>,
+    /// The evicting `maxmemory-policy` the health watch saw, if any (`eviction.rs`).
+    pub(super) eviction: Arc<super::eviction::Eviction>,
 }
 
 /// The byte budget of one script call, as `scripts/common.lua` sets it (`CALL_BYTES`): a
@@ -105,6 +111,8 @@ impl Store {
             max_queues: super::registry::DEFAULT_MAX_QUEUES,
             wait: WaitReplicas::default(),
             lost_call_after: super::leases::lost_call_after(timeout),
+            gate: Arc::default(),
+            eviction: Arc::default(),
         })
     }
 
@@ -152,9 +160,11 @@ impl Store {
         let result = self.eval_waiting(script, &keys.all[..], &all, wait).await;
         let kind = match &result {
             Ok(_) => None,
-            Err(StoreError::Unavailable(_) | StoreError::NotReplicated { .. }) => {
-                Some("unavailable")
-            }
+            Err(
+                StoreError::Unavailable(_)
+                | StoreError::NotReplicated { .. }
+                | StoreError::TooFewReplicas { .. },
+            ) => Some("unavailable"),
             Err(_) => Some("error"),
         };
         crate::metrics::redis_call(script.name, start.elapsed().as_secs_f64(), kind);
@@ -177,8 +187,35 @@ impl Store {
     /// FCALL of `script`'s function (`scripts.rs`); when Redis does not have it, or the
     /// library is not in use, [`Store::eval`] (EVALSHA, then EVAL): the same code at once,
     /// and the library is loaded again behind it (`functions.rs`). Each call is followed by
-    /// `wait`'s WAIT in the same pipeline.
+    /// `wait`'s WAIT in the same pipeline, on the connection kept for them; a write to a
+    /// master known to be short of replicas is refused first ([`ReplicaGate`]).
     async fn eval_waiting(
+        &self,
+        script: &NamedScript,
+        keys: &[impl redis::ToRedisArgs],
+        args: &[impl redis::ToRedisArgs],
+        wait: Option<WaitReplicas>,
+    ) -> Result<Value, StoreError> {
+        let Some(w) = wait else {
+            return self.eval_once(script, keys, args, None).await;
+        };
+        let first = keys
+            .first()
+            .and_then(|k| k.to_redis_args().into_iter().next())
+            .unwrap_or_default();
+        self.gate
+            .admit(&self.conn, slot_of(&first), w.replicas)
+            .await?;
+        let result = self.eval_once(script, keys, args, wait).await;
+        let timed_out = matches!(&result, Err(StoreError::Unavailable(e)) if e.is_timeout());
+        if timed_out || matches!(result, Err(StoreError::NotReplicated { .. })) {
+            self.gate.wait_failed(&self.conn, w.replicas).await;
+        }
+        result
+    }
+
+    /// [`Store::eval_waiting`] without the gate.
+    async fn eval_once(
         &self,
         script: &NamedScript,
         keys: &[impl redis::ToRedisArgs],
@@ -231,10 +268,13 @@ impl Store {
         cmd: &redis::Cmd,
         wait: Option<WaitReplicas>,
     ) -> redis::RedisResult<Value> {
-        let mut conn = self.conn.clone();
         match wait {
-            None => cmd.query_async::<Value>(&mut conn).await,
-            Some(w) => w.pipeline(cmd).query_async::<Value>(&mut conn).await,
+            None => cmd.query_async::<Value>(&mut self.conn.clone()).await,
+            Some(w) => {
+                w.pipeline(cmd)
+                    .query_async::<Value>(&mut self.conn.for_waits())
+                    .await
+            }
         }
     }
 

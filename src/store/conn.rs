@@ -20,6 +20,13 @@
 //!
 //! Replacements of a direct connection happen at most once per [`MIN_RECONNECT_GAP`], so a
 //! burst of failing calls reconnects once; calls already in flight finish on the old one.
+//!
+//! Each backend holds two connections (per node): one for everything, and one only for the
+//! script calls followed by `WAIT` under `--redis-wait-replicas` ([`Conn::for_waits`]). Redis
+//! runs one client's commands in order and `WAIT` blocks its client until the replicas
+//! answer or its timeout passes: on a master without a replica every such call holds its
+//! connection for the whole wait timeout, and reads, health probes and unwaited writes queued
+//! behind them on one shared connection timed out (issue 32, item 8).
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -49,6 +56,8 @@ const CLUSTER_MAX_WAIT_MS: u64 = 500;
 #[derive(Clone)]
 pub(crate) struct Conn {
     backend: Backend,
+    /// Commands go on the connection kept for `WAIT` pipelines ([`Conn::for_waits`]).
+    waits: bool,
 }
 
 #[derive(Clone)]
@@ -87,6 +96,8 @@ struct State {
     /// The client of the current address and its connection (None before the first
     /// Sentinel look-up).
     current: Option<(redis::Client, ConnectionManager)>,
+    /// The second connection to the same address, for `WAIT` pipelines (made with `current`).
+    waits: Option<ConnectionManager>,
     /// The current connection should be replaced (it reached a replica or a dead address).
     stale: bool,
     /// When the connection was last replaced or a replacement last tried.
@@ -98,6 +109,8 @@ pub(crate) struct Cluster {
     nodes: Vec<ConnectionInfo>,
     timeout: Duration,
     conn: tokio::sync::OnceCell<ClusterConnection>,
+    /// The second cluster connection, for `WAIT` pipelines.
+    waits: tokio::sync::OnceCell<ClusterConnection>,
 }
 
 fn recent(at: Option<Instant>) -> bool {
@@ -117,16 +130,26 @@ impl Conn {
             .set_response_timeout(Some(timeout))
             .set_connection_timeout(Some(timeout))
             .set_number_of_retries(1);
-        let direct = |source: Source, current| Direct {
-            source,
-            config: config.clone(),
-            timeout,
-            state: RwLock::new(State {
-                current,
-                ..State::default()
-            }),
-            refresh: tokio::sync::Mutex::new(()),
-            generation: tokio::sync::watch::Sender::new(0),
+        let direct = |source: Source, current: Option<(redis::Client, ConnectionManager)>| {
+            let waits = match &current {
+                Some((client, _)) => Some(ConnectionManager::new_lazy_with_config(
+                    client.clone(),
+                    config.clone(),
+                )?),
+                None => None,
+            };
+            Ok::<_, RedisError>(Direct {
+                source,
+                config: config.clone(),
+                timeout,
+                state: RwLock::new(State {
+                    current,
+                    waits,
+                    ..State::default()
+                }),
+                refresh: tokio::sync::Mutex::new(()),
+                generation: tokio::sync::watch::Sender::new(0),
+            })
         };
         let backend = match target {
             Target::Single(info) => {
@@ -136,7 +159,7 @@ impl Conn {
                 Backend::Direct(Arc::new(direct(
                     Source::Fixed(client.clone()),
                     Some((client, manager)),
-                )))
+                )?))
             }
             Target::Sentinel {
                 sentinels,
@@ -161,7 +184,7 @@ impl Conn {
                         master,
                     },
                     None,
-                )))
+                )?))
             }
             Target::Cluster(nodes) => {
                 // Checks the seeds (same credentials and TLS mode) now, connects later.
@@ -170,10 +193,23 @@ impl Conn {
                     nodes,
                     timeout,
                     conn: tokio::sync::OnceCell::new(),
+                    waits: tokio::sync::OnceCell::new(),
                 }))
             }
         };
-        Ok(Conn { backend })
+        Ok(Conn {
+            backend,
+            waits: false,
+        })
+    }
+
+    /// The same backend, on the connection kept for script calls followed by `WAIT` (see the
+    /// module doc): their blocking never delays other commands.
+    pub(crate) fn for_waits(&self) -> Conn {
+        Conn {
+            backend: self.backend.clone(),
+            waits: true,
+        }
     }
 
     /// The cluster backend, if this is one.
@@ -193,7 +229,7 @@ impl Conn {
     /// sentinels first if it has none yet); None on a cluster.
     pub(crate) async fn direct_client(&self) -> Option<RedisResult<redis::Client>> {
         match &self.backend {
-            Backend::Direct(d) => Some(d.current().await.map(|(_, client, _)| client)),
+            Backend::Direct(d) => Some(d.current(false).await.map(|(_, client, _)| client)),
             Backend::Cluster(_) => None,
         }
     }
@@ -251,15 +287,20 @@ pub(crate) fn cluster_builder(nodes: &[ConnectionInfo], timeout: Duration) -> Cl
 impl Cluster {
     /// The cluster connection, made at the first call (again after a failed attempt).
     async fn get(&self) -> RedisResult<ClusterConnection> {
-        self.conn
-            .get_or_try_init(|| async {
-                cluster_builder(&self.nodes, self.timeout)
-                    .build()?
-                    .get_async_connection()
-                    .await
-            })
-            .await
-            .cloned()
+        self.lane(false).await
+    }
+
+    /// The cluster connection for `WAIT` pipelines (`waits`) or for everything else.
+    async fn lane(&self, waits: bool) -> RedisResult<ClusterConnection> {
+        let cell = if waits { &self.waits } else { &self.conn };
+        cell.get_or_try_init(|| async {
+            cluster_builder(&self.nodes, self.timeout)
+                .build()?
+                .get_async_connection()
+                .await
+        })
+        .await
+        .cloned()
     }
 
     /// A client for another connection to the same cluster (the wake-up listener's RESP3
@@ -269,48 +310,58 @@ impl Cluster {
     }
 }
 
+impl State {
+    /// The current connection of the lane (`waits`: the one for `WAIT` pipelines).
+    fn pick(&self, waits: bool) -> Option<(redis::Client, ConnectionManager)> {
+        let (client, conn) = self.current.as_ref()?;
+        let conn = if waits { self.waits.as_ref()? } else { conn };
+        Some((client.clone(), conn.clone()))
+    }
+}
+
 impl Direct {
-    /// The current generation, client and connection; replaces a stale one first (or makes
-    /// the first one of a Sentinel backend).
-    async fn current(&self) -> RedisResult<(u64, redis::Client, ConnectionManager)> {
+    /// The current generation, client and connection (of the `WAIT` lane with `waits`);
+    /// replaces a stale one first (or makes the first one of a Sentinel backend).
+    async fn current(&self, waits: bool) -> RedisResult<(u64, redis::Client, ConnectionManager)> {
         {
             let s = self.state.read().unwrap_or_else(|p| p.into_inner());
-            if let (Some((client, conn)), false) = (&s.current, s.stale) {
-                return Ok((s.generation, client.clone(), conn.clone()));
+            if let (Some((client, conn)), false) = (s.pick(waits), s.stale) {
+                return Ok((s.generation, client, conn));
             }
         }
         let _one = self.refresh.lock().await;
         {
             let s = self.state.read().unwrap_or_else(|p| p.into_inner());
-            if let Some((client, conn)) = &s.current {
+            if let Some((client, conn)) = s.pick(waits) {
                 // Replaced by another call meanwhile, or tried too recently: use what is there.
                 if !s.stale || recent(s.tried_at) {
-                    return Ok((s.generation, client.clone(), conn.clone()));
+                    return Ok((s.generation, client, conn));
                 }
             }
         }
         let resolved = self.resolve().await.and_then(|client| {
-            let conn =
-                ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())?;
-            Ok((client, conn))
+            let lazy =
+                || ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone());
+            Ok((client.clone(), lazy()?, lazy()?))
         });
         let mut s = self.state.write().unwrap_or_else(|p| p.into_inner());
         s.tried_at = Some(Instant::now());
         match resolved {
-            Ok((client, conn)) => {
+            Ok((client, conn, waits_conn)) => {
                 if s.current.is_some() {
                     s.generation += 1;
                     self.generation.send_replace(s.generation);
                 }
                 s.current = Some((client.clone(), conn.clone()));
+                s.waits = Some(waits_conn.clone());
                 s.stale = false;
-                Ok((s.generation, client, conn))
+                Ok((s.generation, client, if waits { waits_conn } else { conn }))
             }
             // The old connection stays (its calls fail until a look-up succeeds).
-            Err(e) => match &s.current {
+            Err(e) => match s.pick(waits) {
                 Some((client, conn)) => {
                     tracing::warn!(error = %e, "cannot find the redis master; retrying");
-                    Ok((s.generation, client.clone(), conn.clone()))
+                    Ok((s.generation, client, conn))
                 }
                 None => Err(e),
             },
@@ -394,12 +445,12 @@ impl ConnectionLike for Conn {
         async move {
             match &self.backend {
                 Backend::Direct(d) => {
-                    let (generation, _, mut conn) = d.current().await?;
+                    let (generation, _, mut conn) = d.current(self.waits).await?;
                     let result = conn.req_packed_command(cmd).await;
                     d.check(generation, result.as_ref().map(std::iter::once));
                     result
                 }
-                Backend::Cluster(c) => c.get().await?.req_packed_command(cmd).await,
+                Backend::Cluster(c) => c.lane(self.waits).await?.req_packed_command(cmd).await,
             }
         }
         .boxed()
@@ -414,13 +465,13 @@ impl ConnectionLike for Conn {
         async move {
             match &self.backend {
                 Backend::Direct(d) => {
-                    let (generation, _, mut conn) = d.current().await?;
+                    let (generation, _, mut conn) = d.current(self.waits).await?;
                     let result = conn.req_packed_commands(pipeline, offset, count).await;
                     d.check(generation, result.as_ref().map(|v| v.iter()));
                     result
                 }
                 Backend::Cluster(c) => {
-                    c.get()
+                    c.lane(self.waits)
                         .await?
                         .req_packed_commands(pipeline, offset, count)
                         .await

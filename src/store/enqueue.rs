@@ -46,6 +46,9 @@ impl Store {
         default_max_attempts: u32,
     ) -> (Vec<Result<EnqueueOutcome, StoreError>>, Option<StoreError>) {
         let mut out = Vec::with_capacity(jobs.len());
+        if let Err(e) = self.refuse_if_evicting() {
+            return (out, Some(e));
+        }
         if let Err(e) = self.remember_queue(queue).await {
             return (out, Some(e));
         }

@@ -43,7 +43,7 @@ pub enum StoreError {
     /// `--redis-wait-replicas`: the write was made on the master, but fewer replicas than
     /// wanted acknowledged it within the timeout, so it may be lost if the master fails
     /// now. Retry (every jobwire write is safe to repeat) or check the replicas.
-    #[error("write acknowledged by {acked} of {wanted} replicas within {timeout_ms} ms (--redis-wait-replicas)")]
+    #[error("write acknowledged by {acked} of {wanted} replicas within {timeout_ms} ms (--redis-wait-replicas); it may be lost if the Redis master fails now")]
     NotReplicated {
         /// Replicas that acknowledged (WAIT's reply).
         acked: i64,
@@ -51,6 +51,23 @@ pub enum StoreError {
         wanted: u32,
         /// WAIT's timeout, ms.
         timeout_ms: u64,
+    },
+    /// `--redis-wait-replicas`: the master of the key's slot had fewer replicas online than
+    /// wanted at its last check (`replica_gate.rs`), so the write was refused without being
+    /// made; retry once a replica is back.
+    #[error("the Redis master has {online} of {wanted} replicas online; the write was not made (--redis-wait-replicas)")]
+    TooFewReplicas {
+        /// Replicas online at the last check.
+        online: i64,
+        /// Replicas wanted.
+        wanted: u32,
+    },
+    /// Redis's `maxmemory-policy` evicts (it may delete jobs) and `--allow-eviction` is off:
+    /// new jobs are refused, nothing was written (`eviction.rs`).
+    #[error("redis maxmemory-policy is {policy}, which lets redis delete jobs under memory pressure: new jobs are refused until it is noeviction again (CONFIG SET maxmemory-policy noeviction on the redis server), or run jobwire with --allow-eviction")]
+    Evicting {
+        /// The policy as CONFIG GET answered it (with the master's address on a cluster).
+        policy: String,
     },
     /// `--redis-url` does not parse; the text names the part at fault (never the password).
     #[error("{0}")]

@@ -11,9 +11,11 @@ mod procs;
 mod topology;
 
 mod cluster_failover;
+mod cluster_wait_failover;
 mod ctrl_c;
 mod durability;
 mod enqueue_once;
+mod eviction;
 mod killed_worker;
 mod leases;
 mod lost_replies;

@@ -194,14 +194,21 @@ pub struct ServerProc {
     log: PathBuf,
     _dir: tempfile::TempDir,
     args: Vec<String>,
+    /// Environment variables set for the child (besides RUST_LOG).
+    envs: Vec<(String, String)>,
     pub channel: Channel,
 }
 
 impl ServerProc {
     /// Spawns `jobwire serve <args>` and waits until its health check says SERVING.
     pub async fn spawn(args: Vec<String>) -> ServerProc {
+        ServerProc::spawn_with_env(args, Vec::new()).await
+    }
+
+    /// [`ServerProc::spawn`] with environment variables `envs` set for the child.
+    pub async fn spawn_with_env(args: Vec<String>, envs: Vec<(String, String)>) -> ServerProc {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, grpc, http, log) = Self::launch(dir.path(), &args);
+        let (child, grpc, http, log) = Self::launch(dir.path(), &args, &envs);
         let pid = child.id().expect("pid");
         let channel = Channel::from_shared(format!("http://{grpc}"))
             .expect("uri")
@@ -214,6 +221,7 @@ impl ServerProc {
             log,
             _dir: dir,
             args,
+            envs,
             channel,
         };
         s.wait_serving().await;
@@ -223,7 +231,7 @@ impl ServerProc {
     /// Runs `jobwire serve <args>` expecting it to exit by itself; returns status and log.
     pub async fn run_to_exit(args: Vec<String>, patience: Duration) -> (ExitStatus, String) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut child, _, _, log) = Self::launch(dir.path(), &args);
+        let (mut child, _, _, log) = Self::launch(dir.path(), &args, &[]);
         let status = tokio::time::timeout(patience, child.wait())
             .await
             .unwrap_or_else(|_| panic!("jobwire did not exit:\n{}", tail(&log)))
@@ -231,7 +239,11 @@ impl ServerProc {
         (status, std::fs::read_to_string(&log).unwrap_or_default())
     }
 
-    fn launch(dir: &Path, args: &[String]) -> (Child, String, String, PathBuf) {
+    fn launch(
+        dir: &Path,
+        args: &[String],
+        envs: &[(String, String)],
+    ) -> (Child, String, String, PathBuf) {
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
         // JOBWIRE_TEST_LOG_DIR keeps the servers' logs past the test (to read after a failure).
@@ -243,6 +255,7 @@ impl ServerProc {
             .arg("serve")
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
             .args(args)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("JOBWIRE_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -339,7 +352,7 @@ impl ServerProc {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
         }
-        let (child, grpc, http, log) = Self::launch(self._dir.path(), &self.args);
+        let (child, grpc, http, log) = Self::launch(self._dir.path(), &self.args, &self.envs);
         self.pid = child.id().expect("pid");
         self.child = Some(child);
         self.grpc = grpc;

@@ -124,7 +124,29 @@ async fn with_wait_replicas_an_unreplicated_write_answers_unavailable_and_a_retr
         info(&replica, "master_link_status").await == "up"
     })
     .await;
-    let r = enqueue(&app, spec("wr", "cut-off")).await;
+    // Writes are refused without being made (NOT_REPLICATED) until the server's next look at
+    // the master's replicas (at most 250 ms apart) finds the replica online: retry as the
+    // error's RetryInfo says.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        match app
+            .jobs()
+            .enqueue(pb::EnqueueRequest {
+                job: Some(spec("wr", "cut-off")),
+            })
+            .await
+        {
+            Ok(r) => break r.into_inner(),
+            Err(s) => {
+                assert!(s.message().contains("--redis-wait-replicas"), "{s:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no write 10 s after the relink: {s:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
     assert!(
         !r.created,
         "the first call's write was made; the retry finds it"

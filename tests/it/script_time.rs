@@ -75,6 +75,12 @@ async fn no_script_call_holds_redis_long_at_the_batch_caps() {
     if single_only("reads one server's SLOWLOG (a script costs the same on a cluster's master)") {
         return;
     }
+    check_in_runs(at_the_batch_caps).await;
+}
+
+/// One run of [`no_script_call_holds_redis_long_at_the_batch_caps`] on a fresh Redis: each
+/// script's longest call, µs.
+async fn at_the_batch_caps() -> Vec<i64> {
     let (redis, app) = TestApp::with_redis().await;
     let store = redis.store().await;
     let q = QueueName::parse("slow").expect("queue");
@@ -138,7 +144,7 @@ async fn no_script_call_holds_redis_long_at_the_batch_caps() {
         .await
         .expect("delete ids");
 
-    check(slowlog_report(&mut c, "max-size errors at the batch caps").await);
+    slowlog_report(&mut c, "max-size errors at the batch caps").await
 }
 
 /// The scripts by SHA1 and function name (as EVALSHA and FCALL name them in SLOWLOG), from
@@ -190,7 +196,7 @@ async fn slowlog_start(redis: &TestRedis) -> redis::aio::MultiplexedConnection {
 /// enqueue 208, replay 176, reap 173, delete_dead 144; with max-size error text a fail call
 /// took 1331 ms). `longest` holds each script's longest call, µs: the median of them stays
 /// under 40 ms, none passes 500 ms.
-fn check(mut longest: Vec<i64>) {
+fn check(mut longest: Vec<i64>) -> Result<(), String> {
     assert!(
         !longest.is_empty(),
         "no script call found in the SLOWLOG (do the hashes in script_names match the server's scripts?)"
@@ -198,12 +204,39 @@ fn check(mut longest: Vec<i64>) {
     longest.sort_unstable();
     let median = longest[longest.len() / 2];
     let max = longest.last().copied().unwrap_or(0);
-    assert!(
-        median < 40_000,
-        "median of the scripts' longest calls {median} µs"
-    );
-    assert!(max < 500_000, "a call held Redis {max} µs");
+    if median >= 40_000 {
+        return Err(format!("median of the scripts' longest calls {median} µs"));
+    }
+    if max >= 500_000 {
+        return Err(format!("a call held Redis {max} µs"));
+    }
+    Ok(())
 }
+
+/// Runs `run` (a fresh Redis each time) until [`check`] passes, at most [`RUNS`] times. A
+/// script without its byte budget is slow in every run (its calls do the same work each
+/// time); a call that lost the CPU to a build beside the test is not: SLOWLOG measures wall
+/// time inside Redis, and one such run failed the median bound on a loaded box.
+async fn check_in_runs<F, Fut>(run: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Vec<i64>>,
+{
+    let mut failed = Vec::new();
+    for _ in 0..RUNS {
+        match check(run().await) {
+            Ok(()) => return,
+            Err(e) => {
+                println!("run failed the bound: {e}");
+                failed.push(e);
+            }
+        }
+    }
+    panic!("every run failed the bounds: {failed:?}");
+}
+
+/// Runs of a scenario before the bounds count as failed (see [`check_in_runs`]).
+const RUNS: usize = 3;
 
 /// Prints the longest call of each script since [`slowlog_start`], as Redis measured it;
 /// returns each script's longest call, µs.
@@ -266,6 +299,12 @@ async fn no_script_call_holds_redis_long_with_max_size_payloads() {
     if single_only("reads one server's SLOWLOG (a script costs the same on a cluster's master)") {
         return;
     }
+    check_in_runs(with_max_size_payloads).await;
+}
+
+/// One run of [`no_script_call_holds_redis_long_with_max_size_payloads`] on a fresh Redis:
+/// each script's longest call, µs.
+async fn with_max_size_payloads() -> Vec<i64> {
     let (redis, app) = TestApp::with_redis().await;
     let store = redis.store().await;
     let q = QueueName::parse("big").expect("queue");
@@ -385,5 +424,5 @@ async fn no_script_call_holds_redis_long_with_max_size_payloads() {
     .await;
     store.delete_queue(&q, true).await.expect("delete queue");
 
-    check(slowlog_report(&mut c, "max-size payloads").await);
+    slowlog_report(&mut c, "max-size payloads").await
 }
