@@ -52,3 +52,4 @@ mod script_time;
 mod shutdown;
 mod storage;
 mod validation;
+mod worker_release;
