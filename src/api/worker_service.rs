@@ -338,7 +338,8 @@ fn record_failure(
             // server's own drain hands leases back the same way and counts none).
             span.in_scope(|| {
                 tracing::info!(queue = %queue, job_id = %Untrusted(&item.id), name = %Untrusted(&o.name), attempt = o.attempt,
-                    worker_id = %Untrusted(worker), state = o.state.as_str(), "the worker handed the job back uncharged")
+                    worker_id = %Untrusted(worker), error_type = %Untrusted(&item.error_type),
+                    state = o.state.as_str(), "the worker handed the job back uncharged")
             });
             return;
         }
