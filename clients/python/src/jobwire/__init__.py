@@ -16,7 +16,7 @@
 
 from jobwire._admin import rate_limit
 from jobwire._book import WorkerStats
-from jobwire._channel import TLS, read_token
+from jobwire._channel import TLS, Keepalive, read_token
 from jobwire._spec import Backoff, job_spec
 from jobwire.client import CancelCount, Client
 from jobwire.context import JobContext
@@ -37,6 +37,7 @@ __all__ = [
     "Client",
     "JobContext",
     "JobwireError",
+    "Keepalive",
     "LeaseLost",
     "NonRetryable",
     "RateLimited",
