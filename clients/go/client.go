@@ -49,11 +49,33 @@ type TLS struct {
 type Option func(*clientConfig)
 
 type clientConfig struct {
-	token string
-	tls   *TLS
-	log   *slog.Logger
-	dial  []grpc.DialOption
+	token     string
+	tls       *TLS
+	log       *slog.Logger
+	dial      []grpc.DialOption
+	keepalive Keepalive
 }
+
+// Keepalive is the connection's HTTP/2 keepalive ([WithKeepalive]): a PING after Interval
+// without a frame from the server, the connection closed when it goes unanswered for Timeout
+// (its calls and the worker's stream fail UNAVAILABLE; the worker reconnects). A frozen or
+// vanished server is noticed within Interval + Timeout: 15 s with [DefaultKeepalive].
+type Keepalive struct {
+	// Time without a frame from the server before a PING; at least 10 s (grpc-go's floor).
+	Interval time.Duration
+	// How long a PING may go unanswered; at least 1 s.
+	Timeout time.Duration
+	// Also ping while no call or stream is open.
+	WithoutCalls bool
+}
+
+// DefaultKeepalive: a PING after 10 s of silence, 5 s to answer it, also without calls.
+var DefaultKeepalive = Keepalive{Interval: 10 * time.Second, Timeout: 5 * time.Second, WithoutCalls: true}
+
+// WithKeepalive sets the connection's HTTP/2 keepalive (default [DefaultKeepalive]). The
+// jobwire server answers PINGs without a rate limit; a proxy in between may allow fewer (a
+// gRPC-based one answers PINGs more often than every 5 minutes with GOAWAY "too_many_pings").
+func WithKeepalive(k Keepalive) Option { return func(c *clientConfig) { c.keepalive = k } }
 
 // WithToken sends `authorization: Bearer <token>` with every call (a token from
 // `jobwire token new`, checked against the server's --auth-file). Without TLS the token is
@@ -106,13 +128,16 @@ const retryServiceConfig = `{
 }`
 
 // NewClient connects to the jobwire server at target (HOST:PORT, or any gRPC target such
-// as dns:///jobwire:50051). The connection is made lazily; calls wait for it. gRPC
-// keepalive pings every 10 s (timeout 5 s) while a call is open, so a dead peer is noticed
-// by a stream that waits for leases.
+// as dns:///jobwire:50051). The connection is made lazily; calls wait for it. HTTP/2
+// keepalive ([WithKeepalive]; by default a PING after 10 s of silence, 5 s to answer)
+// notices a frozen or vanished server, also under a stream that waits for leases.
 func NewClient(target string, opts ...Option) (*Client, error) {
-	cfg := clientConfig{log: slog.Default()}
+	cfg := clientConfig{log: slog.Default(), keepalive: DefaultKeepalive}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if k := cfg.keepalive; k.Interval < 10*time.Second || k.Timeout < time.Second {
+		return nil, fmt.Errorf("jobwire: keepalive Interval must be at least 10s and Timeout at least 1s, got %s and %s", k.Interval, k.Timeout)
 	}
 	var transport credentials.TransportCredentials
 	if cfg.tls != nil {
@@ -129,7 +154,9 @@ func NewClient(target string, opts ...Option) (*Client, error) {
 	}
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: cfg.keepalive.Interval, Timeout: cfg.keepalive.Timeout, PermitWithoutStream: cfg.keepalive.WithoutCalls,
+		}),
 		grpc.WithDefaultServiceConfig(retryServiceConfig),
 	}
 	if cfg.token != "" {

@@ -18,14 +18,15 @@ type scenario struct {
 // conformance maps each scenario id to its test; an id of the file without an entry here
 // fails TestConformance, so a new scenario breaks this suite until it is implemented.
 var conformance = map[string]func(t *testing.T, sc scenario){
-	"concurrency_never_exceeded":   concurrencyNeverExceeded,
-	"long_handler_not_redelivered": longHandlerNotRedelivered,
-	"non_retryable_dead_letters":   nonRetryableDeadLetters,
-	"retry_after_honoured":         retryAfterHonoured,
-	"rate_limited_uses_no_attempt": rateLimitedUsesNoAttempt,
-	"sigterm_drains":               sigtermDrains,
-	"server_restart_mid_run":       serverRestartMidRun,
-	"stream_killed_by_network":     streamKilledByNetwork,
+	"concurrency_never_exceeded":    concurrencyNeverExceeded,
+	"long_handler_not_redelivered":  longHandlerNotRedelivered,
+	"non_retryable_dead_letters":    nonRetryableDeadLetters,
+	"retry_after_honoured":          retryAfterHonoured,
+	"rate_limited_uses_no_attempt":  rateLimitedUsesNoAttempt,
+	"sigterm_drains":                sigtermDrains,
+	"shutdown_hands_back_uncharged": shutdownHandsBackUncharged,
+	"server_restart_mid_run":        serverRestartMidRun,
+	"stream_killed_by_network":      streamKilledByNetwork,
 
 	"cancel_reaches_running_handler":   cancelReachesRunningHandler,
 	"checkpoint_resumes_next_attempt":  checkpointResumesNextAttempt,

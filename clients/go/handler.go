@@ -176,7 +176,7 @@ func newJob[T any](l *pb.Lease, att *attempt) *Job[T] {
 type Outcome struct {
 	// Ack: the job completed. Otherwise the fields below describe the Fail.
 	Ack bool
-	// RETRY, NO_RETRY or RATE_LIMITED.
+	// RETRY, NO_RETRY or RATE_LIMITED; RELEASE for a job the worker's shutdown hands back.
 	Disposition pb.FailDisposition
 	// retry_after of the Fail (RetryAfter, RateLimited); 0: unset.
 	RetryAfter time.Duration

@@ -328,13 +328,10 @@ func (w *Worker) extend(h *held) {
 	}
 }
 
-// shutdownRetryAfter is the retry_after of a job failed at the end of the shutdown grace
-// (error type "worker_shutdown"), as every jobwire SDK does (clients/conformance/README.md).
-const shutdownRetryAfter = time.Second
-
 // abandonHeld ends the grace: every handler still running is cancelled (ErrShutdown) and
-// its job failed with RETRY, retry_after 1 s (no call hands a lease back, so the attempt
-// is used).
+// its job handed back uncharged (a Fail with RELEASE, error type "worker_shutdown", as every
+// jobwire SDK does: clients/conformance/README.md): waiting again at once with its attempt
+// not counted, as the server's own drain does, so a deploy never dead-letters work.
 func (w *Worker) abandonHeld() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -348,10 +345,10 @@ func (w *Worker) abandonHeld() {
 		h.abandoned = true
 		h.cancel(ErrShutdown)
 		o := outcomeOf(ErrShutdown, nil)
-		o.RetryAfter = shutdownRetryAfter
+		o.Disposition, o.RetryAfter = pb.FailDisposition_FAIL_DISPOSITION_RELEASE, 0
 		o.Error.ErrorType = "worker_shutdown"
 		h.outcome = &o
-		w.log.Warn("shutdown grace over: handler cancelled, job failed with RETRY", "queue", h.queue, "job_id", h.id)
+		w.log.Warn("shutdown grace over: handler cancelled, job handed back uncharged", "queue", h.queue, "job_id", h.id)
 		w.settleLocked(h)
 	}
 }

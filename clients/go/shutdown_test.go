@@ -3,6 +3,7 @@ package jobwire_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +16,10 @@ import (
 	"github.com/jobwire/jobwire/clients/go/jobwiretest"
 )
 
-// TestShutdownGraceCancelsAndFailsWithRetry: a handler still running when the grace ends
-// sees its context cancelled with ErrShutdown, and its job is failed with RETRY (error type
-// worker_shutdown, retry_after 1 s), so another worker gets it; Run returns nil.
-func TestShutdownGraceCancelsAndFailsWithRetry(t *testing.T) {
+// TestShutdownGraceCancelsAndHandsBack: a handler still running when the grace ends sees
+// its context cancelled with ErrShutdown, and its job is handed back uncharged (RELEASE):
+// waiting again at once, whatever its backoff, so another worker gets it; Run returns nil.
+func TestShutdownGraceCancelsAndHandsBack(t *testing.T) {
 	srv := jobwiretest.StartServer(t)
 	c := srv.Client()
 	const q = "grace"
@@ -59,14 +60,9 @@ func TestShutdownGraceCancelsAndFailsWithRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := j.GetErrors()
-	if j.GetState() == pb.JobState_JOB_STATE_ACTIVE || j.GetState() == pb.JobState_JOB_STATE_COMPLETED || len(errs) != 1 ||
-		errs[0].GetErrorType() != "worker_shutdown" || errs[0].GetDisposition() != pb.FailDisposition_FAIL_DISPOSITION_RETRY {
-		t.Fatalf("job after the grace: %v, errors %v", j.GetState(), errs)
-	}
-	// retry_after 1 s: the job is ready again 1 s after the Fail (the server's own times).
-	if wait := j.GetReadyTime().AsTime().Sub(errs[0].GetFailTime().AsTime()); wait < time.Second || wait > 1500*time.Millisecond {
-		t.Fatalf("job ready %s after the shutdown's Fail, want retry_after 1s", wait)
+	if j.GetState() != pb.JobState_JOB_STATE_WAITING || j.GetAttemptsMade() != 0 || len(j.GetErrors()) != 0 {
+		t.Fatalf("job after the grace: %v, attempts_made %d, errors %v; want WAITING, 0, none",
+			j.GetState(), j.GetAttemptsMade(), j.GetErrors())
 	}
 }
 
@@ -116,5 +112,66 @@ func TestRefusedOpenEndsRun(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run kept going after the server refused the stream")
+	}
+}
+
+// shutdownHandsBackUncharged: a handler that outlives the grace on a max_attempts 1 job; the
+// worker hands the job back uncharged (RELEASE), so it is not dead-lettered and a second
+// worker runs it as attempt 1.
+func shutdownHandsBackUncharged(t *testing.T, sc scenario) {
+	srv := jobwiretest.StartServer(t, sc.Server...)
+	c := srv.Client()
+	const q = "handback"
+	bg := context.Background()
+	var attempts []uint32
+	var mu sync.Mutex
+	started := make(chan struct{}, 1)
+	first := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, ShutdownGrace: msDur(sc.ms("grace_ms"))})
+	jobwire.HandleRaw(first, "slow", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		mu.Lock()
+		attempts = append(attempts, job.Attempt)
+		mu.Unlock()
+		started <- struct{}{}
+		select {
+		case <-time.After(msDur(sc.ms("handler_ms"))):
+		case <-ctx.Done():
+		}
+		return context.Cause(ctx)
+	})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	if _, err := c.Enqueue(bg, q, "slow", []byte("x"), jobwire.JobID("held"), jobwire.MaxAttempts(uint32(sc.ms("max_attempts")))); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	j, err := c.GetJob(bg, q, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := j.GetState(); (s != pb.JobState_JOB_STATE_WAITING && s != pb.JobState_JOB_STATE_ACTIVE) ||
+		j.GetAttemptsMade() != 0 || len(j.GetErrors()) != 0 {
+		t.Fatalf("after the shutdown: %v, attempts_made %d, errors %v; want WAITING, 0, none", s, j.GetAttemptsMade(), j.GetErrors())
+	}
+	if dead, err := c.ListDeadLetters(bg, q, nil); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters: %v (err %v), want none", dead, err)
+	}
+	second := newWorker(t, c, jobwire.WorkerOptions{Queues: []string{q}, WorkerID: "go-second"})
+	jobwire.HandleRaw(second, "slow", func(ctx context.Context, job *jobwire.Job[[]byte]) error {
+		mu.Lock()
+		attempts = append(attempts, job.Attempt)
+		mu.Unlock()
+		return nil
+	})
+	runWorker(t, second)
+	j = waitState(t, c, q, "held", pb.JobState_JOB_STATE_COMPLETED, 20*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 1 || j.GetAttemptsMade() != 1 {
+		t.Fatalf("attempts seen %v, attempts_made %d; want [1 1] and 1", attempts, j.GetAttemptsMade())
 	}
 }

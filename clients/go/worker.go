@@ -138,8 +138,8 @@ func (w *Worker) RunLease(ctx context.Context, lease *pb.Lease) Outcome {
 
 // Run leases and handles jobs until ctx ends or (unless disabled) SIGTERM/SIGINT arrives,
 // then shuts down gracefully: it sends Drain, waits for held jobs up to ShutdownGrace,
-// cancels the handlers still running (context cause ErrShutdown), fails their jobs with
-// RETRY, and closes the stream. It returns nil after a graceful shutdown, or an error the
+// cancels the handlers still running (context cause ErrShutdown), hands their jobs back
+// uncharged (RELEASE), and closes the stream. It returns nil after a graceful shutdown, or an error the
 // server gave that reconnecting cannot fix (an invalid open, a refused token or role). A
 // broken stream is not an error: Run reconnects. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
@@ -241,7 +241,7 @@ func (w *Worker) heartbeatInterval() time.Duration {
 	return iv
 }
 
-// shutdown is the graceful shutdown after Run's stop: Drain, grace, cancel, fail, close.
+// shutdown is the graceful shutdown after Run's stop: Drain, grace, cancel, hand back, close.
 func (w *Worker) shutdown(skipGrace <-chan struct{}) {
 	w.mu.Lock()
 	w.stopping = true

@@ -359,6 +359,7 @@ pub(crate) fn disposition(field: &str, d: i32) -> Result<Disposition, Error> {
         Ok(pb::FailDisposition::Unspecified | pb::FailDisposition::Retry) => Ok(Disposition::Retry),
         Ok(pb::FailDisposition::NoRetry) => Ok(Disposition::NoRetry),
         Ok(pb::FailDisposition::RateLimited) => Ok(Disposition::RateLimited),
+        Ok(pb::FailDisposition::Release) => Ok(Disposition::Release),
         Err(_) => Err(Error::invalid(field, format!("unknown value {d}"))),
     }
 }

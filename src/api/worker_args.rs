@@ -142,6 +142,12 @@ pub(super) fn fail_args(r: &pb::FailRequest) -> Result<(QueueName, FailItem), Er
             "applies only with disposition FAIL_DISPOSITION_RATE_LIMITED",
         ));
     }
+    if r.retry_after.is_some() && disposition == Disposition::Release {
+        return Err(Error::invalid(
+            "retry_after",
+            "does not apply with disposition FAIL_DISPOSITION_RELEASE (the job is back at once)",
+        ));
+    }
     Ok((
         queue,
         FailItem {

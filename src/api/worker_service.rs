@@ -316,7 +316,8 @@ fn record_ack(queue: &QueueName, id: &str, o: &AckOutcome, span: &tracing::Span)
     span.in_scope(|| tracing::debug!(queue = %queue, job_id = %Untrusted(id), name = %Untrusted(&o.name), "acked"));
 }
 
-/// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome).
+/// Counts and logs a failed attempt (job id, name, attempt, worker, disposition, outcome); a
+/// RELEASE is logged only.
 fn record_failure(
     queue: &QueueName,
     item: &FailItem,
@@ -335,6 +336,16 @@ fn record_failure(
         Disposition::Retry => "retry",
         Disposition::NoRetry => "no_retry",
         Disposition::RateLimited => "rate_limited",
+        Disposition::Release => {
+            // Not a failure: the worker stopped first and the attempt is not charged (the
+            // server's own drain hands leases back the same way and counts none).
+            span.in_scope(|| {
+                tracing::info!(queue = %queue, job_id = %Untrusted(&item.id), name = %Untrusted(&o.name), attempt = o.attempt,
+                    worker_id = %Untrusted(worker), error_type = %Untrusted(&item.error_type),
+                    state = o.state.as_str(), "the worker handed the job back uncharged")
+            });
+            return;
+        }
     };
     let run_ms = o.now_ms.saturating_sub(o.lease_ms);
     crate::metrics::failed(

@@ -122,6 +122,10 @@ pub enum Disposition {
     NoRetry,
     /// Back after `retry_after`, without consuming the attempt.
     RateLimited,
+    /// Back to waiting at once, without consuming the attempt or recording an error: the
+    /// worker stops before its handler finished (its shutdown grace ran out), like the
+    /// server's own drain. Never recorded on an attempt.
+    Release,
 }
 
 impl Disposition {
@@ -131,6 +135,7 @@ impl Disposition {
             Disposition::Retry => "RETRY",
             Disposition::NoRetry => "NO_RETRY",
             Disposition::RateLimited => "RATE_LIMITED",
+            Disposition::Release => "RELEASE",
         }
     }
 
@@ -140,6 +145,7 @@ impl Disposition {
             "RETRY" => Disposition::Retry,
             "NO_RETRY" => Disposition::NoRetry,
             "RATE_LIMITED" => Disposition::RateLimited,
+            "RELEASE" => Disposition::Release,
             _ => return None,
         })
     }
@@ -417,6 +423,7 @@ mod tests {
             Disposition::Retry,
             Disposition::NoRetry,
             Disposition::RateLimited,
+            Disposition::Release,
         ] {
             assert_eq!(Disposition::parse(d.as_str()), Some(d));
         }

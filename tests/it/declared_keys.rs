@@ -313,7 +313,8 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     .expect("delete filter");
 
     // Groups (groups.lua): turns, a group at max_active, the group rate window, a pause by
-    // a RATE_LIMITED fail, a lost lease call and a release of grouped jobs, the reaper.
+    // a RATE_LIMITED fail, a RELEASE fail, a lost lease call and a release of grouped jobs,
+    // the reaper.
     groups(app, store, &q).await;
 
     // Cancel, delete and expiry (cancel.lua, delete_job.lua; expiry in lease and reap).

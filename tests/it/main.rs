@@ -55,3 +55,4 @@ mod shutdown;
 mod starvation;
 mod storage;
 mod validation;
+mod worker_release;

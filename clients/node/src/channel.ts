@@ -31,8 +31,41 @@ export interface ChannelSettings {
    * insecure channels; on loopback the SDK adds the header itself).
    */
   allowInsecureToken?: boolean;
-  /** Extra grpc-js channel options (they win over the SDK's). */
+  /** The channel's HTTP/2 keepalive (see {@link KeepaliveOptions}). */
+  keepalive?: KeepaliveOptions;
+  /** Extra grpc-js channel options (they win over the SDK's, keepalive included). */
   channelOptions?: grpc.ChannelOptions;
+}
+
+/**
+ * HTTP/2 keepalive: a PING every `intervalMs`, the connection closed (its calls fail
+ * UNAVAILABLE, the worker reconnects) when one goes unanswered for `timeoutMs`. A frozen or
+ * vanished server is noticed within `intervalMs + timeoutMs`: 15 s with the defaults. The
+ * jobwire server answers PINGs without a rate limit; a proxy in between may allow fewer.
+ */
+export interface KeepaliveOptions {
+  /** Milliseconds between PINGs (default 10,000; at least 1,000). */
+  intervalMs?: number;
+  /** Milliseconds a PING may go unanswered (default 5,000; at least 1,000). */
+  timeoutMs?: number;
+  /** Also ping while no call is open (default true). */
+  withoutCalls?: boolean;
+}
+
+/** The default keepalive: a frozen server is noticed within 15 s. */
+export const DEFAULT_KEEPALIVE: Required<KeepaliveOptions> = { intervalMs: 10_000, timeoutMs: 5_000, withoutCalls: true };
+
+/** grpc-js channel options for `k` (defaults filled in); throws RangeError below 1 s. */
+export function keepaliveOptions(k: KeepaliveOptions = {}): grpc.ChannelOptions {
+  const { intervalMs, timeoutMs, withoutCalls } = { ...DEFAULT_KEEPALIVE, ...k };
+  if (!(intervalMs >= 1_000 && timeoutMs >= 1_000)) {
+    throw new RangeError(`keepalive intervalMs and timeoutMs must be at least 1000, got ${intervalMs} and ${timeoutMs}`);
+  }
+  return {
+    "grpc.keepalive_time_ms": intervalMs,
+    "grpc.keepalive_timeout_ms": timeoutMs,
+    "grpc.keepalive_permit_without_calls": withoutCalls ? 1 : 0,
+  };
 }
 
 /** PEM bytes from a Buffer, a PEM string, or a file path. */
@@ -59,12 +92,8 @@ export function tlsCredentials(t: TlsOptions): grpc.ChannelCredentials {
   return grpc.credentials.createSsl(pem(t.ca) ?? null, pem(t.key) ?? null, pem(t.cert) ?? null);
 }
 
-/** The SDK's channel options: keepalive pings on idle connections, quick reconnects. */
+/** The SDK's channel options besides keepalive: quick reconnects, big messages. */
 const DEFAULT_OPTIONS: grpc.ChannelOptions = {
-  // A dead TCP connection (a cut cable, a NAT that forgot us) is noticed within ~30 s.
-  "grpc.keepalive_time_ms": 20_000,
-  "grpc.keepalive_timeout_ms": 10_000,
-  "grpc.keepalive_permit_without_calls": 1,
   // The worker has its own jittered reconnect loop; keep the channel's own backoff short.
   "grpc.initial_reconnect_backoff_ms": 250,
   "grpc.max_reconnect_backoff_ms": 5_000,
@@ -78,7 +107,7 @@ export function openChannel(
 ): { channel: grpc.Channel; interceptors: grpc.Interceptor[] } {
   const interceptors: grpc.Interceptor[] = [];
   let creds: grpc.ChannelCredentials;
-  const options: grpc.ChannelOptions = { ...DEFAULT_OPTIONS, ...s.channelOptions };
+  const options: grpc.ChannelOptions = { ...DEFAULT_OPTIONS, ...keepaliveOptions(s.keepalive), ...s.channelOptions };
   if (s.tls) {
     const t: TlsOptions = s.tls === true ? {} : s.tls;
     creds = tlsCredentials(t);

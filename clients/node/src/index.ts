@@ -24,7 +24,8 @@ export type {
   EnqueueResult,
   JobFilterOptions,
 } from "./client.js";
-export type { CallSettings, ChannelSettings, TlsOptions } from "./channel.js";
+export type { CallSettings, ChannelSettings, KeepaliveOptions, TlsOptions } from "./channel.js";
+export { DEFAULT_KEEPALIVE } from "./channel.js";
 export { DeadLetters, Queues, type DeadLetterSelector } from "./admin.js";
 export { Groups, rateLimit, type GroupConfigChange, type RateLimitOptions } from "./groups.js";
 export { Worker, type WorkerOptions, type WorkerStats } from "./worker.js";

@@ -17,7 +17,7 @@ export interface DrainSteps {
   idle(): boolean;
   /** Resolves when something may have changed (a lease released). */
   waitChange(): Promise<void>;
-  /** The grace is over: cancel the handlers and fail their attempts with RETRY. */
+  /** The grace is over: cancel the handlers and hand their jobs back uncharged (RELEASE). */
   abandon(): void;
   /** Close the stream and stop the timers. */
   finish(): Promise<void>;
@@ -26,18 +26,18 @@ export interface DrainSteps {
 }
 
 /**
- * The Fail of an attempt still running when the grace ran out: RETRY (the protocol has no
- * hand-back call) with retry_after 1 s, so the job is soon leased elsewhere whatever its backoff.
+ * The Fail of an attempt still running when the grace ran out: RELEASE, which hands the job
+ * back to waiting at once without charging the attempt (as the server's own drain does), so a
+ * deploy never dead-letters work; the error is for the server's log only.
  */
 export function shutdownFailure(graceMs: number): Failure {
   return {
-    disposition: FailDisposition.FAIL_DISPOSITION_RETRY,
+    disposition: FailDisposition.FAIL_DISPOSITION_RELEASE,
     error: {
       message: `the worker shut down before the handler finished (grace ${graceMs} ms)`,
       errorType: "worker_shutdown",
       details: "",
     },
-    retryAfterMs: 1_000,
     pauseQueue: false,
   };
 }
@@ -97,7 +97,7 @@ export class Shutdown {
       if (!steps.idle()) {
         this.logger.warn(
           { held: steps.held(), graceMs: this.graceMs },
-          "shutdown grace over: cancelling the running handlers and failing their attempts with RETRY",
+          "shutdown grace over: cancelling the running handlers and handing their jobs back uncharged",
         );
         steps.abandon();
         await this.waitIdle(steps, ABANDON_WAIT_MS, undefined);

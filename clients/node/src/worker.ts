@@ -15,8 +15,8 @@
  *   logged and dropped; UNAVAILABLE: kept and retried). No finished result is dropped without
  *   a log line.
  * - Shutdown (SIGTERM / SIGINT unless `handleSignals: false`, or {@link Worker.close}): Drain,
- *   wait for held jobs up to the grace, then abort the handlers' signals and fail what is left
- *   with RETRY (retry_after 1 s), then close the stream.
+ *   wait for held jobs up to the grace, then abort the handlers' signals and hand what is left
+ *   back uncharged (a RELEASE Fail: waiting again, no attempt counted), then close the stream.
  */
 import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
@@ -197,7 +197,7 @@ export class Worker {
 
   /**
    * Graceful shutdown: Drain, wait for held jobs up to the grace, then abort the handlers'
-   * signals and fail what is left with RETRY. Resolves when the worker stopped.
+   * signals and hand what is left back uncharged (RELEASE). Resolves when the worker stopped.
    */
   async close(): Promise<void> {
     if (this.state === "idle") {
@@ -489,7 +489,7 @@ export class Worker {
 
   // === shutdown ===
 
-  /** The grace is over: cancel every running handler and fail its attempt with RETRY. */
+  /** The grace is over: cancel every running handler and hand its job back uncharged. */
   private abandonAll(): void {
     for (const h of this.held.values()) {
       if (!h.running || h.abandoned) continue;

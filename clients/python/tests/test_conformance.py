@@ -279,6 +279,43 @@ async def sigterm_drains(sc: Scenario, tmp: Path) -> None:
 
 
 @scenario
+async def shutdown_hands_back_uncharged(sc: Scenario, tmp: Path) -> None:
+    p = sc["params"]
+    q = new_queue()
+    with JobwireServer(tmp, sc["server"]) as server:
+        async with jobwire.Client(server.target) as client:
+            await client.enqueue(q, "slow", b"", job_id="slow", max_attempts=p["max_attempts"])
+            first = jobwire.Worker(client, [q], grace=p["grace_ms"] / 1000, handle_signals=False)
+            seen: list[int] = []
+
+            @first.handler("slow")
+            async def slow(ctx: jobwire.JobContext) -> None:
+                seen.append(ctx.attempt)
+                await asyncio.sleep(p["handler_ms"] / 1000)
+
+            run = Running(first)
+            await eventually(lambda: asyncio.sleep(0, first.running == 1), what="the handler running")
+            await run.stop()
+            job = await client.get_job(q, "slow")
+            listed = await client.dead_letters.list(q)
+            assert job.state in (pb.JOB_STATE_WAITING, pb.JOB_STATE_ACTIVE), job
+            assert job.attempts_made == 0 and not job.errors, job
+            assert not listed
+
+            second = jobwire.Worker(client, [q], handle_signals=False)
+
+            @second.handler("slow")
+            async def quick(ctx: jobwire.JobContext) -> None:
+                seen.append(ctx.attempt)
+
+            run = Running(second)
+            [job] = await wait_completed(client, q, ["slow"])
+            await run.stop()
+    assert seen == [1, 1]
+    assert job.attempts_made == 1 and job.max_attempts == p["max_attempts"]
+
+
+@scenario
 async def server_restart_mid_run(sc: Scenario, tmp: Path) -> None:
     p = sc["params"]
     q, ids = new_queue(), [f"r{i}" for i in range(p["jobs"])]

@@ -21,7 +21,7 @@ use crate::{Error, Payload};
 
 pub use conn::Conn;
 pub use control::{CancelledJobs, Report};
-pub use options::{Backoff, ClientOptions, EnqueueOptions, NewJob, TlsOptions};
+pub use options::{Backoff, ClientOptions, EnqueueOptions, Keepalive, NewJob, TlsOptions};
 
 /// A jobwire client: cheap to clone (clones share the connection), safe to use from many
 /// tasks at once.

@@ -39,8 +39,8 @@ pub mod pb {
 }
 
 pub use client::{
-    Backoff, CancelledJobs, Client, ClientOptions, EnqueueOptions, Enqueued, NewJob, Report,
-    TlsOptions,
+    Backoff, CancelledJobs, Client, ClientOptions, EnqueueOptions, Enqueued, Keepalive, NewJob,
+    Report, TlsOptions,
 };
 pub use error::{Error, JobError};
 pub use payload::Payload;

@@ -47,6 +47,7 @@ fn attempt_error(e: &AttemptError) -> pb::AttemptError {
         Some(Disposition::Retry) => pb::FailDisposition::Retry,
         Some(Disposition::NoRetry) => pb::FailDisposition::NoRetry,
         Some(Disposition::RateLimited) => pb::FailDisposition::RateLimited,
+        Some(Disposition::Release) => pb::FailDisposition::Release,
         None => pb::FailDisposition::Unspecified,
     };
     pb::AttemptError {

@@ -1,10 +1,11 @@
 -- fail.lua: fails the current attempt of leased jobs whose lease token matches: retry with
--- backoff, return without consuming the attempt (RATE_LIMITED), or dead-letter, atomically.
+-- backoff, return without consuming the attempt (RATE_LIMITED, after a delay; RELEASE, at
+-- once and with no error recorded: a worker shutting down), or dead-letter, atomically.
 -- With RATE_LIMITED and the pause flags, the whole queue (1) and/or the job's group (2:
 -- a named group, groups.lua; ignored for the default group) leases nothing until now + the
 -- return delay (meta throttle_until, gpause; on every replica).
 -- ARGV: [1] wake channel, [2] n, then 9 per job: id, lease token, disposition
---       (RETRY|NO_RETRY|RATE_LIMITED), message, error type, details, retry_after ms (-1 =
+--       (RETRY|NO_RETRY|RATE_LIMITED|RELEASE), message, error type, details, retry_after ms (-1 =
 --       none), random in [0, 1) for jitter, pause flags (0-3: 1 the queue, 2 the group).
 -- A fail repeated with the token of a fail already applied (its reply was lost) answers
 -- 'DONE' with the first one's outcome and changes nothing (attempts.lua, "Repeated settles"),
@@ -38,8 +39,16 @@ for j = 0, n - 1 do
   else
     local h = split_header(rec)
     local lt, name, att = h[LT], h[NAME], h[ATT]
-    local r = fail_attempt(id, h, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
-      ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
+    local r
+    if ARGV[b + 2] == 'RELEASE' then
+      -- The worker stops before its handler finished: back to waiting uncharged, no error
+      -- recorded, as the server's drain hands leases back (release.lua); a pending cancel
+      -- ends it CANCELLED.
+      r = hand_back(id, h, now) and { 'waiting', now, '' } or { 'cancelled', now, '' }
+    else
+      r = fail_attempt(id, h, now, ARGV[b + 2], 'ATTEMPTS_EXHAUSTED', ARGV[b + 3],
+        ARGV[b + 4], ARGV[b + 5], tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]))
+    end
     local pause = tonumber(ARGV[b + 8]) or 0
     if ARGV[b + 2] == 'RATE_LIMITED' and pause % 2 == 1 then
       local until_ms = tonumber(r[2])

@@ -66,9 +66,18 @@ pub(super) async fn groups(app: &TestApp, store: &Store, q: &QueueName) {
     store.reap(q, 100).await.expect("reap");
     let held = lease(store, q, 20, 30_000).await;
     assert!(!held.is_empty());
+    // The first handed back by its worker (RELEASE), the rest failed.
     let fails: Vec<FailItem> = held
         .iter()
-        .map(|(id, t)| fail_item(id, t, Disposition::Retry))
+        .enumerate()
+        .map(|(i, (id, t))| {
+            let d = if i == 0 {
+                Disposition::Release
+            } else {
+                Disposition::Retry
+            };
+            fail_item(id, t, d)
+        })
         .collect();
     store.fail(q, &fails).await.expect("fail");
     store.reap(q, 100).await.expect("reap");

@@ -58,6 +58,43 @@ export const faults: Record<string, ScenarioTest> = {
     });
   },
 
+  async shutdown_hands_back_uncharged(s) {
+    const graceMs = param(s, "grace_ms");
+    const handlerMs = param(s, "handler_ms");
+    const maxAttempts = param(s, "max_attempts");
+    await withServer(s, async (_server, client) => {
+      const queue = uniqueQueue("handback");
+      const attempts: number[] = [];
+      const first = worker(client, { queues: [queue], shutdownGraceMs: graceMs }).handle("slow", async (_job, ctx) => {
+        attempts.push(ctx.attempt);
+        await work(handlerMs, ctx.signal);
+      });
+      const firstRun = first.run();
+      await client.enqueue(queue, "slow", {}, { jobId: "held", maxAttempts });
+      await eventually("the handler runs", () => (attempts.length === 1 ? true : undefined));
+      await first.close();
+      await firstRun;
+      const back = await client.getJob(queue, "held");
+      assert.ok(
+        [JobState.JOB_STATE_WAITING, JobState.JOB_STATE_ACTIVE].includes(back.state),
+        `handed back: ${JobState[back.state]}`,
+      );
+      assert.equal(back.attemptsMade, 0, "no attempt charged");
+      assert.deepEqual(back.errors, []);
+      assert.deepEqual((await client.deadLetters.list(queue)).deadLetters, []);
+      const second = worker(client, { queues: [queue] }).handle("slow", (_job, ctx) => {
+        attempts.push(ctx.attempt);
+      });
+      const secondRun = second.run();
+      const j = await untilState(client, queue, "held", JobState.JOB_STATE_COMPLETED);
+      await second.close();
+      await secondRun;
+      assert.deepEqual(attempts, [1, 1], "run again as attempt 1");
+      assert.equal(j.attemptsMade, 1);
+      assert.equal(j.maxAttempts, maxAttempts);
+    });
+  },
+
   async server_restart_mid_run(s) {
     const jobs = param(s, "jobs");
     const concurrency = param(s, "concurrency");

@@ -16,7 +16,7 @@
 
 from jobwire._admin import rate_limit
 from jobwire._book import WorkerStats
-from jobwire._channel import TLS, read_token
+from jobwire._channel import TLS, Keepalive, read_token
 from jobwire._spec import Backoff, job_spec
 from jobwire._status import not_replicated_job_id
 from jobwire.client import CancelCount, Client
@@ -38,6 +38,7 @@ __all__ = [
     "Client",
     "JobContext",
     "JobwireError",
+    "Keepalive",
     "LeaseLost",
     "NonRetryable",
     "RateLimited",

@@ -17,12 +17,43 @@ PathOrBytes = bytes | str | os.PathLike[str]
 
 # gRPC keepalive: an HTTP/2 PING every 10 s, the connection counted dead when the answer takes
 # over 5 s, also while no call is open, so a half-open TCP connection (a NAT that forgot it, a
-# peer that vanished) is noticed within seconds rather than at the OS's TCP timeout. The jobwire
-# server (hyper/h2) answers pings without a rate limit.
+# peer that vanished, a frozen server) is noticed within 15 s rather than at the OS's TCP
+# timeout. The jobwire server (hyper/h2) answers pings without a rate limit (no GOAWAY
+# "too_many_pings"); a proxy in between may have one (e.g. a gRPC server's 5 min default).
 DEFAULT_KEEPALIVE = 10.0
 """Seconds between keepalive pings."""
+DEFAULT_KEEPALIVE_TIMEOUT = 5.0
+"""Seconds a keepalive ping may go unanswered before the connection is closed."""
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """The channel's HTTP/2 keepalive (``Client(keepalive=...)``).
+
+    ``interval``: seconds between PINGs (at least 1). ``timeout``: seconds a PING may go
+    unanswered before the connection is closed and its calls fail UNAVAILABLE (at least 1; the
+    worker then reconnects). ``without_calls``: also ping while no call is open. A frozen or
+    vanished server is noticed within ``interval + timeout`` (15 s by default).
+    """
+
+    interval: float = DEFAULT_KEEPALIVE
+    timeout: float = DEFAULT_KEEPALIVE_TIMEOUT
+    without_calls: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.interval >= 1 and self.timeout >= 1):
+            raise ValueError(f"keepalive interval and timeout must be at least 1 s, got {self}")
+
+    @classmethod
+    def of(cls, value: float | Keepalive) -> Keepalive:
+        """``value`` as a Keepalive: a number is the interval, with a timeout of half that
+        (at least 1 s)."""
+        if isinstance(value, Keepalive):
+            return value
+        return cls(interval=max(1.0, value), timeout=max(1.0, value / 2))
+
+
 KEEPALIVE_OPTIONS: list[tuple[str, int | str]] = [
-    ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     # gRPC's own reconnect backoff (1 s growing to 120 s by default) would outlast a server
     # restart by far; these bounds match the worker's stream backoff (0.5 s to 30 s).
@@ -84,32 +115,36 @@ def credentials(token: str | None, tls: TLS | None) -> grpc.ChannelCredentials |
     return grpc.composite_channel_credentials(channel, call) if call else channel
 
 
-def options(tls: TLS | None, keepalive: float = DEFAULT_KEEPALIVE) -> list[tuple[str, int | str]]:
+def options(tls: TLS | None, keepalive: float | Keepalive = DEFAULT_KEEPALIVE) -> list[tuple[str, int | str]]:
     """Channel options: keepalive, reconnect backoff, the TLS name override."""
-    out = keepalive_options(keepalive) + KEEPALIVE_OPTIONS
+    out = keepalive_options(Keepalive.of(keepalive)) + KEEPALIVE_OPTIONS
     if tls is not None and tls.server_name:
         out.append(("grpc.ssl_target_name_override", tls.server_name))
     return out
 
 
-def keepalive_options(seconds: float) -> list[tuple[str, int | str]]:
-    """A PING every ``seconds``, the connection dead when its answer takes over half that."""
-    ms = max(1000, round(seconds * 1000))
-    timeout = max(1000, ms // 2)
+def keepalive_options(k: Keepalive) -> list[tuple[str, int | str]]:
+    """gRPC core's options for ``k``."""
+    ms = round(k.interval * 1000)
+    timeout = round(k.timeout * 1000)
     # gRPC core times out unanswered pings by grpc.http2.ping_timeout_ms (1 min by default),
     # not only by the keepalive timeout: both are set, or a silent peer is kept for a minute.
     return [
         ("grpc.keepalive_time_ms", ms),
         ("grpc.keepalive_timeout_ms", timeout),
         ("grpc.http2.ping_timeout_ms", timeout),
+        ("grpc.keepalive_permit_without_calls", int(k.without_calls)),
     ]
 
 
 def aio_channel(
-    target: str, token: str | None = None, tls: TLS | None = None, keepalive: float = DEFAULT_KEEPALIVE
+    target: str,
+    token: str | None = None,
+    tls: TLS | None = None,
+    keepalive: float | Keepalive = DEFAULT_KEEPALIVE,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to jobwire at ``target`` (``HOST:PORT``); ``keepalive`` overrides the
-    10 s keepalive period (seconds)."""
+    """An asyncio channel to jobwire at ``target`` (``HOST:PORT``); ``keepalive``: see
+    :class:`Keepalive` (a number is the interval in seconds)."""
     creds = credentials(token, tls)
     opts = options(tls, keepalive)
     if creds is None:
@@ -117,9 +152,14 @@ def aio_channel(
     return grpc.aio.secure_channel(target, creds, options=opts)
 
 
-def sync_channel(target: str, token: str | None = None, tls: TLS | None = None) -> grpc.Channel:
+def sync_channel(
+    target: str,
+    token: str | None = None,
+    tls: TLS | None = None,
+    keepalive: float | Keepalive = DEFAULT_KEEPALIVE,
+) -> grpc.Channel:
     """A blocking channel to jobwire at ``target`` (``HOST:PORT``), for the generated stubs."""
     creds = credentials(token, tls)
     if creds is None:
-        return grpc.insecure_channel(target, options=options(tls))
-    return grpc.secure_channel(target, creds, options=options(tls))
+        return grpc.insecure_channel(target, options=options(tls, keepalive))
+    return grpc.secure_channel(target, creds, options=options(tls, keepalive))

@@ -13,7 +13,7 @@ import grpc.aio
 from jobwire import pb
 from jobwire._admin import DeadLetters, Groups, Queues
 from jobwire._backoff import DEFAULT_TRIES, retry_unavailable
-from jobwire._channel import DEFAULT_KEEPALIVE, TLS, aio_channel
+from jobwire._channel import DEFAULT_KEEPALIVE, TLS, Keepalive, aio_channel
 from jobwire._spec import Backoff, job_spec
 from jobwire._status import not_replicated_job_id
 from jobwire.errors import Delay
@@ -44,9 +44,10 @@ class Client:
     from ``jobwire token new``) sent as ``authorization: Bearer <token>`` with every call; over
     plaintext only to a loopback address (gRPC refuses to send it in clear text elsewhere).
     ``tls``: :class:`jobwire.TLS` (CA, optional client certificate for mTLS); ``None`` is
-    plaintext. ``timeout``: seconds each unary call may take. ``keepalive``: seconds between
-    gRPC keepalive pings (a connection whose ping is not answered within half that is closed
-    and replaced, so a peer that vanished without a reset is noticed).
+    plaintext. ``timeout``: seconds each unary call may take. ``keepalive``: the channel's HTTP/2
+    keepalive, a :class:`jobwire.Keepalive` (default: a PING every 10 s, also without calls, the
+    connection closed and replaced when one goes unanswered 5 s, so a frozen or vanished server
+    is noticed within 15 s), or a number: the interval in seconds, the timeout half that.
 
     The channel is made on first use inside the running event loop; ``async with Client(...)``
     or :meth:`close` closes it. Calls raise ``grpc.aio.AioRpcError`` with the server's status
@@ -66,7 +67,7 @@ class Client:
         tls: TLS | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
-        keepalive: float = DEFAULT_KEEPALIVE,
+        keepalive: float | Keepalive = DEFAULT_KEEPALIVE,
         unavailable_tries: int = DEFAULT_TRIES,
     ) -> None:
         self.target = target

@@ -23,7 +23,7 @@ from jobwire import client as aio_client
 from jobwire import pb
 from jobwire import worker as aio_worker
 from jobwire._backoff import DEFAULT_TRIES
-from jobwire._channel import DEFAULT_KEEPALIVE, TLS, sync_channel
+from jobwire._channel import DEFAULT_KEEPALIVE, TLS, Keepalive, sync_channel
 from jobwire._execute import Handler
 from jobwire._spec import Backoff
 from jobwire.errors import Delay
@@ -83,7 +83,7 @@ class Client:
         tls: TLS | None = None,
         *,
         timeout: float = aio_client.DEFAULT_TIMEOUT,
-        keepalive: float = DEFAULT_KEEPALIVE,
+        keepalive: float | Keepalive = DEFAULT_KEEPALIVE,
         unavailable_tries: int = DEFAULT_TRIES,
     ) -> None:
         self.target = target

@@ -17,9 +17,11 @@ Behaviour (issue 14; DESIGN.md section 3):
   while no stream is up (FAILED_PRECONDITION: the lease was lost, the result is logged and
   dropped; UNAVAILABLE: kept and retried). A result is never dropped without a log line.
 * **Graceful shutdown** on SIGTERM/SIGINT (``handle_signals=False`` to opt out): Drain (no more
-  leases), wait up to ``grace`` seconds for held jobs, then cancel what still runs and fail it
-  with RETRY (error_type ``worker_shutdown``, ``retry_after`` 1 s: no hand-back RPC exists;
-  the conventions of clients/conformance/README.md), then close. A second signal skips
+  leases), wait up to ``grace`` seconds for held jobs, then cancel what still runs and hand it
+  back uncharged (a Fail with ``FAIL_DISPOSITION_RELEASE``: the job is WAITING again with its
+  attempt not counted, as the server's own drain does, so a deploy never dead-letters work;
+  error_type ``worker_shutdown`` for the server's log: the conventions of
+  clients/conformance/README.md), then close. A second signal skips
   the grace. A server ``Draining`` message stops leases; held jobs finish and the worker
   reconnects once the server ends the stream.
 * **Job control** (issue 16; :mod:`jobwire._control`): a CancelLease sets the handler's
@@ -60,7 +62,7 @@ from jobwire._execute import Handler, execute
 from jobwire._stream import Stream, StreamStalled
 from jobwire.client import Client
 from jobwire.context import JobContext
-from jobwire.errors import JobwireError, cancelled_fail, duration
+from jobwire.errors import JobwireError, cancelled_fail
 
 log = logging.getLogger("jobwire.worker")
 
@@ -71,9 +73,7 @@ DEFAULT_GRACE = 25.0
 DEFAULT_HEARTBEAT_INTERVAL = 2.0
 """Seconds of silence before a Heartbeat; well below the server's --heartbeat-timeout (10 s)."""
 SHUTDOWN_ERROR_TYPE = "worker_shutdown"
-"""error_type of the jobs a shutdown fails because they outlived the grace."""
-SHUTDOWN_RETRY_AFTER = 1.0
-"""Seconds before a job failed at the end of the grace may be leased again (RETRY's retry_after)."""
+"""error_type sent with the jobs a shutdown hands back (RELEASE) because they outlived the grace."""
 PERMANENT = {
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.PERMISSION_DENIED,
@@ -455,7 +455,7 @@ class Worker:
     # === shutdown ===
 
     async def _shutdown(self) -> None:
-        """Drain, wait for held jobs within the grace, cancel and fail the rest, settle, close."""
+        """Drain, wait for held jobs within the grace, cancel and hand back the rest, settle, close."""
         loop = asyncio.get_running_loop()
         stream = self._stream
         if stream is not None and not stream.closing:
@@ -472,7 +472,7 @@ class Worker:
         if leftover:
             log.warning(
                 "worker %s: %d job(s) still running at the end of the grace: cancelling them and "
-                "failing them for retry",
+                "handing them back uncharged",
                 self.worker_id,
                 len(leftover),
             )
@@ -482,11 +482,10 @@ class Worker:
                 queue=held.ctx.queue,
                 job_id=held.ctx.job_id,
                 lease_token=held.ctx.lease_token,
-                disposition=pb.FAIL_DISPOSITION_RETRY,
+                disposition=pb.FAIL_DISPOSITION_RELEASE,
                 error=pb.JobError(
                     message="the worker shut down before the job finished", error_type=SHUTDOWN_ERROR_TYPE
                 ),
-                retry_after=duration(SHUTDOWN_RETRY_AFTER),
             )
             held.done = True
             self._running -= 1

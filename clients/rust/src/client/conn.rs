@@ -26,11 +26,19 @@ impl Interceptor for Token {
     }
 }
 
-/// Connects one channel to `target`. Keepalive: an HTTP/2 PING every 20 s, also while idle,
-/// and the connection is dropped when one goes unanswered for 10 s, so a dead peer (a
-/// network cut without FIN/RST) breaks the worker's stream instead of hanging it. The wide
-/// flow-control windows let many leases and acks be in flight on one stream.
+/// Connects one channel to `target`. Keepalive (`o.keepalive`, by default a PING after 10 s
+/// of silence, also while idle, the connection dropped when one goes unanswered for 5 s), so
+/// a dead peer (a network cut without FIN/RST, a frozen server) breaks the worker's stream
+/// instead of hanging it. The wide flow-control windows let many leases and acks be in
+/// flight on one stream.
 pub async fn connect(target: &str, o: &ClientOptions) -> Result<Conn, Error> {
+    let k = o.keepalive;
+    if k.interval < Duration::from_secs(1) || k.timeout < Duration::from_secs(1) {
+        return Err(Error::InvalidArgument(format!(
+            "keepalive interval and timeout must be at least 1s, got {:?} and {:?}",
+            k.interval, k.timeout
+        )));
+    }
     let tls = match &o.tls {
         None => None,
         Some(t) => {
@@ -79,9 +87,9 @@ pub async fn connect(target: &str, o: &ClientOptions) -> Result<Conn, Error> {
     let mut endpoint = Endpoint::from_shared(uri)
         .map_err(connect_err)?
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true)
+        .http2_keep_alive_interval(k.interval)
+        .keep_alive_timeout(k.timeout)
+        .keep_alive_while_idle(k.without_calls)
         .initial_stream_window_size(Some(4 << 20))
         .initial_connection_window_size(Some(16 << 20))
         .connect_timeout(o.connect_timeout.unwrap_or(Duration::from_secs(5)));

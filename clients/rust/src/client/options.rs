@@ -17,6 +17,35 @@ pub struct ClientOptions {
     pub tls: Option<TlsOptions>,
     /// How long connecting may take (default 5 s).
     pub connect_timeout: Option<Duration>,
+    /// The connection's HTTP/2 keepalive (see [`Keepalive`]).
+    pub keepalive: Keepalive,
+}
+
+/// HTTP/2 keepalive: a PING after `interval` without a frame from the server, the connection
+/// closed when it goes unanswered for `timeout` (its calls and the worker's stream fail
+/// UNAVAILABLE; the worker reconnects). A frozen or vanished server is noticed within
+/// `interval + timeout`: 15 s with the default. Both at least 1 s (`connect` refuses less
+/// with `Error::InvalidArgument`). The jobwire server answers PINGs without a rate limit; a
+/// proxy in between may allow fewer (a gRPC-based one answers PINGs more often than every 5
+/// minutes with GOAWAY "too_many_pings").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Time without a frame from the server before a PING (default 10 s).
+    pub interval: Duration,
+    /// How long a PING may go unanswered (default 5 s).
+    pub timeout: Duration,
+    /// Also ping while no call or stream is open (default true).
+    pub without_calls: bool,
+}
+
+impl Default for Keepalive {
+    fn default() -> Keepalive {
+        Keepalive {
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(5),
+            without_calls: true,
+        }
+    }
 }
 
 /// TLS settings: the CA to trust and, for mutual TLS, the client's certificate and key.

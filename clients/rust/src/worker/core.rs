@@ -26,8 +26,6 @@ const TICK: Duration = Duration::from_millis(100);
 const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// After the grace: how long the final Fail calls may take before the worker exits anyway.
 const FINAL_SETTLE: Duration = Duration::from_secs(5);
-/// retry_after of the jobs failed at the end of a shutdown's grace.
-const SHUTDOWN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 #[allow(clippy::large_enum_variant)] // most events are stream messages (leases)
 enum Event {

@@ -26,7 +26,7 @@ pub enum CancelCause {
     /// The lease is gone (expired and leased again, or the job deleted): the result will
     /// not be applied.
     LeaseLost,
-    /// The worker's shutdown grace ran out: the job was failed as RETRY already.
+    /// The worker's shutdown grace ran out: the job was handed back (uncharged) already.
     Shutdown,
 }
 

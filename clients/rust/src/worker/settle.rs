@@ -17,7 +17,7 @@ pub(super) enum Outcome {
 
 /// How long one unary Ack/Fail/ExtendLease may take before it counts as failed (and is
 /// retried): a connection that stopped answering must not hold a result forever (HTTP/2
-/// keepalive replaces such a connection within about 30 s).
+/// keepalive replaces such a connection within its interval + timeout, 15 s by default).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a unary settle ended.

@@ -24,6 +24,7 @@ const IMPLEMENTED: &[&str] = &[
     "retry_after_honoured",
     "rate_limited_uses_no_attempt",
     "sigterm_drains",
+    "shutdown_hands_back_uncharged",
     "server_restart_mid_run",
     "stream_killed_by_network",
     "cancel_reaches_running_handler",

@@ -111,3 +111,81 @@ async fn sigterm_child() {
     );
     worker.run().await.expect("worker");
 }
+
+/// shutdown_hands_back_uncharged: a handler outlives the grace on a max_attempts 1 job; the
+/// worker hands it back uncharged (RELEASE), so it is not dead-lettered and a second worker
+/// runs it as attempt 1.
+#[tokio::test]
+async fn shutdown_hands_back_uncharged() {
+    let (server, p) = crate::server_for("shutdown_hands_back_uncharged").await;
+    let (grace_ms, handler_ms, max) = (
+        crate::param(&p, "grace_ms"),
+        crate::param(&p, "handler_ms"),
+        crate::param(&p, "max_attempts") as u32,
+    );
+    let client = server.client().await.expect("connect");
+    let q = support::queue("handback");
+    client
+        .enqueue(
+            &q,
+            "slow",
+            b"{}".to_vec(),
+            EnqueueOptions {
+                job_id: Some("held".into()),
+                max_attempts: Some(max),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("enqueue");
+    let attempts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut first = Worker::new(
+        client.clone(),
+        WorkerOptions {
+            grace: Duration::from_millis(grace_ms),
+            ..support::options(&q, 1)
+        },
+    );
+    let (a, st) = (attempts.clone(), started.clone());
+    first.handle("slow", move |job: Job<serde_json::Value>, _ctx: Ctx| {
+        let (a, st) = (a.clone(), st.clone());
+        async move {
+            a.lock().expect("lock").push(job.attempt);
+            st.notify_one();
+            tokio::time::sleep(Duration::from_millis(handler_ms)).await;
+            Ok(())
+        }
+    });
+    let running = support::run(first);
+    started.notified().await;
+    running.stop().await;
+    let job = client.get_job(&q, "held").await.expect("job");
+    assert!(
+        (job.state == pb::JobState::Waiting as i32 || job.state == pb::JobState::Active as i32)
+            && job.attempts_made == 0
+            && job.errors.is_empty(),
+        "handed back uncharged: {job:?}"
+    );
+    let dead = client
+        .list_dead_letters(&q, 100, "", None)
+        .await
+        .expect("list dead letters")
+        .dead_letters;
+    assert!(dead.is_empty(), "dead-lettered: {dead:?}");
+    let mut second = Worker::new(client.clone(), support::options(&q, 1));
+    let a = attempts.clone();
+    second.handle("slow", move |job: Job<serde_json::Value>, _ctx: Ctx| {
+        let a = a.clone();
+        async move {
+            a.lock().expect("lock").push(job.attempt);
+            Ok(())
+        }
+    });
+    let running = support::run(second);
+    let job = support::finished(&client, &q, "held").await;
+    running.stop().await;
+    assert_eq!(job.state, pb::JobState::Completed as i32);
+    assert_eq!(job.attempts_made, 1);
+    assert_eq!(*attempts.lock().expect("lock"), vec![1, 1]);
+}

@@ -57,6 +57,11 @@ impl Proxy {
         n
     }
 
+    /// Connections carried and not cut so far.
+    pub fn connections(&self) -> usize {
+        self.conns.lock().expect("lock").len()
+    }
+
     /// Refuses (closes at once) new connections while `on`.
     pub fn block(&self, on: bool) {
         self.blocked.store(on, Ordering::SeqCst);

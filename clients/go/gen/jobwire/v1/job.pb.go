@@ -164,6 +164,12 @@ const (
 	FailDisposition_FAIL_DISPOSITION_NO_RETRY FailDisposition = 2
 	// The downstream said "slow down": back to delayed after retry_after; no attempt is consumed.
 	FailDisposition_FAIL_DISPOSITION_RATE_LIMITED FailDisposition = 3
+	// The worker is stopping before the handler finished (e.g. its shutdown grace ran out): the
+	// job goes back to waiting at once without consuming the attempt and without recording an
+	// error, as the server's own drain hands leases back, so a deploy never dead-letters work;
+	// a job whose cancel is pending ends CANCELLED. Only in FailRequest (never in a recorded
+	// AttemptError); retry_after and the pause flags do not apply (INVALID_ARGUMENT).
+	FailDisposition_FAIL_DISPOSITION_RELEASE FailDisposition = 4
 )
 
 // Enum value maps for FailDisposition.
@@ -173,12 +179,14 @@ var (
 		1: "FAIL_DISPOSITION_RETRY",
 		2: "FAIL_DISPOSITION_NO_RETRY",
 		3: "FAIL_DISPOSITION_RATE_LIMITED",
+		4: "FAIL_DISPOSITION_RELEASE",
 	}
 	FailDisposition_value = map[string]int32{
 		"FAIL_DISPOSITION_UNSPECIFIED":  0,
 		"FAIL_DISPOSITION_RETRY":        1,
 		"FAIL_DISPOSITION_NO_RETRY":     2,
 		"FAIL_DISPOSITION_RATE_LIMITED": 3,
+		"FAIL_DISPOSITION_RELEASE":      4,
 	}
 )
 
@@ -1065,12 +1073,13 @@ const file_jobwire_v1_job_proto_rawDesc = "" +
 	"\vBackoffKind\x12\x1c\n" +
 	"\x18BACKOFF_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BACKOFF_KIND_FIXED\x10\x01\x12\x1c\n" +
-	"\x18BACKOFF_KIND_EXPONENTIAL\x10\x02*\x91\x01\n" +
+	"\x18BACKOFF_KIND_EXPONENTIAL\x10\x02*\xaf\x01\n" +
 	"\x0fFailDisposition\x12 \n" +
 	"\x1cFAIL_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FAIL_DISPOSITION_RETRY\x10\x01\x12\x1d\n" +
 	"\x19FAIL_DISPOSITION_NO_RETRY\x10\x02\x12!\n" +
-	"\x1dFAIL_DISPOSITION_RATE_LIMITED\x10\x03*\xba\x01\n" +
+	"\x1dFAIL_DISPOSITION_RATE_LIMITED\x10\x03\x12\x1c\n" +
+	"\x18FAIL_DISPOSITION_RELEASE\x10\x04*\xba\x01\n" +
 	"\n" +
 	"DeadReason\x12\x1b\n" +
 	"\x17DEAD_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +

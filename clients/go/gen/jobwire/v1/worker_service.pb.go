@@ -395,7 +395,7 @@ type FailRequest struct {
 	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The lease token from the Lease.
 	LeaseToken string `protobuf:"bytes,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	// RETRY (default), NO_RETRY or RATE_LIMITED.
+	// RETRY (default), NO_RETRY, RATE_LIMITED or RELEASE (a worker stopping hands the job back).
 	Disposition FailDisposition `protobuf:"varint,4,opt,name=disposition,proto3,enum=jobwire.v1.FailDisposition" json:"disposition,omitempty"`
 	// What went wrong.
 	Error *JobError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`

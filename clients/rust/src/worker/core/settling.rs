@@ -4,8 +4,7 @@
 
 use std::time::Instant;
 
-use super::{Core, Event, Held, State, FINAL_SETTLE, SHUTDOWN_RETRY_AFTER};
-use crate::client::pb_duration;
+use super::{Core, Event, Held, State, FINAL_SETTLE};
 use crate::worker::settle::{self, Outcome};
 use crate::worker::{fail_request, CancelCause, WorkerStats};
 use crate::{pb, JobError};
@@ -97,7 +96,9 @@ impl Core {
         }
     }
 
-    /// The grace ran out: cancel the handlers and fail what they hold as RETRY.
+    /// The grace ran out: cancel the handlers and hand what they hold back uncharged
+    /// (RELEASE: waiting again at once, the attempt not counted, as the server's own drain
+    /// does), so a deploy never dead-letters work.
     pub(super) fn abandon(&mut self) {
         self.final_deadline = Some(Instant::now() + FINAL_SETTLE);
         let mut fails = Vec::new();
@@ -119,7 +120,7 @@ impl Core {
                     queue,
                     job_id,
                     lease_token,
-                    disposition: pb::FailDisposition::Retry as i32,
+                    disposition: pb::FailDisposition::Release as i32,
                     error: Some(pb::JobError {
                         message: format!(
                             "the worker shut down before the job finished (grace {:?})",
@@ -128,7 +129,6 @@ impl Core {
                         error_type: "worker_shutdown".into(),
                         details: String::new(),
                     }),
-                    retry_after: Some(pb_duration(SHUTDOWN_RETRY_AFTER)),
                     ..Default::default()
                 }),
             ));
@@ -136,7 +136,7 @@ impl Core {
         if !fails.is_empty() {
             tracing::warn!(
                 jobs = fails.len(),
-                "grace over: cancelling handlers, failing their jobs as RETRY"
+                "grace over: cancelling handlers, handing their jobs back uncharged"
             );
         }
         for t in gone {

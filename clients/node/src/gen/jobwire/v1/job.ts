@@ -58,6 +58,14 @@ export enum FailDisposition {
   FAIL_DISPOSITION_NO_RETRY = 2,
   /** FAIL_DISPOSITION_RATE_LIMITED - The downstream said "slow down": back to delayed after retry_after; no attempt is consumed. */
   FAIL_DISPOSITION_RATE_LIMITED = 3,
+  /**
+   * FAIL_DISPOSITION_RELEASE - The worker is stopping before the handler finished (e.g. its shutdown grace ran out): the
+   * job goes back to waiting at once without consuming the attempt and without recording an
+   * error, as the server's own drain hands leases back, so a deploy never dead-letters work;
+   * a job whose cancel is pending ends CANCELLED. Only in FailRequest (never in a recorded
+   * AttemptError); retry_after and the pause flags do not apply (INVALID_ARGUMENT).
+   */
+  FAIL_DISPOSITION_RELEASE = 4,
   UNRECOGNIZED = -1,
 }
 

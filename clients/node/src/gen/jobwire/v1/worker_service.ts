@@ -93,7 +93,7 @@ export interface FailRequest {
   jobId: string;
   /** The lease token from the Lease. */
   leaseToken: string;
-  /** RETRY (default), NO_RETRY or RATE_LIMITED. */
+  /** RETRY (default), NO_RETRY, RATE_LIMITED or RELEASE (a worker stopping hands the job back). */
   disposition: FailDisposition;
   /** What went wrong. */
   error?:

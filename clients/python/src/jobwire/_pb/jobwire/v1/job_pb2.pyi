@@ -113,6 +113,13 @@ class _FailDispositionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailD
     """The error is permanent: dead-letter now, skipping the remaining attempts."""
     FAIL_DISPOSITION_RATE_LIMITED: _FailDisposition.ValueType  # 3
     """The downstream said "slow down": back to delayed after retry_after; no attempt is consumed."""
+    FAIL_DISPOSITION_RELEASE: _FailDisposition.ValueType  # 4
+    """The worker is stopping before the handler finished (e.g. its shutdown grace ran out): the
+    job goes back to waiting at once without consuming the attempt and without recording an
+    error, as the server's own drain hands leases back, so a deploy never dead-letters work;
+    a job whose cancel is pending ends CANCELLED. Only in FailRequest (never in a recorded
+    AttemptError); retry_after and the pause flags do not apply (INVALID_ARGUMENT).
+    """
 
 class FailDisposition(_FailDisposition, metaclass=_FailDispositionEnumTypeWrapper):
     """What a worker says when it fails a job."""
@@ -125,6 +132,13 @@ FAIL_DISPOSITION_NO_RETRY: FailDisposition.ValueType  # 2
 """The error is permanent: dead-letter now, skipping the remaining attempts."""
 FAIL_DISPOSITION_RATE_LIMITED: FailDisposition.ValueType  # 3
 """The downstream said "slow down": back to delayed after retry_after; no attempt is consumed."""
+FAIL_DISPOSITION_RELEASE: FailDisposition.ValueType  # 4
+"""The worker is stopping before the handler finished (e.g. its shutdown grace ran out): the
+job goes back to waiting at once without consuming the attempt and without recording an
+error, as the server's own drain hands leases back, so a deploy never dead-letters work;
+a job whose cancel is pending ends CANCELLED. Only in FailRequest (never in a recorded
+AttemptError); retry_after and the pause flags do not apply (INVALID_ARGUMENT).
+"""
 Global___FailDisposition: _TypeAlias = FailDisposition  # noqa: Y015
 
 class _DeadReason:

@@ -219,7 +219,7 @@ class FailRequest(_message.Message):
     lease_token: _builtins.str
     """The lease token from the Lease."""
     disposition: _job_pb2.FailDisposition.ValueType
-    """RETRY (default), NO_RETRY or RATE_LIMITED."""
+    """RETRY (default), NO_RETRY, RATE_LIMITED or RELEASE (a worker stopping hands the job back)."""
     pause_queue: _builtins.bool
     """With RATE_LIMITED: the whole queue leases nothing for retry_after, on every replica
     (the downstream's limit is the queue's, like BullMQ's queue-wide rate limit after a 429).
