@@ -16,6 +16,7 @@ use super::queue_loop::QueueLoop;
 use super::session::{LeaseRef, Outbound, Session};
 use super::settle::{Coalescer, FailOp, MAX_SETTLE_BATCH};
 use super::settle_lease::AckOp;
+use super::unsent::Unsent;
 use crate::jobs::QueueName;
 use crate::store::Store;
 use crate::telemetry::Untrusted;
@@ -64,6 +65,9 @@ pub(super) struct Inner {
     new_queues: mpsc::UnboundedSender<Subscription>,
     /// The listener's end, taken when it starts.
     pub(super) new_queues_rx: Mutex<Option<mpsc::UnboundedReceiver<Subscription>>>,
+    /// Leases got from Redis and not sent or handed back yet: their calls are not confirmed
+    /// meanwhile (`unsent.rs`).
+    pub(super) unsent: Arc<Unsent>,
 }
 
 impl Hub {
@@ -101,6 +105,7 @@ impl Hub {
             fails,
             new_queues,
             new_queues_rx: Mutex::new(Some(new_queues_rx)),
+            unsent: Arc::default(),
         });
         Hub { inner }
     }
@@ -149,6 +154,7 @@ impl Hub {
             credits,
             self.mono_ms(),
             self.outbox_wait(),
+            self.inner.unsent.clone(),
         );
         let session = Arc::new(session);
         if let Ok(mut s) = self.inner.sessions.lock() {
@@ -430,7 +436,11 @@ impl Hub {
             lp.add(session.clone());
             return lp.clone();
         }
-        let lp = Arc::new(QueueLoop::new(queue.clone(), self.inner.stop.child_token()));
+        let lp = Arc::new(QueueLoop::new(
+            queue.clone(),
+            self.inner.stop.child_token(),
+            self.inner.unsent.clone(),
+        ));
         lp.add(session.clone());
         loops.insert(queue.clone(), lp.clone());
         let _ = self.inner.new_queues.send(Subscription::Add(queue.clone()));
@@ -527,7 +537,9 @@ impl Hub {
     /// stops: the leases never reached a worker, and left alone they would be reclaimed at
     /// their deadline and charged an attempt. `release.lua` hands back only a lease whose
     /// token still matches, so a call that ran although its reply was lost, or a lease the
-    /// reaper took meanwhile, makes a repeat harmless.
+    /// reaper took meanwhile, makes a repeat harmless. Once Redis answered (or the tries
+    /// ran out), the leases no longer hold their calls' confirmation back (`unsent.rs`):
+    /// confirmed before the hand-back landed, an expired one would be charged.
     pub(super) async fn release(
         &self,
         leases: Vec<LeaseRef>,
@@ -561,6 +573,9 @@ impl Hub {
                         _ = self.inner.stop.cancelled() => return,
                     }
                     pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                for (_, token) in chunk {
+                    self.inner.unsent.sent(token);
                 }
             }
         }

@@ -16,6 +16,7 @@ mod retire;
 mod session;
 mod settle;
 mod settle_lease;
+mod unsent;
 mod wakeup;
 
 pub use background::DEFAULT_SWEEP_RATE;

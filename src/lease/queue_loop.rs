@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hub::Hub;
 use super::session::Session;
+use super::unsent::Unsent;
 use crate::jobs::QueueName;
 use crate::store::Limit;
 use crate::telemetry::Untrusted;
@@ -72,6 +73,8 @@ pub(super) struct QueueLoop {
     /// Woken when calls wait to be confirmed and none waited before (an ack-and-lease kept
     /// one while the loop slept): the loop then times their confirmation.
     confirm_wake: Notify,
+    /// The replica's unsent leases: a call with one is not confirmed yet (`unsent.rs`).
+    unsent: Arc<Unsent>,
 }
 
 /// Lease call ids to confirm, and since when the oldest has waited (after a failed
@@ -97,7 +100,7 @@ enum Wait {
 }
 
 impl QueueLoop {
-    pub(super) fn new(queue: QueueName, stop: CancellationToken) -> QueueLoop {
+    pub(super) fn new(queue: QueueName, stop: CancellationToken, unsent: Arc<Unsent>) -> QueueLoop {
         QueueLoop {
             stop,
             queue,
@@ -111,6 +114,7 @@ impl QueueLoop {
             listened: AtomicBool::new(false),
             unconfirmed: Mutex::default(),
             confirm_wake: Notify::new(),
+            unsent,
         }
     }
 
@@ -247,15 +251,29 @@ impl QueueLoop {
         u.since.map(|since| since + CONFIRM_DELAY)
     }
 
-    /// The unconfirmed lease call ids, taken to send (at most [`MAX_CONFIRM`]).
+    /// The unconfirmed lease call ids, taken to send (at most [`MAX_CONFIRM`]); a call with
+    /// a lease not sent yet (in a stream's outbox, or on its way back to waiting) stays,
+    /// tried again [`CONFIRM_DELAY`] later (`unsent.rs`).
     pub(super) fn take_unconfirmed(&self) -> Vec<String> {
         self.unconfirmed
             .lock()
             .map(|mut u| {
-                let n = u.calls.len().min(MAX_CONFIRM);
-                let taken = u.calls.drain(..n).collect();
+                let mut taken = Vec::new();
+                let mut kept = Vec::new();
+                for call in u.calls.drain(..) {
+                    if taken.len() < MAX_CONFIRM && !self.unsent.holds(&call) {
+                        taken.push(call);
+                    } else {
+                        kept.push(call);
+                    }
+                }
+                // Calls were kept for their unsent leases, not for the cap.
+                let held = taken.len() < MAX_CONFIRM && !kept.is_empty();
+                u.calls = kept;
                 if u.calls.is_empty() {
                     u.since = None;
+                } else if held {
+                    u.since = Some(Instant::now());
                 }
                 taken
             })
@@ -285,8 +303,32 @@ impl QueueLoop {
     /// Confirms before the loop ends (its last stream closed, or the replica stops), for at
     /// most [`ERROR_PAUSE`]: a Redis that does not answer must not hold up a shutdown (whose
     /// hand-back of held leases has run by then).
+    /// Calls with unsent leases (the closed stream's outbox, being handed back) are waited
+    /// for within that time, then confirmed anyway: an unconfirmed call outlives the loop
+    /// and the reaper would hand its expired leases back uncharged, also those of workers
+    /// that died with the job.
     async fn confirm_before_stop(&self, hub: &Hub) {
-        let _ = tokio::time::timeout(ERROR_PAUSE, self.confirm_calls(hub)).await;
+        let _ = tokio::time::timeout(ERROR_PAUSE, async {
+            loop {
+                self.confirm_calls(hub).await;
+                if self.confirm_at().is_none() {
+                    return;
+                }
+                tokio::time::sleep(CONFIRM_DELAY).await;
+            }
+        })
+        .await;
+        let rest = match self.unconfirmed.lock() {
+            Ok(mut u) => {
+                u.since = None;
+                std::mem::take(&mut u.calls)
+            }
+            Err(_) => Vec::new(),
+        };
+        if !rest.is_empty() {
+            let confirm = hub.store().confirm_lease_calls(&self.queue, &rest);
+            let _ = tokio::time::timeout(ERROR_PAUSE, confirm).await;
+        }
     }
 
     /// Confirms this loop's delivered lease calls on their own (no lease call carried them
@@ -321,6 +363,9 @@ impl QueueLoop {
         let batch = match result {
             Ok(b) => {
                 if !b.jobs.is_empty() {
+                    // Unsent before the call can be confirmed: a stream's transport, or a
+                    // hand-back, will have them first.
+                    self.unsent.add(b.jobs.iter().map(|j| j.token.as_str()));
                     self.keep_unconfirmed(vec![call]);
                 }
                 b

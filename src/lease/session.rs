@@ -14,10 +14,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use super::unsent::Unsent;
 use crate::jobs::{LeasedJob, QueueName, WorkerStreamInfo, MAX_LISTED_LEASES};
 
 mod book;
@@ -109,6 +110,8 @@ pub struct Session {
     created: Instant,
     /// Longest a lease waits in the outbox (shortened per lease by its job's timeout).
     outbox_wait: Duration,
+    /// The replica's unsent leases: a lease the transport takes is sent (`unsent.rs`).
+    unsent: Arc<Unsent>,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +137,7 @@ impl Session {
         credits: u32,
         now_ms: u64,
         outbox_wait: Duration,
+        unsent: Arc<Unsent>,
     ) -> Session {
         Session {
             id,
@@ -152,6 +156,7 @@ impl Session {
             turn_passed: AtomicBool::new(false),
             created: Instant::now(),
             outbox_wait,
+            unsent,
         }
     }
 
@@ -217,6 +222,7 @@ impl Session {
         }
         let mut book = self.book();
         if let Some((lj, cancel)) = book.take_outbox() {
+            self.unsent.sent(&lj.token);
             if let Some(c) = cancel {
                 out.control.push_front(Outbound::Cancel(c));
             }
@@ -309,7 +315,12 @@ impl Session {
     /// A lease was settled with `token`; `Some` if this stream held it under that token
     /// (its credit is free again).
     pub(crate) fn settle(&self, queue: &QueueName, id: &str, token: &str) -> Option<Held> {
-        self.book().settle(queue, id, token)
+        let held = self.book().settle(queue, id, token);
+        if held.is_some() {
+            // Settled while still in the outbox (it left it): its call may be confirmed.
+            self.unsent.sent(token);
+        }
+        held
     }
 
     /// Queues a [`CancelLease`] for the lease `c.token` if this stream holds it (for job

@@ -184,6 +184,11 @@ async fn ack_lease(
         return Ok((outcomes, Vec::new()));
     };
     if !batch.jobs.is_empty() {
+        // Unsent until a stream's transport takes them or they are handed back: the call
+        // is confirmed only then (`unsent.rs`).
+        hub.inner
+            .unsent
+            .add(batch.jobs.iter().map(|j| j.token.as_str()));
         lp.keep_unconfirmed(vec![call]);
     }
     if batch.expired > 0 {

@@ -65,7 +65,9 @@ impl FastWorker {
                 match w.lease_within(Duration::from_millis(200)).await {
                     Some(l) => {
                         let job = l.job.clone().expect("job");
-                        r.lock().expect("runs").push((job.job_id.clone(), l.attempt));
+                        r.lock()
+                            .expect("runs")
+                            .push((job.job_id.clone(), l.attempt));
                         w.send(pb::subscribe_request::Message::Ack(pb::AckRequest {
                             result: Vec::new(),
                             queue: job.queue,

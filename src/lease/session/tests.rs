@@ -8,7 +8,15 @@ fn session(credits: u32) -> Session {
         .iter()
         .map(|q| QueueName::parse(q).expect("name"))
         .collect();
-    Session::new(1, "w".into(), queues, credits, 0, Duration::from_secs(1))
+    Session::new(
+        1,
+        "w".into(),
+        queues,
+        credits,
+        0,
+        Duration::from_secs(1),
+        Default::default(),
+    )
 }
 
 fn q(name: &str) -> QueueName {
