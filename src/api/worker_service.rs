@@ -517,7 +517,7 @@ impl pb::worker_service_server::WorkerService for WorkerService {
             .0
             .hub
             .store()
-            .renew(&queue, &[(id.clone(), token)], ms)
+            .renew(&queue, &[(id.clone(), token)], ms, true)
             .await
             .map_err(Error::from)?;
         let res = res

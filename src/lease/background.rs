@@ -92,19 +92,24 @@ impl Hub {
 
     async fn renew_once(&self) {
         let now = self.mono_ms();
-        let mut by_queue: HashMap<QueueName, Vec<(String, String)>> = HashMap::new();
+        // Per queue, and apart the leases of calls with a lease still unsent: their renewal
+        // must not confirm the call (`unsent.rs`).
+        let mut by_queue: HashMap<(QueueName, bool), Vec<(String, String)>> = HashMap::new();
         for s in self.sessions() {
             if !s.alive(now, self.config().heartbeat_timeout) {
                 continue;
             }
             for (q, id, token) in s.book().renewable() {
-                by_queue.entry(q).or_default().push((id, token));
+                let held = token
+                    .rsplit_once('-')
+                    .is_some_and(|(call, _)| self.inner.unsent.holds(call));
+                by_queue.entry((q, !held)).or_default().push((id, token));
             }
         }
         let lease_ms = self.config().lease_duration.as_millis() as u64;
-        for (queue, items) in by_queue {
+        for ((queue, confirm), items) in by_queue {
             for chunk in items.chunks(RENEW_BATCH) {
-                match self.store().renew(&queue, chunk, lease_ms).await {
+                match self.store().renew(&queue, chunk, lease_ms, confirm).await {
                     Ok(results) => {
                         for ((id, token), r) in chunk.iter().zip(results) {
                             match r {

@@ -180,18 +180,24 @@ impl Store {
 
     /// Sets the deadline of leases whose token matches to now + `lease_ms`, capped by the
     /// attempt timeout and, for a lease whose cancel is pending, its revoke time
-    /// (`renew.lua`); `Done` carries the new deadline and the pending cancel, if any.
+    /// (`renew.lua`); `Done` carries the new deadline and the pending cancel, if any. With
+    /// `confirm` the renewal also confirms the leases' calls (attempts.lua, "Lost lease
+    /// replies"); without, it leaves them as they are (a lease of the call still unsent).
     pub async fn renew(
         &self,
         queue: &QueueName,
         items: &[(String, String)],
         lease_ms: u64,
+        confirm: bool,
     ) -> Result<Vec<Settle<Renewed>>, StoreError> {
         let mut args = vec![
             lease_ms.to_string().into_bytes(),
             items.len().to_string().into_bytes(),
         ];
         push_pairs(&mut args, items);
+        if !confirm {
+            args.push(b"0".to_vec());
+        }
         self.settle_call(&scripts::RENEW, queue, args, |mut it, _| {
             let deadline_ms = int(next(&mut it)?)? as u64;
             let cancel = match it.next() {

@@ -138,7 +138,10 @@ async fn drive(redis: &TestRedis, app: &TestApp, store: &Store) {
     let order: Vec<&str> = held.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(order[..3], ["b6", "b2", "b3"], "{order:?}");
     assert_eq!(order[8..], ["b5", "b7"], "{order:?}");
-    store.renew(&q, &held[..2], 30_000).await.expect("renew");
+    store
+        .renew(&q, &held[..2], 30_000, false)
+        .await
+        .expect("renew");
     // A progress report with a checkpoint, then acks, one with a result (kept: keep 1).
     let report = ProgressReport {
         progress: Some(40),

@@ -299,15 +299,51 @@ async fn a_stream_that_sends_but_never_reads_is_not_read_without_limit() {
 #[tokio::test]
 async fn leases_waiting_for_a_stalled_stream_are_released_before_their_timeout() {
     let (_redis, app) = TestApp::with_redis().await;
-    let n = 200;
+    enqueue_slow(&app, "slow", 200, Duration::from_secs(2)).await;
+    let charged = stall_once(&app, "slow", 200, Duration::from_secs(5)).await;
+    // The one read, plus what the window and tonic's 32 KiB encode buffer let through.
+    assert!(
+        charged <= 16,
+        "{charged} jobs charged an attempt: leases that never left the server timed out in \
+         its outbox"
+    );
+}
+
+/// The same with a 5 ms job timeout: shorter than the outbox sweep (100 ms), the reaper
+/// interval (100 ms) and the lease-call confirmation delay (20 ms), so the leases in the
+/// outbox are past their deadline before the sweep takes them. Their lease call is not
+/// confirmed while they wait there (`lease/unsent.rs`), so the reaper leaves them to the
+/// sweep's uncharged hand-back. (Confirmed at 20 ms, the call's leases were charged
+/// TIMED_OUT whenever the reaper came before the sweep: in about one round in four.) Eight
+/// rounds, each with a new stalled stream, meet the two 100 ms ticks at different phases.
+#[tokio::test]
+async fn leases_whose_timeout_passes_in_a_stalled_streams_outbox_are_not_charged() {
+    let (_redis, app) = TestApp::with_redis().await;
+    let n = 800;
+    enqueue_slow(&app, "tiny", n, Duration::from_millis(5)).await;
+    let mut charged = 0;
+    for round in 0..8 {
+        let total = stall_once(&app, "tiny", n, Duration::from_millis(700 + 70 * round)).await;
+        let now = total - charged;
+        charged = total;
+        assert!(
+            now <= 16,
+            "round {round}: {now} more jobs charged an attempt: leases that never left the \
+             server were charged TIMED_OUT"
+        );
+    }
+}
+
+/// Enqueues `n` jobs `j-0`.. of 8 KiB with a per-attempt `timeout` and one attempt.
+async fn enqueue_slow(app: &TestApp, queue: &str, n: usize, timeout: Duration) {
     let mut i = 0;
     while i < n {
         let jobs = (i..n.min(i + 50))
             .map(|k| pb::JobSpec {
                 payload: vec![7u8; 8 * 1024],
-                timeout: Some(ms(Duration::from_secs(2))),
+                timeout: Some(ms(timeout)),
                 max_attempts: Some(1),
-                ..spec("slow", &format!("j-{k}"))
+                ..spec(queue, &format!("j-{k}"))
             })
             .collect();
         app.jobs()
@@ -316,33 +352,36 @@ async fn leases_waiting_for_a_stalled_stream_are_released_before_their_timeout()
             .expect("enqueue batch");
         i += 50;
     }
-    let channel = small_window(&app, 4096).await;
-    let (tx, mut rx) = raw_stream(channel, "slow", 100).await;
+}
+
+/// Opens a stream of 100 credits behind a 4 KiB window, reads one lease, then heartbeats
+/// for `stall` without reading and closes it. Returns how many of the `n` jobs were charged
+/// an attempt so far (each is either waiting or charged).
+async fn stall_once(app: &TestApp, queue: &str, n: usize, stall: Duration) -> usize {
+    let channel = small_window(app, 4096).await;
+    let (tx, mut rx) = raw_stream(channel, queue, 100).await;
     let first = rx.message().await.expect("read").expect("a message");
     let Some(pb::subscribe_response::Message::Lease(read)) = first.message else {
         panic!("not a lease: {first:?}");
     };
-    // Stop reading; stay alive well past the 2 s timeout.
-    for _ in 0..25 {
+    let until = tokio::time::Instant::now() + stall;
+    while tokio::time::Instant::now() < until {
         tx.send(pb::SubscribeRequest {
             message: Some(In::Heartbeat(pb::Heartbeat {})),
         })
         .expect("stream open");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (charged, waiting, dead) = charged(&app, "slow", "j", n).await;
+    let (charged, waiting, dead) = charged(app, queue, "j", n).await;
     println!(
-        "100 credits, 8 KiB leases, 4 KiB window, read 1 ({}) then stalled 5 s: \
+        "100 credits, 8 KiB leases, 4 KiB window, read 1 ({}) then stalled {stall:?}: \
          {charged} charged, {dead} dead, {waiting} waiting",
         read.job.map(|j| j.job_id).unwrap_or_default()
-    );
-    // The one read, plus what the window and tonic's 32 KiB encode buffer let through.
-    assert!(
-        charged <= 16,
-        "{charged} jobs charged an attempt, {dead} dead: leases that never left the server \
-         timed out in its outbox"
     );
     assert_eq!(waiting + charged, n);
     drop(rx);
     drop(tx);
+    // The server ends the stream and hands its outbox back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    charged
 }

@@ -338,7 +338,7 @@ async fn with_max_size_payloads() -> Vec<i64> {
             .collect()
     };
     store
-        .renew(&q, &pairs(&leased), 60_000)
+        .renew(&q, &pairs(&leased), 60_000, true)
         .await
         .expect("renew");
     let quarter = BIG_JOBS / 4;

@@ -2,8 +2,10 @@
 -- capped by each attempt's timeout deadline. Used for the batched renewal of live streams'
 -- leases and for ExtendLease. Only the job's header is read (HGET, never the body);
 -- nothing is written to it. Renewing a lease proves the server got its lease call's reply:
--- that call is confirmed (attempts.lua, "Lost lease replies").
--- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token.
+-- that call is confirmed (attempts.lua, "Lost lease replies"), unless the last argument says
+-- not to (the server still holds a lease of the call unsent: lease/unsent.rs).
+-- ARGV: [1] wake channel, [2] lease ms, [3] n, then per job: id, lease token; then
+-- optionally '0': confirm no call.
 -- A lease whose cancel is pending (attempts.lua, "Cancel and expiry") is never pushed past
 -- its revoke time, and its reply says so, so the server can tell the holder if the
 -- wake-up message was lost.
@@ -44,5 +46,5 @@ end
 for i = 1, #deadlines, 1000 do
   redis.call('ZADD', K_ACTIVE, unpack(deadlines, i, math.min(i + 999, #deadlines)))
 end
-confirm_calls(calls)
+if ARGV[4 + n * 2] ~= '0' then confirm_calls(calls) end
 return out

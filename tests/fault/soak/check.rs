@@ -206,10 +206,14 @@ pub(super) async fn check(backend: &Backend, ids: &[String], stats: &Stats, repo
             let (store, queue) = (store.clone(), queue.clone());
             async move {
                 let job = store.get_job(&queue, &id).await.expect("get job");
+                // Its state first, then its attempts' errors.
                 let errors = job.as_ref().map_or(String::new(), |j| {
-                    j.errors
-                        .iter()
-                        .map(|e| format!("{}:{}@{}", e.attempt, e.error_type, e.worker_id))
+                    std::iter::once(format!("{:?}", j.state))
+                        .chain(
+                            j.errors
+                                .iter()
+                                .map(|e| format!("{}:{}@{}", e.attempt, e.error_type, e.worker_id)),
+                        )
                         .collect::<Vec<_>>()
                         .join(" ")
                 });

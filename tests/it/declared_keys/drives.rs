@@ -182,7 +182,7 @@ pub(super) async fn cancel_and_expiry(app: &TestApp, store: &Store, q: &QueueNam
         let id: &'static str = if id == "cx-a" { "cx-a" } else { "cx-b" };
         cancel(id).await;
     }
-    store.renew(q, &held, 30_000).await.expect("renew");
+    store.renew(q, &held, 30_000, true).await.expect("renew");
     store
         .fail(q, &[fail_item(&held[0].0, &held[0].1, Disposition::Retry)])
         .await
