@@ -35,7 +35,8 @@ type DeadLetterServiceClient interface {
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// Reads one dead job.
 	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
-	// Moves dead jobs back to waiting under their ids with a fresh attempt budget.
+	// Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+	// expire time (a replayed job runs, whatever its ttl said).
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	// Removes dead jobs for good.
 	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
@@ -99,7 +100,8 @@ type DeadLetterServiceServer interface {
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// Reads one dead job.
 	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
-	// Moves dead jobs back to waiting under their ids with a fresh attempt budget.
+	// Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+	// expire time (a replayed job runs, whatever its ttl said).
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	// Removes dead jobs for good.
 	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)

@@ -42,9 +42,9 @@ const (
 	// Cancelled by CancelJob or CancelJobs before it finished; never runs again, is not
 	// dead-lettered, and is kept per the queue's completed retention.
 	JobState_JOB_STATE_CANCELLED JobState = 6
-	// Not started before its expire_time; never runs, is not dead-lettered (unless the
-	// queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
-	// per the queue's completed retention.
+	// Not started (or not started again) before its expire_time; never runs again, is not
+	// dead-lettered (unless the queue's dead_letter_expired is set: then it is DEAD with
+	// reason EXPIRED), and is kept per the queue's completed retention.
 	JobState_JOB_STATE_EXPIRED JobState = 7
 )
 
@@ -231,7 +231,8 @@ const (
 	DeadReason_DEAD_REASON_LEASE_EXPIRED DeadReason = 3
 	// Its last attempt ran past the job's timeout.
 	DeadReason_DEAD_REASON_TIMED_OUT DeadReason = 4
-	// It was not started before its expire_time and its queue dead-letters expired jobs.
+	// It was not started (or started again) before its expire_time and its queue
+	// dead-letters expired jobs.
 	DeadReason_DEAD_REASON_EXPIRED DeadReason = 5
 )
 
@@ -388,7 +389,9 @@ type JobSpec struct {
 	// own concurrency and rate limit (QueueConfig.group_max_active, group_rate_limit).
 	GroupKey string `protobuf:"bytes,12,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
 	// A job not leased by this time moves to EXPIRED (checked at lease time and by the
-	// reaper). At most one of expire_time and ttl; unset: never expires.
+	// reaper); nor does it start again after it: a retry or an uncharged hand-back past it
+	// ends EXPIRED too (a running attempt may finish; a replay clears it). At most one of
+	// expire_time and ttl; unset: never expires.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// The same as expire_time = enqueue time + ttl (1 ms to 365 days).
 	Ttl           *durationpb.Duration `protobuf:"bytes,14,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -683,7 +686,8 @@ type Job struct {
 	ErrorsDropped uint64 `protobuf:"varint,21,opt,name=errors_dropped,json=errorsDropped,proto3" json:"errors_dropped,omitempty"`
 	// Its group (empty: the queue's default group).
 	GroupKey string `protobuf:"bytes,22,opt,name=group_key,json=groupKey,proto3" json:"group_key,omitempty"`
-	// When it expires if not started by then (unset: never).
+	// When it expires if not started (or started again) by then (unset: never; a replay
+	// clears it).
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// The last progress its worker reported, 0-100 (kept across attempts and replays; 0 when
 	// none). In GetJob and ListJobs; not in a Lease.

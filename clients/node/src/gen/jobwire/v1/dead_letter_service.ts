@@ -833,7 +833,10 @@ export const DeadLetterServiceService = {
       Buffer.from(GetDeadLetterResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetDeadLetterResponse => GetDeadLetterResponse.decode(value),
   },
-  /** Moves dead jobs back to waiting under their ids with a fresh attempt budget. */
+  /**
+   * Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+   * expire time (a replayed job runs, whatever its ttl said).
+   */
   replayDeadLetters: {
     path: "/jobwire.v1.DeadLetterService/ReplayDeadLetters" as const,
     requestStream: false as const,
@@ -864,7 +867,10 @@ export interface DeadLetterServiceServer extends UntypedServiceImplementation {
   listDeadLetters: handleUnaryCall<ListDeadLettersRequest, ListDeadLettersResponse>;
   /** Reads one dead job. */
   getDeadLetter: handleUnaryCall<GetDeadLetterRequest, GetDeadLetterResponse>;
-  /** Moves dead jobs back to waiting under their ids with a fresh attempt budget. */
+  /**
+   * Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+   * expire time (a replayed job runs, whatever its ttl said).
+   */
   replayDeadLetters: handleUnaryCall<ReplayDeadLettersRequest, ReplayDeadLettersResponse>;
   /** Removes dead jobs for good. */
   deleteDeadLetters: handleUnaryCall<DeleteDeadLettersRequest, DeleteDeadLettersResponse>;
@@ -903,7 +909,10 @@ export interface DeadLetterServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetDeadLetterResponse) => void,
   ): ClientUnaryCall;
-  /** Moves dead jobs back to waiting under their ids with a fresh attempt budget. */
+  /**
+   * Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+   * expire time (a replayed job runs, whatever its ttl said).
+   */
   replayDeadLetters(
     request: ReplayDeadLettersRequest,
     callback: (error: ServiceError | null, response: ReplayDeadLettersResponse) => void,

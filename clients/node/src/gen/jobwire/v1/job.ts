@@ -29,9 +29,9 @@ export enum JobState {
    */
   JOB_STATE_CANCELLED = 6,
   /**
-   * JOB_STATE_EXPIRED - Not started before its expire_time; never runs, is not dead-lettered (unless the
-   * queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
-   * per the queue's completed retention.
+   * JOB_STATE_EXPIRED - Not started (or not started again) before its expire_time; never runs again, is not
+   * dead-lettered (unless the queue's dead_letter_expired is set: then it is DEAD with
+   * reason EXPIRED), and is kept per the queue's completed retention.
    */
   JOB_STATE_EXPIRED = 7,
   UNRECOGNIZED = -1,
@@ -81,7 +81,10 @@ export enum DeadReason {
   DEAD_REASON_LEASE_EXPIRED = 3,
   /** DEAD_REASON_TIMED_OUT - Its last attempt ran past the job's timeout. */
   DEAD_REASON_TIMED_OUT = 4,
-  /** DEAD_REASON_EXPIRED - It was not started before its expire_time and its queue dead-letters expired jobs. */
+  /**
+   * DEAD_REASON_EXPIRED - It was not started (or started again) before its expire_time and its queue
+   * dead-letters expired jobs.
+   */
   DEAD_REASON_EXPIRED = 5,
   UNRECOGNIZED = -1,
 }
@@ -147,7 +150,9 @@ export interface JobSpec {
   groupKey: string;
   /**
    * A job not leased by this time moves to EXPIRED (checked at lease time and by the
-   * reaper). At most one of expire_time and ttl; unset: never expires.
+   * reaper); nor does it start again after it: a retry or an uncharged hand-back past it
+   * ends EXPIRED too (a running attempt may finish; a replay clears it). At most one of
+   * expire_time and ttl; unset: never expires.
    */
   expireTime?:
     | Date
@@ -246,7 +251,10 @@ export interface Job {
   errorsDropped: number;
   /** Its group (empty: the queue's default group). */
   groupKey: string;
-  /** When it expires if not started by then (unset: never). */
+  /**
+   * When it expires if not started (or started again) by then (unset: never; a replay
+   * clears it).
+   */
   expireTime?:
     | Date
     | undefined;

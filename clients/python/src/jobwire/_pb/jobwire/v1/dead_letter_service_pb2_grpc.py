@@ -76,7 +76,8 @@ class DeadLetterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReplayDeadLetters(self, request, context):
-        """Moves dead jobs back to waiting under their ids with a fresh attempt budget.
+        """Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+        expire time (a replayed job runs, whatever its ttl said).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

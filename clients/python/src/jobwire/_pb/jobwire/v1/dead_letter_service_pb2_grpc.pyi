@@ -38,7 +38,9 @@ class DeadLetterServiceStub:
     GetDeadLetter: _grpc.UnaryUnaryMultiCallable[_dead_letter_service_pb2.GetDeadLetterRequest, _dead_letter_service_pb2.GetDeadLetterResponse]
     """Reads one dead job."""
     ReplayDeadLetters: _grpc.UnaryUnaryMultiCallable[_dead_letter_service_pb2.ReplayDeadLettersRequest, _dead_letter_service_pb2.ReplayDeadLettersResponse]
-    """Moves dead jobs back to waiting under their ids with a fresh attempt budget."""
+    """Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+    expire time (a replayed job runs, whatever its ttl said).
+    """
     DeleteDeadLetters: _grpc.UnaryUnaryMultiCallable[_dead_letter_service_pb2.DeleteDeadLettersRequest, _dead_letter_service_pb2.DeleteDeadLettersResponse]
     """Removes dead jobs for good."""
 
@@ -52,7 +54,9 @@ class DeadLetterServiceAsyncStub(DeadLetterServiceStub):
     GetDeadLetter: _aio.UnaryUnaryMultiCallable[_dead_letter_service_pb2.GetDeadLetterRequest, _dead_letter_service_pb2.GetDeadLetterResponse]  # type: ignore[assignment]
     """Reads one dead job."""
     ReplayDeadLetters: _aio.UnaryUnaryMultiCallable[_dead_letter_service_pb2.ReplayDeadLettersRequest, _dead_letter_service_pb2.ReplayDeadLettersResponse]  # type: ignore[assignment]
-    """Moves dead jobs back to waiting under their ids with a fresh attempt budget."""
+    """Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+    expire time (a replayed job runs, whatever its ttl said).
+    """
     DeleteDeadLetters: _aio.UnaryUnaryMultiCallable[_dead_letter_service_pb2.DeleteDeadLettersRequest, _dead_letter_service_pb2.DeleteDeadLettersResponse]  # type: ignore[assignment]
     """Removes dead jobs for good."""
 
@@ -81,7 +85,9 @@ class DeadLetterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _dead_letter_service_pb2.ReplayDeadLettersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_dead_letter_service_pb2.ReplayDeadLettersResponse, _abc.Awaitable[_dead_letter_service_pb2.ReplayDeadLettersResponse]]:
-        """Moves dead jobs back to waiting under their ids with a fresh attempt budget."""
+        """Moves dead jobs back to waiting under their ids with a fresh attempt budget and no
+        expire time (a replayed job runs, whatever its ttl said).
+        """
 
     @_abc_1.abstractmethod
     def DeleteDeadLetters(

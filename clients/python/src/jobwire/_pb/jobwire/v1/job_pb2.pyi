@@ -44,9 +44,9 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     dead-lettered, and is kept per the queue's completed retention.
     """
     JOB_STATE_EXPIRED: _JobState.ValueType  # 7
-    """Not started before its expire_time; never runs, is not dead-lettered (unless the
-    queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
-    per the queue's completed retention.
+    """Not started (or not started again) before its expire_time; never runs again, is not
+    dead-lettered (unless the queue's dead_letter_expired is set: then it is DEAD with
+    reason EXPIRED), and is kept per the queue's completed retention.
     """
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
@@ -69,9 +69,9 @@ JOB_STATE_CANCELLED: JobState.ValueType  # 6
 dead-lettered, and is kept per the queue's completed retention.
 """
 JOB_STATE_EXPIRED: JobState.ValueType  # 7
-"""Not started before its expire_time; never runs, is not dead-lettered (unless the
-queue's dead_letter_expired is set: then it is DEAD with reason EXPIRED), and is kept
-per the queue's completed retention.
+"""Not started (or not started again) before its expire_time; never runs again, is not
+dead-lettered (unless the queue's dead_letter_expired is set: then it is DEAD with
+reason EXPIRED), and is kept per the queue's completed retention.
 """
 Global___JobState: _TypeAlias = JobState  # noqa: Y015
 
@@ -158,7 +158,9 @@ class _DeadReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeadReason
     DEAD_REASON_TIMED_OUT: _DeadReason.ValueType  # 4
     """Its last attempt ran past the job's timeout."""
     DEAD_REASON_EXPIRED: _DeadReason.ValueType  # 5
-    """It was not started before its expire_time and its queue dead-letters expired jobs."""
+    """It was not started (or started again) before its expire_time and its queue
+    dead-letters expired jobs.
+    """
 
 class DeadReason(_DeadReason, metaclass=_DeadReasonEnumTypeWrapper):
     """Why a job is in the dead-letter queue."""
@@ -174,7 +176,9 @@ DEAD_REASON_LEASE_EXPIRED: DeadReason.ValueType  # 3
 DEAD_REASON_TIMED_OUT: DeadReason.ValueType  # 4
 """Its last attempt ran past the job's timeout."""
 DEAD_REASON_EXPIRED: DeadReason.ValueType  # 5
-"""It was not started before its expire_time and its queue dead-letters expired jobs."""
+"""It was not started (or started again) before its expire_time and its queue
+dead-letters expired jobs.
+"""
 Global___DeadReason: _TypeAlias = DeadReason  # noqa: Y015
 
 @_typing.final
@@ -298,7 +302,9 @@ class JobSpec(_message.Message):
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
         """A job not leased by this time moves to EXPIRED (checked at lease time and by the
-        reaper). At most one of expire_time and ttl; unset: never expires.
+        reaper); nor does it start again after it: a retry or an uncharged hand-back past it
+        ends EXPIRED too (a running attempt may finish; a replay clears it). At most one of
+        expire_time and ttl; unset: never expires.
         """
 
     @_builtins.property
@@ -536,7 +542,9 @@ class Job(_message.Message):
 
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
-        """When it expires if not started by then (unset: never)."""
+        """When it expires if not started (or started again) by then (unset: never; a replay
+        clears it).
+        """
 
     @_builtins.property
     def cancel_time(self) -> _timestamp_pb2.Timestamp:
