@@ -100,9 +100,7 @@ impl Hub {
                 continue;
             }
             for (q, id, token) in s.book().renewable() {
-                let held = token
-                    .rsplit_once('-')
-                    .is_some_and(|(call, _)| self.inner.unsent.holds(call));
+                let held = self.inner.unsent.holds_token(&token);
                 by_queue.entry((q, !held)).or_default().push((id, token));
             }
         }

@@ -69,6 +69,11 @@ impl Unsent {
         }
     }
 
+    /// Does the call of lease token `token` wait for an unsent lease ([`Unsent::holds`])?
+    pub(crate) fn holds_token(&self, token: &str) -> bool {
+        split(token).is_some_and(|(call, _)| self.holds(call))
+    }
+
     /// Must lease call `call` wait to be confirmed (a lease of it unsent, counted less than
     /// [`HOLD_AT_MOST`] ago)? A call held longer is forgotten here.
     pub(crate) fn holds(&self, call: &str) -> bool {
@@ -93,6 +98,7 @@ mod tests {
         let u = Unsent::default();
         u.add(["c1-1", "c1-2", "c2-1"]);
         assert!(u.holds("c1") && u.holds("c2"));
+        assert!(u.holds_token("c1-7") && !u.holds_token("c3-1") && !u.holds_token("nodash"));
         u.sent("c1-1");
         assert!(u.holds("c1"), "c1-2 is still unsent");
         u.sent("c1-1");
