@@ -381,7 +381,14 @@ async fn stall_once(app: &TestApp, queue: &str, n: usize, stall: Duration) -> us
     assert_eq!(waiting + charged, n);
     drop(rx);
     drop(tx);
-    // The server ends the stream and hands its outbox back.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server ends the stream and hands its outbox back: nothing stays leased.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stats(app, queue).await.active > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed stream's leases were not handed back within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     charged
 }
