@@ -158,12 +158,11 @@ async fn the_lease_script_expires_a_popped_job_past_its_time_without_a_slot() {
     assert_eq!(left, 0);
 }
 
-#[tokio::test]
-async fn a_queue_that_dead_letters_expired_jobs_gets_them_dead_with_reason_expired() {
-    let (_redis, app) = TestApp::with_redis().await;
-    let q = "ex-dead";
+/// Sets queue `q`'s `dead_letter_expired`: its expired jobs go to the dead-letter queue
+/// (reason EXPIRED).
+pub(crate) async fn dead_letter_expired(app: &TestApp, q: &str) {
     set_config(
-        &app,
+        app,
         q,
         pb::QueueConfig {
             dead_letter_expired: true,
@@ -172,6 +171,13 @@ async fn a_queue_that_dead_letters_expired_jobs_gets_them_dead_with_reason_expir
         &["dead_letter_expired"],
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_queue_that_dead_letters_expired_jobs_gets_them_dead_with_reason_expired() {
+    let (_redis, app) = TestApp::with_redis().await;
+    let q = "ex-dead";
+    dead_letter_expired(&app, q).await;
     let expire_time = std::time::SystemTime::now() + Duration::from_millis(300);
     enqueue(
         &app,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use jobwire::pb;
 
-use crate::cancel::set_config;
+use crate::expiry::dead_letter_expired;
 use crate::harness::*;
 
 fn state(j: &pb::Job) -> pb::JobState {
@@ -139,16 +139,7 @@ async fn a_retry_due_after_the_expire_time_expires_at_the_expire_time() {
 async fn retry_past_the_expire_time(q: &str, dead_letter: bool) {
     let (_redis, app) = TestApp::with_redis().await;
     if dead_letter {
-        set_config(
-            &app,
-            q,
-            pb::QueueConfig {
-                dead_letter_expired: true,
-                ..Default::default()
-            },
-            &["dead_letter_expired"],
-        )
-        .await;
+        dead_letter_expired(&app, q).await;
     }
     enqueue(
         &app,
@@ -210,16 +201,7 @@ async fn a_retry_past_the_expire_time_is_dead_lettered_expired_where_the_queue_s
 async fn a_replayed_job_runs_and_retries_whatever_its_old_expire_time() {
     let (_redis, app) = TestApp::with_redis().await;
     let q = "exs-replay";
-    set_config(
-        &app,
-        q,
-        pb::QueueConfig {
-            dead_letter_expired: true,
-            ..Default::default()
-        },
-        &["dead_letter_expired"],
-    )
-    .await;
+    dead_letter_expired(&app, q).await;
     enqueue(
         &app,
         pb::JobSpec {
